@@ -1,0 +1,67 @@
+"""``dynshape-perception <verb>``: the one command-line entry point besides the ROS nodes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from dynshape_perception.errors import DynshapeError
+
+# verb -> (module under dynshape_perception.cli, one-line help). Modules load lazily so that
+# `--help` and light verbs never pay for importing TVM, OpenCV or rclpy.
+VERBS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "run the pipeline on a built-in generated scene and print per-stage results"),
+    "compile": ("compile", "compile models for a target profile into exported libraries"),
+    "fit": ("fit", "fit model weights deterministically and write them under models/"),
+    "evaluate": ("evaluate", "evaluate prediction (ETH/UCY) or segmentation (KITTI)"),
+    "bench": ("bench", "benchmarks: kernels, jit, e2e, deadlines"),
+    "verify": ("verify", "prove a target: aarch64 under emulation, CUDA device code"),
+    "bundle": ("bundle", "write a runtime-only bundle for a target"),
+    "make-bag": ("make_bag", "write rosbag2 bags (mcap, sqlite3) from generated or real data"),
+    "replay": ("replay", "replay a rosbag2 bag through the pipeline"),
+    "report": ("report", "write an HTML report of a replay run directory"),
+    "tune": ("tune", "tune node parameters against bags with Optuna"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynshape-perception", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (_, text) in VERBS.items():
+        sub.add_parser(verb, help=text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    known, rest = parser.parse_known_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if known.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if known.verb is None:
+        parser.print_help()
+        return 2
+    module_name, text = VERBS[known.verb]
+    module = importlib.import_module(f"dynshape_perception.cli.{module_name}")
+    verb_parser = argparse.ArgumentParser(
+        prog=f"dynshape-perception {known.verb}", description=text
+    )
+    module.add_arguments(verb_parser)
+    args = verb_parser.parse_args(rest)
+    try:
+        return int(module.run(args))
+    except DynshapeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

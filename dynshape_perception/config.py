@@ -1,0 +1,99 @@
+"""Bounds and model shapes from ``config/models.yaml``: the single source of every limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dynshape_perception.errors import BoundError, ConfigError
+from dynshape_perception.resources import config_path
+
+DIM_MEANINGS = {
+    "P": "points",
+    "N": "detections",
+    "M": "tracks",
+    "A": "agents",
+    "T": "history steps",
+}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    P: int = 150_000
+    N: int = 128
+    M: int = 128
+    A: int = 64
+    T: int = 128
+
+    def __post_init__(self) -> None:
+        for dim in DIM_MEANINGS:
+            value = getattr(self, dim)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"bound {dim} must be a positive integer, got {value!r}")
+
+    def as_dict(self) -> dict[str, int]:
+        return {dim: int(getattr(self, dim)) for dim in DIM_MEANINGS}
+
+    def check(self, dim: str, count: int, tensor: str = "") -> None:
+        """Raise BoundError if ``count`` exceeds the bound of ``dim``."""
+        bound = getattr(self, dim)
+        if count > bound:
+            where = f" in {tensor}" if tensor else ""
+            raise BoundError(
+                f"{DIM_MEANINGS[dim]} count {dim}={count}{where} exceeds its bound {bound}"
+            )
+
+
+@dataclass(frozen=True)
+class Roi:
+    x_m: tuple[float, float] = (0.0, 60.0)
+    y_m: tuple[float, float] = (-30.0, 30.0)
+    z_m: tuple[float, float] = (-3.0, 3.0)
+
+    def __post_init__(self) -> None:
+        for name in ("x_m", "y_m", "z_m"):
+            lo, hi = getattr(self, name)
+            if not lo < hi:
+                raise ConfigError(f"roi {name} must have min < max, got {(lo, hi)}")
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    bounds: Bounds
+    roi: Roi
+    raw: dict[str, Any]
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.raw.get(name, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"models.yaml section {name!r} must be a mapping")
+        return value
+
+
+def load_models_config(path: Path | None = None) -> ModelsConfig:
+    path = path or config_path("models.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a mapping")
+    try:
+        bounds = Bounds(**{k: int(v) for k, v in raw.get("bounds", {}).items()})
+        roi = Roi(**{k: (float(v[0]), float(v[1])) for k, v in raw.get("roi", {}).items()})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{path}: {err}") from err
+    return ModelsConfig(bounds=bounds, roi=roi, raw=raw)
+
+
+@lru_cache(maxsize=1)
+def default_config() -> ModelsConfig:
+    return load_models_config()
+
+
+def default_bounds() -> Bounds:
+    return default_config().bounds

@@ -1,0 +1,210 @@
+"""Content-addressed, atomic on-disk artefact cache of exported model libraries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynshape_perception.core.compiler import tvm_adapter as tvmx
+from dynshape_perception.core.compiler.build import (
+    BuildResult,
+    bound_module,
+    compile_model,
+    pipeline_version,
+)
+from dynshape_perception.core.compiler.targets import TargetProfile
+from dynshape_perception.errors import CacheError
+from dynshape_perception.fsutil import atomic_write_text
+from dynshape_perception.models.common import ModelDef
+from dynshape_perception.models.weights import weights_checksum
+
+log = logging.getLogger(__name__)
+
+LIBRARY = "model.so"
+SIDECAR = "sidecar.json"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("DYNSHAPE_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dynshape_perception"
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """What sits beside every exported library: enough to check and to trust it."""
+
+    model: str
+    model_version: str
+    model_hash: str
+    target: str
+    target_spec: str
+    tvm_version: str
+    pipeline_version: str
+    weights_checksum: str
+    symbolic_vars: dict[str, int]
+    pinned_dims: dict[str, int]
+    functions: list[str]
+    library_sha256: str
+    schedule: dict[str, str]
+    compile_s: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Sidecar:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class Artefact:
+    library_path: Path
+    sidecar: Sidecar
+    cache_hit: bool
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def cache_key(
+    model: ModelDef,
+    weights: Mapping[str, np.ndarray],
+    profile: TargetProfile,
+    dims: Mapping[str, int] | None = None,
+) -> tuple[str, str]:
+    """(key, IR hash): IR structural hash + exact target + TVM version + weights + pipeline."""
+    mod, _ = bound_module(model, weights, dims, profile.is_cuda)
+    ir_hash = tvmx.structural_hash(mod)
+    parts = [
+        model.name,
+        model.version,
+        ir_hash,
+        profile.key(),
+        tvmx.TVM_VERSION,
+        weights_checksum(weights),
+        pipeline_version(),
+        json.dumps(dict(sorted((dims or {}).items()))),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32], ir_hash
+
+
+class ArtefactCache:
+    """``root/<key>/{model.so, sidecar.json}``; a sidecar is written last and marks completion."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or default_cache_dir()
+        self.hits = 0
+        self.misses = 0
+        self.rebuilt_corrupt = 0
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / key
+
+    def lookup(self, key: str) -> Artefact | None:
+        """A verified artefact, or None. A corrupt entry is removed with a warning, never loaded."""
+        folder = self.entry_dir(key)
+        lib, side = folder / LIBRARY, folder / SIDECAR
+        if not side.is_file():
+            return None
+        try:
+            sidecar = Sidecar.from_json(side.read_text())
+            if not lib.is_file() or file_sha256(lib) != sidecar.library_sha256:
+                raise CacheError(f"{lib} does not match its recorded checksum")
+        except (CacheError, OSError, ValueError, TypeError) as err:
+            log.warning("discarding corrupt cache entry %s (%s); rebuilding", folder, err)
+            self.rebuilt_corrupt += 1
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        return Artefact(lib, sidecar, cache_hit=True)
+
+    def get_or_build(
+        self,
+        model: ModelDef,
+        weights: Mapping[str, np.ndarray],
+        profile: TargetProfile,
+        dims: Mapping[str, int] | None = None,
+    ) -> Artefact:
+        key, _ = cache_key(model, weights, profile, dims)
+        found = self.lookup(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        result = compile_model(model, weights, profile, dims)
+        return self.store(key, model, weights, result)
+
+    def store(
+        self,
+        key: str,
+        model: ModelDef,
+        weights: Mapping[str, np.ndarray],
+        result: BuildResult,
+    ) -> Artefact:
+        folder = self.entry_dir(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        lib = folder / LIBRARY
+        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=".model.", suffix=".so")
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            tvmx.export_library(result.executable, tmp, result.profile.cross_compiler)
+            sidecar = make_sidecar(model, weights, result, file_sha256(tmp))
+            os.replace(tmp, lib)
+            atomic_write_text(folder / SIDECAR, sidecar.to_json())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return Artefact(lib, sidecar, cache_hit=False)
+
+
+def make_sidecar(
+    model: ModelDef, weights: Mapping[str, np.ndarray], result: BuildResult, lib_sha: str
+) -> Sidecar:
+    return Sidecar(
+        model=model.name,
+        model_version=model.version,
+        model_hash=result.ir_hash,
+        target=result.profile.name,
+        target_spec=result.profile.key(),
+        tvm_version=tvmx.TVM_VERSION,
+        pipeline_version=pipeline_version(),
+        weights_checksum=weights_checksum(weights),
+        symbolic_vars=dict(result.bounds),
+        pinned_dims=dict(result.dims),
+        functions=[fn.name for fn in model.spec.functions],
+        library_sha256=lib_sha,
+        schedule=dict(result.schedule),
+        compile_s=round(result.compile_s, 3),
+    )
+
+
+def export_to(artefact: Artefact, out_dir: Path) -> tuple[Path, Path]:
+    """Copy a cached artefact to ``out_dir/<model>.so`` with its sidecar ``<model>.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = artefact.sidecar.model
+    lib = out_dir / f"{name}.so"
+    side = out_dir / f"{name}.json"
+    shutil.copyfile(artefact.library_path, lib)
+    atomic_write_text(side, artefact.sidecar.to_json())
+    return lib, side
+
+
+def sidecar_dict(artefact: Artefact) -> dict[str, Any]:
+    return asdict(artefact.sidecar)

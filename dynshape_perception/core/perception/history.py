@@ -1,0 +1,99 @@
+"""Resample track histories to the predictor's step and pack them into a padded batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dynshape_perception.errors import (
+    BoundError,
+    ConfigError,
+    InputValueError,
+    ShapeError,
+)
+
+PREDICTOR_STEP_S = 0.4
+# Float error in ``end - k * step`` must not drop the sample that lands on the first stamp.
+STAMP_TOLERANCE_S = 1e-6
+
+
+def _check_track(stamps_s: np.ndarray, xy: np.ndarray) -> None:
+    if stamps_s.ndim != 1 or stamps_s.shape[0] < 1:
+        raise ShapeError(f"stamps_s must be a non-empty 1-D array, got shape {stamps_s.shape}")
+    if xy.shape != (stamps_s.shape[0], 2):
+        raise ShapeError(f"xy must have shape ({stamps_s.shape[0]}, 2), got {xy.shape}")
+    if not (np.isfinite(stamps_s).all() and np.isfinite(xy).all()):
+        raise InputValueError("track history holds non-finite stamps or positions")
+    if stamps_s.shape[0] > 1 and not (np.diff(stamps_s) > 0.0).all():
+        first_bad = int(np.flatnonzero(np.diff(stamps_s) <= 0.0)[0]) + 1
+        raise InputValueError(
+            f"history stamps must be strictly increasing; stamp {first_bad} "
+            f"({stamps_s[first_bad]:.6f} s) follows {stamps_s[first_bad - 1]:.6f} s"
+        )
+
+
+def resample_history(
+    stamps_s: np.ndarray,
+    xy: np.ndarray,
+    *,
+    num_steps: int,
+    step_s: float = PREDICTOR_STEP_S,
+    end_stamp_s: float | None = None,
+) -> tuple[np.ndarray, int]:
+    """Interpolate a track at ``end, end - step, ...``, at most ``num_steps`` samples.
+
+    The track may be recorded at any rate. ``end_stamp_s`` defaults to the newest stamp and
+    must lie inside the recorded span: samples are never extrapolated on either side, so
+    the result covers only as far back as the first stamp. Returns the samples oldest first,
+    as float32 ``[L, 2]``, and ``L``.
+    """
+    if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        raise ConfigError(f"num_steps must be a positive integer, got {num_steps!r}")
+    if not (np.isfinite(step_s) and step_s > 0.0):
+        raise ConfigError(f"step_s must be a positive number of seconds, got {step_s!r}")
+    stamps = np.asarray(stamps_s, dtype=np.float64)
+    points = np.asarray(xy, dtype=np.float64)
+    _check_track(stamps, points)
+    first, last = float(stamps[0]), float(stamps[-1])
+    end = last if end_stamp_s is None else float(end_stamp_s)
+    if not (first - STAMP_TOLERANCE_S <= end <= last + STAMP_TOLERANCE_S):
+        raise InputValueError(
+            f"end_stamp_s {end:.6f} s lies outside the recorded span "
+            f"[{first:.6f}, {last:.6f}] s; resampling never extrapolates"
+        )
+    end = min(max(end, first), last)
+    span_steps = int(np.floor((end - first) / step_s + STAMP_TOLERANCE_S))
+    length = min(int(num_steps), span_steps + 1)
+    targets = end - step_s * np.arange(length - 1, -1, -1, dtype=np.float64)
+    targets = np.clip(targets, first, last)
+    out = np.empty((length, 2), dtype=np.float32)
+    out[:, 0] = np.interp(targets, stamps, points[:, 0])
+    out[:, 1] = np.interp(targets, stamps, points[:, 1])
+    return out, length
+
+
+def pack_histories(
+    histories: Sequence[np.ndarray], num_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pack ``[L_i, 2]`` histories left-aligned, zero-padded, into float32 ``[A, T, 2]``.
+
+    Returns the batch and the int32 lengths ``[A]``; a history longer than T raises.
+    """
+    if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
+        raise ConfigError(f"num_steps (T) must be a positive integer, got {num_steps!r}")
+    hist = np.zeros((len(histories), int(num_steps), 2), dtype=np.float32)
+    lengths = np.zeros(len(histories), dtype=np.int32)
+    for agent, item in enumerate(histories):
+        points = np.asarray(item)
+        if points.ndim != 2 or points.shape[1] != 2:
+            raise ShapeError(f"history {agent} must have shape [L, 2], got {points.shape}")
+        if points.shape[0] > num_steps:
+            raise BoundError(
+                f"history {agent} has {points.shape[0]} steps, above the bound T={num_steps}"
+            )
+        if not np.isfinite(points).all():
+            raise InputValueError(f"history {agent} holds non-finite positions")
+        hist[agent, : points.shape[0]] = points
+        lengths[agent] = points.shape[0]
+    return hist, lengths

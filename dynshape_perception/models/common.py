@@ -1,0 +1,140 @@
+"""Shared model pieces: the symbolic-dim spec, a pre-transposed dense layer, the model registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+from dynshape_perception.errors import InputValueError, ShapeError
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input: a shape of fixed ints and named symbolic dims, and a dtype."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: str = "float32"
+    finite: bool = True
+
+    def resolve(self, dims: Mapping[str, int] | None) -> tuple[Dim, ...]:
+        if not dims:
+            return self.shape
+        return tuple(dims.get(d, d) if isinstance(d, str) else d for d in self.shape)
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The named symbolic dims of a model, their bounds, and its entry points."""
+
+    model: str
+    dims: tuple[str, ...]
+    functions: tuple[FunctionSpec, ...]
+    bounds: Mapping[str, int] = field(default_factory=dict)
+
+    def function(self, name: str) -> FunctionSpec:
+        for fn in self.functions:
+            if fn.name == name:
+                return fn
+        raise KeyError(f"{self.model} has no function {name!r}")
+
+    def tvm_spec(self, dims: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+        """The ``export_tvm`` spec; ``dims`` pins symbolic dims to ints (a specialisation)."""
+        return {
+            fn.name: {t.name: nn.spec.Tensor(list(t.resolve(dims)), t.dtype) for t in fn.inputs}
+            for fn in self.functions
+        }
+
+    def bind_dims(self, function: str, arrays: list[np.ndarray]) -> dict[str, int]:
+        """Validate ``arrays`` against ``function``'s inputs; return the symbolic dims' values."""
+        fn = self.function(function)
+        if len(arrays) != len(fn.inputs):
+            raise ShapeError(
+                f"{self.model}.{function} takes {len(fn.inputs)} tensors, got {len(arrays)}"
+            )
+        values: dict[str, int] = {}
+        for arr, spec in zip(arrays, fn.inputs, strict=True):
+            expected = _shape_text(spec.shape)
+            if not isinstance(arr, np.ndarray):
+                raise ShapeError(f"{spec.name} must be a numpy array {expected}, got {type(arr)}")
+            if arr.ndim != len(spec.shape):
+                raise ShapeError(
+                    f"{spec.name} has rank {arr.ndim}, expected {expected} {spec.dtype}"
+                )
+            if arr.dtype != np.dtype(spec.dtype):
+                raise ShapeError(
+                    f"{spec.name} has dtype {arr.dtype}, expected {expected} {spec.dtype}"
+                )
+            for axis, (got, want) in enumerate(zip(arr.shape, spec.shape, strict=True)):
+                if isinstance(want, int):
+                    if got != want:
+                        raise ShapeError(
+                            f"{spec.name} has width {got} on axis {axis}, expected {expected}"
+                        )
+                    continue
+                if values.setdefault(want, got) != got:
+                    raise ShapeError(
+                        f"{spec.name} has {want}={got} on axis {axis}, but another input "
+                        f"has {want}={values[want]}"
+                    )
+                bound = self.bounds.get(want)
+                if bound is not None and got > bound:
+                    raise ShapeError(
+                        f"{spec.name} has {want}={got}, above its bound {bound} "
+                        f"(expected {expected})"
+                    )
+            if spec.finite and arr.size and not np.isfinite(arr).all():
+                raise InputValueError(f"{spec.name} holds NaN or Inf values")
+        return values
+
+
+def _shape_text(shape: tuple[Dim, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+class Dense(nn.Module):
+    """``x @ weight + bias`` with ``weight`` stored [in, out], so no per-call transpose exists."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        self.weight = nn.Parameter((in_features, out_features), "float32")
+        self.bias = nn.Parameter((out_features,), "float32")
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        return op.matmul(x, self.weight) + self.bias
+
+
+def dense_ref(x: np.ndarray, weights: Mapping[str, np.ndarray], prefix: str) -> np.ndarray:
+    return x @ weights[f"{prefix}.weight"] + weights[f"{prefix}.bias"]
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.float32(0))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class ModelDef:
+    """What the compiler and runtime need to know about one model."""
+
+    name: str
+    version: str
+    build_module: Callable[[bool], nn.Module]  # argument: build for a GPU target
+    spec: ModelSpec
+    reference: Callable[[str, Mapping[str, np.ndarray], list[np.ndarray]], list[np.ndarray]]
+    config: Any

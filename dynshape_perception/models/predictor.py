@@ -1,0 +1,238 @@
+"""Prediction stage: a recurrent history encoder and a K-hypothesis trajectory decoder."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+from dynshape_perception.config import Bounds
+from dynshape_perception.errors import ConfigError, InputValueError
+from dynshape_perception.models import tir_kernels
+from dynshape_perception.models.common import (
+    Dense,
+    FunctionSpec,
+    ModelDef,
+    ModelSpec,
+    TensorSpec,
+    dense_ref,
+    relu,
+    sigmoid,
+)
+from dynshape_perception.models.tir_kernels import HEADING_EPS_M, STEP_FEATURES, TURN_EPS
+
+DECODER_HIDDEN = 64
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    hypotheses: int = 6
+    horizon: int = 12
+    step_s: float = 0.4
+    hidden: int = 32
+
+    def __post_init__(self) -> None:
+        if self.hypotheses < 1 or self.horizon < 1 or self.hidden < 1:
+            raise ConfigError("predictor K, H and hidden must be positive")
+        if self.step_s <= 0:
+            raise ConfigError(f"predictor step_s must be positive, got {self.step_s}")
+
+
+class Predictor(nn.Module):
+    def __init__(self, config: PredictorConfig, gpu: bool = False) -> None:
+        self.config = config
+        hd = config.hidden
+        self.w_ih = nn.Parameter((STEP_FEATURES, 3 * hd), "float32")
+        self.w_hh = nn.Parameter((hd, 3 * hd), "float32")
+        self.b_ih = nn.Parameter((3 * hd,), "float32")
+        self.b_hh = nn.Parameter((3 * hd,), "float32")
+        self.dec = Dense(hd, DECODER_HIDDEN)
+        self.residual = Dense(DECODER_HIDDEN, config.hypotheses * config.horizon * 2)
+        self.logits = Dense(DECODER_HIDDEN, config.hypotheses)
+        self._encode_k, self._step_k, self._place_k = tir_kernels.predictor_kernels(
+            config.hidden, config.hypotheses, config.horizon, gpu
+        )
+
+    def _gru(self) -> list[nn.Tensor]:
+        return [self.w_ih, self.w_hh, self.b_ih, self.b_hh]
+
+    def _state(self, a: object) -> list[nn.Tensor]:
+        hd = self.config.hidden
+        return [
+            nn.Tensor.placeholder([a, hd], "float32"),
+            nn.Tensor.placeholder([a, 2], "float32"),
+            nn.Tensor.placeholder([a, 2], "float32"),
+        ]
+
+    def encode(self, history: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        a = history.shape[0]
+        return tuple(
+            op.tensor_ir_op(
+                self._encode_k,
+                "gru_encode",
+                args=[history, lengths, *self._gru()],
+                out=self._state(a),
+            )
+        )
+
+    def step(
+        self, hidden: nn.Tensor, last_pos: nn.Tensor, last_disp: nn.Tensor, new_pos: nn.Tensor
+    ) -> tuple[nn.Tensor, ...]:
+        a = hidden.shape[0]
+        return tuple(
+            op.tensor_ir_op(
+                self._step_k,
+                "gru_step",
+                args=[hidden, last_pos, last_disp, new_pos, *self._gru()],
+                out=self._state(a),
+            )
+        )
+
+    def decode(
+        self, hidden: nn.Tensor, last_pos: nn.Tensor, last_disp: nn.Tensor
+    ) -> tuple[nn.Tensor, nn.Tensor]:
+        a = hidden.shape[0]
+        cfg = self.config
+        z = op.relu(self.dec(hidden))
+        traj = op.tensor_ir_op(
+            self._place_k,
+            "place_hypotheses",
+            args=[self.residual(z), last_pos, last_disp],
+            out=nn.Tensor.placeholder([a, cfg.hypotheses, cfg.horizon, 2], "float32"),
+        )
+        return traj, op.softmax(self.logits(z), axis=1)
+
+    def forward(self, history: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        hidden, last_pos, last_disp = self.encode(history, lengths)
+        return self.decode(hidden, last_pos, last_disp)
+
+
+def _cell_ref(
+    h: np.ndarray, d_prev: np.ndarray, d_new: np.ndarray, w: Mapping[str, np.ndarray]
+) -> np.ndarray:
+    hd = h.shape[1]
+    sp = np.sqrt(d_new[:, 0] ** 2 + d_new[:, 1] ** 2)
+    sq = np.sqrt(d_prev[:, 0] ** 2 + d_prev[:, 1] ** 2)
+    den = sp * sq + np.float32(TURN_EPS)
+    f = np.stack(
+        [
+            sp,
+            sq,
+            (d_prev[:, 0] * d_new[:, 0] + d_prev[:, 1] * d_new[:, 1]) / den,
+            (d_prev[:, 0] * d_new[:, 1] - d_prev[:, 1] * d_new[:, 0]) / den,
+        ],
+        axis=1,
+    ).astype(np.float32)
+    gi = f @ w["w_ih"] + w["b_ih"]
+    gh = h @ w["w_hh"] + w["b_hh"]
+    r = sigmoid(gi[:, :hd] + gh[:, :hd])
+    z = sigmoid(gi[:, hd : 2 * hd] + gh[:, hd : 2 * hd])
+    n = np.tanh(gi[:, 2 * hd :] + r * gh[:, 2 * hd :])
+    return ((1 - z) * n + z * h).astype(np.float32)
+
+
+def encode_ref(
+    w: Mapping[str, np.ndarray], history: np.ndarray, lengths: np.ndarray, hidden: int
+) -> list[np.ndarray]:
+    a_n, s_n = history.shape[:2]
+    h = np.zeros((a_n, hidden), np.float32)
+    disp = np.zeros((a_n, 2), np.float32)
+    for t in range(s_n - 1):
+        live = lengths > t + 1
+        d_new = history[:, t + 1] - history[:, t]
+        h = np.where(live[:, None], _cell_ref(h, disp, d_new, w), h)
+        disp = np.where(live[:, None], d_new, disp)
+    if s_n:
+        last = np.clip(lengths.astype(np.int64), 1, s_n) - 1
+        pos = history[np.arange(a_n), last]
+    else:
+        pos = np.zeros((a_n, 2), np.float32)
+    return [h, pos.astype(np.float32), disp.astype(np.float32)]
+
+
+def decode_ref(
+    w: Mapping[str, np.ndarray],
+    cfg: PredictorConfig,
+    h: np.ndarray,
+    pos: np.ndarray,
+    disp: np.ndarray,
+) -> list[np.ndarray]:
+    z = relu(dense_ref(h, w, "dec"))
+    res = dense_ref(z, w, "residual").reshape(-1, cfg.hypotheses, cfg.horizon, 2)
+    speed = np.sqrt(disp[:, 0] ** 2 + disp[:, 1] ** 2)
+    moving = speed > HEADING_EPS_M
+    safe = np.maximum(speed, np.float32(HEADING_EPS_M))
+    c = np.where(moving, disp[:, 0] / safe, 1.0).astype(np.float32)[:, None, None]
+    s = np.where(moving, disp[:, 1] / safe, 0.0).astype(np.float32)[:, None, None]
+    steps = np.arange(1, cfg.horizon + 1, dtype=np.float32)[None, None, :]
+    u = speed[:, None, None] * steps + res[..., 0]
+    v = res[..., 1]
+    traj = np.stack(
+        [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], axis=-1
+    )
+    logits = dense_ref(z, w, "logits")
+    e = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
+    probs = e / e.sum(axis=1, keepdims=True) if len(e) else e
+    return [traj.astype(np.float32), probs.astype(np.float32)]
+
+
+def reference(
+    function: str, w: Mapping[str, np.ndarray], inputs: list[np.ndarray], cfg: PredictorConfig
+) -> list[np.ndarray]:
+    """NumPy twin of every ``Predictor`` entry point."""
+    if function == "encode":
+        return encode_ref(w, inputs[0], inputs[1], cfg.hidden)
+    if function == "step":
+        h, pos, disp, new = inputs
+        d_new = (new - pos).astype(np.float32)
+        return [_cell_ref(h, disp, d_new, w), new.astype(np.float32), d_new]
+    if function == "decode":
+        return decode_ref(w, cfg, *inputs)
+    if function == "forward":
+        return decode_ref(w, cfg, *encode_ref(w, inputs[0], inputs[1], cfg.hidden))
+    raise KeyError(function)
+
+
+def check_lengths(history: np.ndarray, lengths: np.ndarray) -> None:
+    """Every agent needs between 1 and T observations."""
+    if lengths.size and (lengths.min() < 1 or lengths.max() > history.shape[1]):
+        raise InputValueError(
+            f"lengths must lie in [1, T={history.shape[1]}], got "
+            f"[{int(lengths.min())}, {int(lengths.max())}]"
+        )
+
+
+def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:
+    hd = cfg.hidden
+    history = (TensorSpec("history", ("A", "T", 2)), TensorSpec("lengths", ("A",), "int32"))
+    state = (
+        TensorSpec("hidden", ("A", hd)),
+        TensorSpec("last_pos", ("A", 2)),
+        TensorSpec("last_disp", ("A", 2)),
+    )
+    return ModelSpec(
+        model="predictor",
+        dims=("A", "T"),
+        bounds={"A": bounds.A, "T": bounds.T},
+        functions=(
+            FunctionSpec("forward", history),
+            FunctionSpec("encode", history),
+            FunctionSpec("step", (*state, TensorSpec("new_pos", ("A", 2)))),
+            FunctionSpec("decode", state),
+        ),
+    )
+
+
+def definition(bounds: Bounds, config: PredictorConfig | None = None) -> ModelDef:
+    cfg = config or PredictorConfig()
+    return ModelDef(
+        name="predictor",
+        version="1",
+        build_module=lambda gpu: Predictor(cfg, gpu),
+        spec=spec(bounds, cfg),
+        reference=lambda fn, w, x: reference(fn, w, x, cfg),
+        config=cfg,
+    )

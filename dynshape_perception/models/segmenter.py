@@ -1,0 +1,121 @@
+"""Point stage: per-point obstacle score and a pooled scene feature from points [P, 4]."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+from dynshape_perception.config import Bounds
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.models import tir_kernels
+from dynshape_perception.models.common import (
+    Dense,
+    FunctionSpec,
+    ModelDef,
+    ModelSpec,
+    TensorSpec,
+    dense_ref,
+    relu,
+    sigmoid,
+)
+from dynshape_perception.models.tir_kernels import FEATURES, GROUND_WIDTH, POINT_WIDTH
+
+
+@dataclass(frozen=True)
+class SegmenterConfig:
+    hidden: tuple[int, int, int] = (64, 128, 256)
+    range_scale_m: float = 50.0
+    height_scale_m: float = 3.0
+
+    def __post_init__(self) -> None:
+        if len(self.hidden) != 3 or min(self.hidden) < 1:
+            raise ConfigError(f"segmenter hidden must be three positive widths, got {self.hidden}")
+        if self.range_scale_m <= 0 or self.height_scale_m <= 0:
+            raise ConfigError("segmenter scales must be positive")
+
+
+class Segmenter(nn.Module):
+    def __init__(self, config: SegmenterConfig, gpu: bool = False) -> None:
+        h1, h2, h3 = config.hidden
+        self.config = config
+        self.gpu = gpu
+        self.l1 = Dense(FEATURES, h1)
+        self.l2 = Dense(h1, h2)
+        self.l3 = Dense(h2, h3)
+        self.score = Dense(h2, 1)
+
+    def forward(self, points: nn.Tensor, ground: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        n = points.shape[0]
+        feats = op.tensor_ir_op(
+            tir_kernels.point_features_kernel(
+                self.config.range_scale_m, self.config.height_scale_m
+            ),
+            "point_features",
+            args=[points, ground],
+            out=nn.Tensor.placeholder([n, FEATURES], "float32"),
+        )
+        f1 = op.relu(self.l1(feats))
+        f2 = op.relu(self.l2(f1))
+        f3 = op.relu(self.l3(f2))
+        scores = op.reshape(op.sigmoid(self.score(f2)), [n])
+        pooled = op.tensor_ir_op(
+            tir_kernels.max_pool_relu_kernel(self.config.hidden[2], self.gpu),
+            "max_pool_relu",
+            args=[f3],
+            out=nn.Tensor.placeholder([self.config.hidden[2]], "float32"),
+        )
+        return scores, pooled
+
+
+def reference(
+    function: str,
+    weights: Mapping[str, np.ndarray],
+    inputs: list[np.ndarray],
+    config: SegmenterConfig,
+) -> list[np.ndarray]:
+    """NumPy twin of ``Segmenter.forward``."""
+    if function != "forward":
+        raise KeyError(function)
+    points, ground = inputs
+    xyz = points[:, :3]
+    feats = np.empty((points.shape[0], FEATURES), np.float32)
+    feats[:, 0] = (xyz @ ground[:3] + ground[3]) / np.float32(config.height_scale_m)
+    feats[:, 1] = np.sqrt(xyz[:, 0] ** 2 + xyz[:, 1] ** 2) / np.float32(config.range_scale_m)
+    feats[:, 2] = xyz[:, 2] / np.float32(config.height_scale_m)
+    feats[:, 3] = points[:, 3]
+    f1 = relu(dense_ref(feats, weights, "l1"))
+    f2 = relu(dense_ref(f1, weights, "l2"))
+    f3 = relu(dense_ref(f2, weights, "l3"))
+    scores = sigmoid(dense_ref(f2, weights, "score"))[:, 0]
+    pooled = f3.max(axis=0) if len(f3) else np.zeros(config.hidden[2], np.float32)
+    return [scores.astype(np.float32), np.maximum(pooled, 0).astype(np.float32)]
+
+
+def spec(bounds: Bounds) -> ModelSpec:
+    return ModelSpec(
+        model="segmenter",
+        dims=("P",),
+        bounds={"P": bounds.P},
+        functions=(
+            FunctionSpec(
+                "forward",
+                (TensorSpec("points", ("P", POINT_WIDTH)), TensorSpec("ground", (GROUND_WIDTH,))),
+            ),
+        ),
+    )
+
+
+def definition(bounds: Bounds, config: SegmenterConfig | None = None) -> ModelDef:
+    cfg = config or SegmenterConfig()
+    return ModelDef(
+        name="segmenter",
+        version="1",
+        build_module=lambda gpu: Segmenter(cfg, gpu),
+        spec=spec(bounds),
+        reference=lambda fn, w, x: reference(fn, w, x, cfg),
+        config=cfg,
+    )

@@ -1,0 +1,279 @@
+"""Hand-written TIR kernels (TVMScript) used by the models through ``tensor_ir_op``."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+from tvm.script import tirx as T
+
+POINT_WIDTH = 4
+GROUND_WIDTH = 4
+FEATURES = 4
+STEP_FEATURES = 4
+# Below this displacement (metres per step) an agent has no heading; the decoder uses +x.
+HEADING_EPS_M = 1e-3
+TURN_EPS = 1e-6
+# One GPU thread per agent; agents are few (A <= 64), so one block usually holds them all.
+GPU_THREADS = 64
+
+
+def point_features_kernel(range_scale: float, height_scale: float) -> object:
+    inv_range = 1.0 / range_scale
+    inv_height = 1.0 / height_scale
+
+    # Height above the ground plane and range make the score independent of sensor mounting.
+    @T.prim_func(private=True, s_tir=True)
+    def point_features(
+        var_points: T.handle, ground: T.Buffer((GROUND_WIDTH,), "float32"), var_out: T.handle
+    ) -> None:
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        points = T.match_buffer(var_points, (n, POINT_WIDTH), "float32")
+        out = T.match_buffer(var_out, (n, FEATURES), "float32")
+        for p, j in T.grid(n, FEATURES):
+            with T.sblock("features"):
+                vp, vj = T.axis.remap("SS", [p, j])
+                out[vp, vj] = T.Select(
+                    vj == 0,
+                    (
+                        ground[0] * points[vp, 0]
+                        + ground[1] * points[vp, 1]
+                        + ground[2] * points[vp, 2]
+                        + ground[3]
+                    )
+                    * T.float32(inv_height),
+                    T.Select(
+                        vj == 1,
+                        T.sqrt(points[vp, 0] * points[vp, 0] + points[vp, 1] * points[vp, 1])
+                        * T.float32(inv_range),
+                        T.Select(vj == 2, points[vp, 2] * T.float32(inv_height), points[vp, 3]),
+                    ),
+                )
+
+    return point_features
+
+
+def max_pool_relu_kernel(width: int, gpu: bool = False) -> object:
+    # Inputs are ReLU outputs (>= 0), so starting the max at 0 is exact for P >= 1 and gives
+    # the documented all-zero feature at P = 0.
+    if gpu:
+
+        # Opaque (op_pattern 8): already thread-bound, so FuseTIR must not merge it. The root
+        # block is there because Relax's reshape analysis expects block-form bodies.
+        @T.prim_func(private=True, s_tir=True)
+        def max_pool_relu_gpu(var_x: T.handle, out: T.Buffer((width,), "float32")) -> None:
+            T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8})
+            n = T.int64()
+            x = T.match_buffer(var_x, (n, width), "float32")
+            with T.sblock("root"):
+                for c in T.thread_binding(width, thread="threadIdx.x"):
+                    with T.sblock("pool"):
+                        vc = T.axis.spatial(width, c)
+                        T.reads(x[0:n, vc])
+                        T.writes(out[vc])
+                        out[vc] = T.float32(0)
+                        for p in range(n):
+                            out[vc] = T.max(out[vc], x[p, vc])
+
+        return max_pool_relu_gpu
+
+    @T.prim_func(private=True, s_tir=True)
+    def max_pool_relu(var_x: T.handle, out: T.Buffer((width,), "float32")) -> None:
+        T.func_attr({"tirx.noalias": True})
+        n = T.int64()
+        x = T.match_buffer(var_x, (n, width), "float32")
+        for p, c in T.grid(n, width):
+            with T.sblock("pool"):
+                vp, vc = T.axis.remap("RS", [p, c])
+                with T.init():
+                    out[vc] = T.float32(0)
+                out[vc] = T.max(out[vc], x[vp, vc])
+
+    # The init must run even when P = 0, so it is hoisted out of the loop over points.
+    sch = s_tir.Schedule(max_pool_relu)
+    pool = sch.get_sblock("pool")
+    sch.decompose_reduction(pool, sch.get_loops(pool)[0])
+    return sch.mod["main"]
+
+
+def predictor_kernels(
+    hd: int, k_hyp: int, horizon: int, gpu: bool = False
+) -> tuple[object, object, object]:
+    """GRU full-sequence and single-step kernels, and hypothesis placement.
+
+    Each kernel's per-agent body is one macro; only the outer loop differs: parallel CPU
+    threads, or one GPU thread per agent.
+    """
+    g3 = 3 * hd
+    threads = GPU_THREADS
+
+    # One GRU cell shared by the full-sequence and the single-step kernels, so that
+    # incremental encoding performs exactly the same arithmetic as a full recompute.
+    @T.macro(hygienic=False)
+    def gru_cell(dpx, dpy, dnx, dny):  # type: ignore[no-untyped-def]
+        sp = T.sqrt(dnx * dnx + dny * dny)
+        sq = T.sqrt(dpx * dpx + dpy * dpy)
+        den = sp * sq + T.float32(TURN_EPS)
+        f[0] = sp
+        f[1] = sq
+        f[2] = (dpx * dnx + dpy * dny) / den
+        f[3] = (dpx * dny - dpy * dnx) / den
+        for g in range(g3):
+            gi[g] = b_ih[g]
+            gh[g] = b_hh[g]
+            for q in range(STEP_FEATURES):
+                gi[g] = gi[g] + f[q] * w_ih[q, g]
+            for q in range(hd):
+                gh[g] = gh[g] + h[q] * w_hh[q, g]
+        for j in range(hd):
+            r = T.sigmoid(gi[j] + gh[j])
+            z = T.sigmoid(gi[hd + j] + gh[hd + j])
+            nc = T.tanh(gi[2 * hd + j] + r * gh[2 * hd + j])
+            h[j] = (T.float32(1) - z) * nc + z * h[j]
+
+    @T.macro(hygienic=False)
+    def encode_agent(a, cell):  # type: ignore[no-untyped-def]
+        h = T.decl_buffer((hd,), "float32", scope="local")
+        gi = T.decl_buffer((g3,), "float32", scope="local")
+        gh = T.decl_buffer((g3,), "float32", scope="local")
+        f = T.decl_buffer((STEP_FEATURES,), "float32", scope="local")
+        d = T.decl_buffer((2,), "float32", scope="local")
+        for j in range(hd):
+            h[j] = T.float32(0)
+        d[0] = T.float32(0)
+        d[1] = T.float32(0)
+        for t in range(s_n - 1):
+            if T.Cast("int64", lens[a]) > t + 1:
+                dnx = hist[a, t + 1, 0] - hist[a, t, 0]
+                dny = hist[a, t + 1, 1] - hist[a, t, 1]
+                cell(d[0], d[1], dnx, dny)
+                d[0] = dnx
+                d[1] = dny
+        for j in range(hd):
+            h_out[a, j] = h[j]
+        disp_out[a, 0] = d[0]
+        disp_out[a, 1] = d[1]
+        if s_n > 0:
+            last = T.max(T.min(T.Cast("int64", lens[a]), s_n), T.int64(1)) - 1
+            pos_out[a, 0] = hist[a, last, 0]
+            pos_out[a, 1] = hist[a, last, 1]
+        else:
+            pos_out[a, 0] = T.float32(0)
+            pos_out[a, 1] = T.float32(0)
+
+    @T.prim_func(private=True)
+    def gru_encode(
+        var_hist: T.handle,
+        var_len: T.handle,
+        w_ih: T.Buffer((STEP_FEATURES, g3), "float32"),
+        w_hh: T.Buffer((hd, g3), "float32"),
+        b_ih: T.Buffer((g3,), "float32"),
+        b_hh: T.Buffer((g3,), "float32"),
+        var_h: T.handle,
+        var_pos: T.handle,
+        var_disp: T.handle,
+    ) -> None:
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        a_n = T.int64()
+        s_n = T.int64()
+        hist = T.match_buffer(var_hist, (a_n, s_n, 2), "float32")
+        lens = T.match_buffer(var_len, (a_n,), "int32")
+        h_out = T.match_buffer(var_h, (a_n, hd), "float32")
+        pos_out = T.match_buffer(var_pos, (a_n, 2), "float32")
+        disp_out = T.match_buffer(var_disp, (a_n, 2), "float32")
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        encode_agent(bx * threads + tx, gru_cell)
+        else:
+            for a in T.parallel(a_n):
+                encode_agent(a, gru_cell)
+
+    @T.macro(hygienic=False)
+    def step_agent(a, cell):  # type: ignore[no-untyped-def]
+        h = T.decl_buffer((hd,), "float32", scope="local")
+        gi = T.decl_buffer((g3,), "float32", scope="local")
+        gh = T.decl_buffer((g3,), "float32", scope="local")
+        f = T.decl_buffer((STEP_FEATURES,), "float32", scope="local")
+        for j in range(hd):
+            h[j] = h_in[a, j]
+        dnx = new[a, 0] - pos_in[a, 0]
+        dny = new[a, 1] - pos_in[a, 1]
+        cell(disp_in[a, 0], disp_in[a, 1], dnx, dny)
+        for j in range(hd):
+            h_out[a, j] = h[j]
+        pos_out[a, 0] = new[a, 0]
+        pos_out[a, 1] = new[a, 1]
+        disp_out[a, 0] = dnx
+        disp_out[a, 1] = dny
+
+    @T.prim_func(private=True)
+    def gru_step(
+        var_h_in: T.handle,
+        var_pos_in: T.handle,
+        var_disp_in: T.handle,
+        var_new: T.handle,
+        w_ih: T.Buffer((STEP_FEATURES, g3), "float32"),
+        w_hh: T.Buffer((hd, g3), "float32"),
+        b_ih: T.Buffer((g3,), "float32"),
+        b_hh: T.Buffer((g3,), "float32"),
+        var_h: T.handle,
+        var_pos: T.handle,
+        var_disp: T.handle,
+    ) -> None:
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        a_n = T.int64()
+        h_in = T.match_buffer(var_h_in, (a_n, hd), "float32")
+        pos_in = T.match_buffer(var_pos_in, (a_n, 2), "float32")
+        disp_in = T.match_buffer(var_disp_in, (a_n, 2), "float32")
+        new = T.match_buffer(var_new, (a_n, 2), "float32")
+        h_out = T.match_buffer(var_h, (a_n, hd), "float32")
+        pos_out = T.match_buffer(var_pos, (a_n, 2), "float32")
+        disp_out = T.match_buffer(var_disp, (a_n, 2), "float32")
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        step_agent(bx * threads + tx, gru_cell)
+        else:
+            for a in T.parallel(a_n):
+                step_agent(a, gru_cell)
+
+    @T.macro(hygienic=False)
+    def place_agent(a):  # type: ignore[no-untyped-def]
+        speed = T.sqrt(disp[a, 0] * disp[a, 0] + disp[a, 1] * disp[a, 1])
+        moving = speed > T.float32(HEADING_EPS_M)
+        c = T.if_then_else(
+            moving, disp[a, 0] / T.max(speed, T.float32(HEADING_EPS_M)), T.float32(1)
+        )
+        s = T.if_then_else(
+            moving, disp[a, 1] / T.max(speed, T.float32(HEADING_EPS_M)), T.float32(0)
+        )
+        for k, step in T.grid(k_hyp, horizon):
+            u = speed * T.Cast("float32", step + 1) + res[a, (k * horizon + step) * 2]
+            v = res[a, (k * horizon + step) * 2 + 1]
+            out[a, k, step, 0] = pos[a, 0] + c * u - s * v
+            out[a, k, step, 1] = pos[a, 1] + s * u + c * v
+
+    # Hypotheses are constant-velocity motion plus a learned residual, both in the agent's
+    # heading frame, so the decoder is invariant to where and which way an agent walks.
+    @T.prim_func(private=True)
+    def place_hypotheses(
+        var_res: T.handle, var_pos: T.handle, var_disp: T.handle, var_out: T.handle
+    ) -> None:
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        a_n = T.int64()
+        res = T.match_buffer(var_res, (a_n, k_hyp * horizon * 2), "float32")
+        pos = T.match_buffer(var_pos, (a_n, 2), "float32")
+        disp = T.match_buffer(var_disp, (a_n, 2), "float32")
+        out = T.match_buffer(var_out, (a_n, k_hyp, horizon, 2), "float32")
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        place_agent(bx * threads + tx)
+        else:
+            for a in T.parallel(a_n):
+                place_agent(a)
+
+    return gru_encode, gru_step, place_hypotheses

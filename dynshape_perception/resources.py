@@ -1,0 +1,49 @@
+"""Locate the package's share folder (config/, models/, launch/) in a source tree or an install."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from dynshape_perception.errors import ConfigError
+
+PACKAGE = "dynshape_perception"
+
+
+@lru_cache(maxsize=1)
+def share_dir() -> Path:
+    override = os.environ.get("DYNSHAPE_PERCEPTION_SHARE")
+    if override:
+        return Path(override)
+    source_root = Path(__file__).resolve().parents[1]
+    if (source_root / "config" / "models.yaml").is_file():
+        return source_root
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory(PACKAGE))
+    except Exception as err:
+        raise ConfigError(
+            f"cannot find the {PACKAGE} share folder; set DYNSHAPE_PERCEPTION_SHARE"
+        ) from err
+
+
+def config_path(name: str) -> Path:
+    return share_dir() / "config" / name
+
+
+def models_dir() -> Path:
+    return share_dir() / "models"
+
+
+def shared_data_dir() -> Path | None:
+    """The project's sibling ``shared/data`` folder, if present (development and CI only)."""
+    env = os.environ.get("DYNSHAPE_SHARED_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
+    candidates.append(Path.cwd().parent / "shared" / "data")
+    for cand in candidates:
+        if cand.is_dir():
+            return cand
+    return None

@@ -1,0 +1,35 @@
+"""Shared fixtures: the real data in ../shared/data (skipped when absent, required under CI)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dynshape_perception.resources import shared_data_dir
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = shared_data_dir()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("../shared/data is missing, and CI=true requires it")
+        pytest.skip("../shared/data is absent")
+    return path
+
+
+@pytest.fixture(scope="session")
+def kitti_bin(shared_data: Path) -> Path:
+    return shared_data / "lidar" / "kitti_000008.bin"
+
+
+@pytest.fixture(scope="session")
+def eth_file(shared_data: Path) -> Path:
+    return shared_data / "eth_ucy" / "biwi_eth.txt"
+
+
+@pytest.fixture(scope="session")
+def hotel_file(shared_data: Path) -> Path:
+    return shared_data / "eth_ucy" / "biwi_hotel.txt"
