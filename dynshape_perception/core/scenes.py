@@ -342,13 +342,13 @@ def driving_scene(
 
     def cast(step_deg: float) -> tuple[np.ndarray, np.ndarray]:
         dirs, _ = _ray_directions(fov_deg, step_deg)
-        return _cast(
-            rng, dirs, boxes, plane, max_range_m, range_noise_m, ground_noise_m, dropout
-        )
+        return _cast(rng, dirs, boxes, plane, max_range_m, range_noise_m, ground_noise_m, dropout)
 
     xyz, hit_object = cast(azimuth_step_deg)
-    if num_points is not None and xyz.shape[0] and (
-        abs(xyz.shape[0] - num_points) > RECAST_TOLERANCE * num_points
+    if (
+        num_points is not None
+        and xyz.shape[0]
+        and (abs(xyz.shape[0] - num_points) > RECAST_TOLERANCE * num_points)
     ):
         step = max(azimuth_step_deg * xyz.shape[0] / max(num_points, 1), MIN_AZIMUTH_STEP_DEG)
         xyz, hit_object = cast(step)
@@ -404,7 +404,7 @@ def pedestrian_scene(
     rng = np.random.default_rng(seed)
     agents = np.arange(num_agents)
 
-    num_followers = min(int(round(group_share * num_agents)), max(num_agents - 1, 0))
+    num_followers = min(round(group_share * num_agents), max(num_agents - 1, 0))
     num_leaders = num_agents - num_followers
     leader_of = np.r_[agents[:num_leaders], rng.integers(0, max(num_leaders, 1), num_followers)]
     follower = agents >= num_leaders
@@ -463,7 +463,7 @@ def sensor_sectors(
     start_azimuth_rad: float = np.pi,
     clockwise: bool = True,
 ) -> list[np.ndarray]:
-    """Split a scan into ``num_sectors`` equal azimuth sectors in the order a spinning sensor emits them.
+    """Split a scan into ``num_sectors`` equal azimuth sectors, in the order a spinning lidar emits.
 
     The turn starts at ``start_azimuth_rad`` (behind the vehicle by default) and runs
     clockwise seen from above, as a Velodyne spins; points inside a sector come in firing

@@ -70,7 +70,9 @@ def spec(bounds: Bounds, config: AssociatorConfig) -> ModelSpec:
         bounds={"N": bounds.N, "M": bounds.M},
         functions=(
             FunctionSpec(
-                "forward", (TensorSpec("detections", ("N", f)), TensorSpec("tracks", ("M", f)))
+                "forward",
+                (TensorSpec("detections", ("N", f)), TensorSpec("tracks", ("M", f))),
+                (("N", "M"),),
             ),
         ),
     )

@@ -23,6 +23,8 @@ class TensorSpec:
     shape: tuple[Dim, ...]
     dtype: str = "float32"
     finite: bool = True
+    # For integer inputs that count along a dim (valid lengths): values lie in [1, dim].
+    count_of: str | None = None
 
     def resolve(self, dims: Mapping[str, int] | None) -> tuple[Dim, ...]:
         if not dims:
@@ -32,8 +34,11 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class FunctionSpec:
+    """An entry point: its inputs and the shapes of its outputs, in the same named dims."""
+
     name: str
     inputs: tuple[TensorSpec, ...]
+    outputs: tuple[tuple[Dim, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -207,21 +207,23 @@ def check_lengths(history: np.ndarray, lengths: np.ndarray) -> None:
 
 def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:
     hd = cfg.hidden
-    history = (TensorSpec("history", ("A", "T", 2)), TensorSpec("lengths", ("A",), "int32"))
+    history = (TensorSpec("history", ("A", "T", 2)), TensorSpec("lengths", ("A",), "int32", count_of="T"))
     state = (
         TensorSpec("hidden", ("A", hd)),
         TensorSpec("last_pos", ("A", 2)),
         TensorSpec("last_disp", ("A", 2)),
     )
+    state_shapes = tuple(t.shape for t in state)
+    hypotheses = (("A", cfg.hypotheses, cfg.horizon, 2), ("A", cfg.hypotheses))
     return ModelSpec(
         model="predictor",
         dims=("A", "T"),
         bounds={"A": bounds.A, "T": bounds.T},
         functions=(
-            FunctionSpec("forward", history),
-            FunctionSpec("encode", history),
-            FunctionSpec("step", (*state, TensorSpec("new_pos", ("A", 2)))),
-            FunctionSpec("decode", state),
+            FunctionSpec("forward", history, hypotheses),
+            FunctionSpec("encode", history, state_shapes),
+            FunctionSpec("step", (*state, TensorSpec("new_pos", ("A", 2))), state_shapes),
+            FunctionSpec("decode", state, hypotheses),
         ),
     )
 

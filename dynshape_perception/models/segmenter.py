@@ -95,7 +95,7 @@ def reference(
     return [scores.astype(np.float32), np.maximum(pooled, 0).astype(np.float32)]
 
 
-def spec(bounds: Bounds) -> ModelSpec:
+def spec(bounds: Bounds, config: SegmenterConfig) -> ModelSpec:
     return ModelSpec(
         model="segmenter",
         dims=("P",),
@@ -104,6 +104,7 @@ def spec(bounds: Bounds) -> ModelSpec:
             FunctionSpec(
                 "forward",
                 (TensorSpec("points", ("P", POINT_WIDTH)), TensorSpec("ground", (GROUND_WIDTH,))),
+                (("P",), (config.hidden[2],)),
             ),
         ),
     )
@@ -115,7 +116,7 @@ def definition(bounds: Bounds, config: SegmenterConfig | None = None) -> ModelDe
         name="segmenter",
         version="1",
         build_module=lambda gpu: Segmenter(cfg, gpu),
-        spec=spec(bounds),
+        spec=spec(bounds, cfg),
         reference=lambda fn, w, x: reference(fn, w, x, cfg),
         config=cfg,
     )

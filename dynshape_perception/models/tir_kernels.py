@@ -56,7 +56,6 @@ def max_pool_relu_kernel(width: int, gpu: bool = False) -> object:
     # Inputs are ReLU outputs (>= 0), so starting the max at 0 is exact for P >= 1 and gives
     # the documented all-zero feature at P = 0.
     if gpu:
-
         # Opaque (op_pattern 8): already thread-bound, so FuseTIR must not merge it. The root
         # block is there because Relax's reshape analysis expects block-form bodies.
         @T.prim_func(private=True, s_tir=True)

@@ -100,7 +100,9 @@ def test_near_cars_show_an_l_shape(scene: DrivingScene) -> None:
     on_end = np.abs(np.abs(local[:, 0]) - half[:, 0]) < SURFACE_TOL_M
     on_side = np.abs(np.abs(local[:, 1]) - half[:, 1]) < SURFACE_TOL_M
     l_shaped = 0
-    for k in np.flatnonzero((scene.boxes["label"] == LABEL_CAR) & (scene.boxes["num_points"] > 500)):
+    for k in np.flatnonzero(
+        (scene.boxes["label"] == LABEL_CAR) & (scene.boxes["num_points"] > 500)
+    ):
         mine = index == k
         ends, sides = on_end[mine].mean(), on_side[mine].mean()
         l_shaped += bool(ends > 0.1 and sides > 0.1)
@@ -138,7 +140,9 @@ def test_scene_is_deterministic_for_a_seed() -> None:
     np.testing.assert_array_equal(first.points, second.points)
     np.testing.assert_array_equal(first.boxes, second.boxes)
     other = driving_scene(seed=8)
-    assert other.points.shape != first.points.shape or not np.array_equal(other.points, first.points)
+    assert other.points.shape != first.points.shape or not np.array_equal(
+        other.points, first.points
+    )
 
 
 @pytest.mark.parametrize("count", [0, 5_000, 150_000])

@@ -45,6 +45,7 @@ class BuildResult:
     bounds: dict[str, int]
     schedule: dict[str, str] = field(default_factory=dict)
     compile_s: float = 0.0
+    planned_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def bound_module(
@@ -91,6 +92,7 @@ def compile_model(
     else:
         mod, sched = apply_cpu_rules(mod, context_for_target(target))
         report = dict(sched.applied)
+    planned = tvmx.planned_storage_bytes(mod)
     # Step 5: build.
     executable = tvmx.build(mod, target)
     elapsed = time.perf_counter() - started
@@ -110,4 +112,5 @@ def compile_model(
         bounds=bounds,
         schedule=report,
         compile_s=elapsed,
+        planned_bytes=planned,
     )

@@ -59,6 +59,7 @@ class Sidecar:
     library_sha256: str
     schedule: dict[str, str]
     compile_s: float
+    planned_bytes: dict[str, int]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -192,6 +193,7 @@ def make_sidecar(
         library_sha256=lib_sha,
         schedule=dict(result.schedule),
         compile_s=round(result.compile_s, 3),
+        planned_bytes=dict(result.planned_bytes),
     )
 
 

@@ -95,6 +95,40 @@ def lower_to_tir(mod: IRModule, target: Target) -> IRModule:
         return seq(mod)
 
 
+def planned_storage_bytes(mod: IRModule) -> dict[str, int]:
+    """Bytes of storage Relax memory planning allocates per entry function, at the bounds.
+
+    With upper bounds attached, StaticPlanBlockMemory turns symbolic allocations into fixed
+    ones planned once for the maximum; a size that stays symbolic is reported as -1.
+    """
+    seq = tvm.transform.Sequential(
+        [
+            relax.transform.ToNonDataflow(),
+            relax.transform.RemovePurityChecking(),
+            relax.transform.CallTIRRewrite(),
+            relax.transform.StaticPlanBlockMemory(),
+        ]
+    )
+    planned = seq(mod)
+    out: dict[str, int] = {}
+    for gv, func in planned.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        sizes: list[int] = []
+
+        def visit(expr: Any, sizes: list[int] = sizes) -> None:
+            op = getattr(expr, "op", None)
+            if isinstance(expr, relax.Call) and getattr(op, "name", "") == (
+                "relax.memory.alloc_storage"
+            ):
+                dims = expr.args[0].values
+                sizes.append(int(dims[0]) if isinstance(dims[0], tirx.IntImm) else -1)
+
+        relax.analysis.post_order_visit(func.body, visit)
+        out[gv.name_hint] = -1 if -1 in sizes else sum(sizes)
+    return out
+
+
 def prim_funcs(mod: IRModule) -> dict[str, PrimFunc]:
     return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
 

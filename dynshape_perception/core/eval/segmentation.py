@@ -59,7 +59,10 @@ def _share(mask: np.ndarray) -> float:
 def cluster_dicts(clusters: np.ndarray) -> list[dict[str, float | int]]:
     """OBSTACLE_DTYPE rows as plain dicts: box fields in metres and radians, and the point count."""
     return [
-        {**{name: float(row[name]) for name in _CLUSTER_FIELDS}, "num_points": int(row["num_points"])}
+        {
+            **{name: float(row[name]) for name in _CLUSTER_FIELDS},
+            "num_points": int(row["num_points"]),
+        }
         for row in clusters
     ]
 

@@ -42,7 +42,10 @@ class GroundPlane:
 
     def z_at(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The plane's z at the given x, y (metres)."""
-        return -(self.a * np.asarray(x, np.float64) + self.b * np.asarray(y, np.float64) + self.d) / self.c
+        return (
+            -(self.a * np.asarray(x, np.float64) + self.b * np.asarray(y, np.float64) + self.d)
+            / self.c
+        )
 
 
 def _xyz(points: np.ndarray) -> np.ndarray:

@@ -51,7 +51,7 @@ def test_kitti_truncated_scan_raises(tmp_path: Path, kitti_bin: Path) -> None:
 
 
 def test_kitti_missing_file_raises(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="missing.bin"):
+    with pytest.raises(DataError, match=r"missing\.bin"):
         read_kitti_bin(tmp_path / "missing.bin")
 
 
@@ -82,7 +82,10 @@ def test_hotel_real_file_is_clean(hotel_file: Path, caplog: pytest.LogCaptureFix
     tracks = scene.tracks()
     assert len(tracks) == 389
     step_speed = np.concatenate(
-        [np.linalg.norm(np.diff(xy, axis=0), axis=1) / (np.diff(f) / 10 * 0.4) for f, xy in tracks.values()]
+        [
+            np.linalg.norm(np.diff(xy, axis=0), axis=1) / (np.diff(f) / 10 * 0.4)
+            for f, xy in tracks.values()
+        ]
     )
     assert 0.8 < np.median(step_speed) < 1.8
 
@@ -132,7 +135,7 @@ def test_eth_empty_file(tmp_path: Path) -> None:
 def test_eth_unreadable_file_raises(tmp_path: Path) -> None:
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(DataError, match="binary.txt"):
+    with pytest.raises(DataError, match=r"binary\.txt"):
         read_eth_ucy(binary)
-    with pytest.raises(DataError, match="absent.txt"):
+    with pytest.raises(DataError, match=r"absent\.txt"):
         read_eth_ucy(tmp_path / "absent.txt")

@@ -1,0 +1,123 @@
+"""The runtime engine: every model's generic build, its dispatcher, and one compile pool."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynshape_perception.core.compiler.cache import ArtefactCache, default_cache_dir
+from dynshape_perception.core.compiler.targets import load_profile as load_target
+from dynshape_perception.core.runtime.compile_pool import CompileFn, CompilePool, compile_to_cache
+from dynshape_perception.core.runtime.dispatcher import Dispatcher
+from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.core.runtime.metrics import JitMetrics
+from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.core.runtime.profile import dump_profile, load_profile
+from dynshape_perception.core.runtime.shapes import Signature
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.models import MODEL_NAMES, model_definition
+from dynshape_perception.models.registry import committed_weights, parameter_shapes
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    """Loads (or builds) the generic symbolic library of each model and dispatches calls."""
+
+    def __init__(
+        self,
+        profile: str = "x86_64",
+        jit: JitConfig | None = None,
+        cache_dir: Path | None = None,
+        models: Sequence[str] = MODEL_NAMES,
+        weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+        weights_dir: Path | None = None,
+        compile_fn: CompileFn = compile_to_cache,
+    ) -> None:
+        self.target = load_target(profile)
+        if not self.target.host_is_native or self.target.is_cuda:
+            raise ConfigError(f"profile {profile!r} cannot run in this process; use verify")
+        self.jit = jit or JitConfig()
+        self.cache = ArtefactCache(cache_dir or default_cache_dir())
+        self.metrics = JitMetrics()
+        self.weights: dict[str, Mapping[str, np.ndarray]] = {}
+        self.dispatchers: dict[str, Dispatcher] = {}
+        self.planned: dict[str, Any] = {}
+        for name in models:
+            model = model_definition(name)
+            if weights is not None and name in weights:
+                w = weights[name]
+                expected = parameter_shapes(model)
+                if {k: tuple(v.shape) for k, v in w.items()} != expected:
+                    raise ConfigError(f"weights given for {name} do not match its parameters")
+            else:
+                _, w = committed_weights(name, weights_dir)
+            self.weights[name] = w
+        self.pool: CompilePool | None = None
+        if self.jit.mode != "off":
+            self.pool = CompilePool(
+                self.weights,
+                self.target.name,
+                self.cache.root,
+                size=self.jit.pool_size,
+                mode=self.jit.compile_mode,
+                timeout_s=self.jit.compile_timeout_s,
+                compile_fn=compile_fn,
+            )
+        for name in models:
+            model = model_definition(name)
+            artefact = self.cache.get_or_build(model, self.weights[name], self.target)
+            generic = LoadedModel(model, artefact.library_path)
+            validator = LoadedModel(model, artefact.library_path)
+            self.dispatchers[name] = Dispatcher(
+                model, generic, self.jit, self.metrics, self.pool, validator
+            )
+            self.planned[name] = artefact.sidecar.planned_bytes
+
+    def __getitem__(self, name: str) -> Dispatcher:
+        return self.dispatchers[name]
+
+    def profiles(self) -> dict[str, Counter[Signature]]:
+        return {name: Counter(d.profile) for name, d in self.dispatchers.items()}
+
+    def record_profile(self, path: Path) -> None:
+        dump_profile(self.profiles(), path)
+
+    def warm_up(self, path: Path, top: int | None = None, wait_s: float | None = None) -> int:
+        """Compile the hot shapes of a recorded profile; with ``wait_s``, block until done."""
+        queued = 0
+        for name, counter in load_profile(path).items():
+            dispatcher = self.dispatchers.get(name)
+            if dispatcher is None:
+                continue
+            keys: list[Signature] = []
+            for sig, calls in counter.most_common(top):
+                if calls < self.jit.threshold:
+                    continue
+                key = dispatcher.dims.key(sig)
+                if key not in keys and all(v > 0 for _, v in key.dims):
+                    keys.append(key)
+            dispatcher.warm(keys)
+            queued += len(keys)
+        if wait_s is not None and self.pool is not None:
+            self.pool.wait_idle(wait_s)
+        if self.jit.mode == "frozen":
+            for dispatcher in self.dispatchers.values():
+                dispatcher.freeze()
+        return queued
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,113 @@
+"""Shape signatures, strong/weak dims, bucket guards, and the padding that makes buckets exact."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.models.common import FunctionSpec, ModelDef
+
+
+@dataclass(frozen=True, order=True)
+class Signature:
+    """A function and its symbolic dims' values, in a canonical order."""
+
+    function: str
+    dims: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, function: str, dims: Mapping[str, int]) -> Signature:
+        return cls(function, tuple(sorted((k, int(v)) for k, v in dims.items())))
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.dims)
+
+    def __str__(self) -> str:
+        return f"{self.function}(" + ", ".join(f"{k}={v}" for k, v in self.dims) + ")"
+
+
+@dataclass(frozen=True)
+class DimPolicy:
+    """Strong dims specialise exactly; weak dims round up to bucket edges and are padded."""
+
+    weak_edges: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for dim, edges in self.weak_edges.items():
+            if not edges or list(edges) != sorted(set(edges)) or edges[0] < 1:
+                raise ConfigError(f"bucket edges of {dim} must be increasing positive ints")
+
+    def bucket(self, dim: str, value: int) -> int:
+        """The value a specialisation of ``value`` is built for."""
+        edges = self.weak_edges.get(dim)
+        # Zero stays exact: padding an empty input would invent data (e.g. a pooled feature).
+        if not edges or value == 0:
+            return value
+        i = bisect.bisect_left(edges, value)
+        return edges[i] if i < len(edges) else value
+
+    def key(self, signature: Signature) -> Signature:
+        return Signature(
+            signature.function, tuple((d, self.bucket(d, v)) for d, v in signature.dims)
+        )
+
+    def admits(self, key: Signature, signature: Signature) -> bool:
+        """The guard: may the specialisation built for ``key`` serve ``signature``?"""
+        if key.function != signature.function or len(key.dims) != len(signature.dims):
+            return False
+        for (kd, kv), (sd, sv) in zip(key.dims, signature.dims, strict=True):
+            if kd != sd or self.bucket(sd, sv) != kv or sv > kv:
+                return False
+        return True
+
+
+def pad_inputs(
+    spec: FunctionSpec, arrays: Sequence[np.ndarray], target: Mapping[str, int]
+) -> list[np.ndarray]:
+    """Pad every symbolic axis up to ``target`` by repeating its last slice.
+
+    Repeating real rows is what keeps padding exact for every model here: duplicated points
+    leave a max-pool unchanged, affinity rows and agents are independent, and history steps
+    past an agent's length are never read. Callers never pad an axis of length 0.
+    """
+    out: list[np.ndarray] = []
+    for arr, tspec in zip(arrays, spec.inputs, strict=True):
+        widths = []
+        for axis, dim in enumerate(tspec.shape):
+            extra = target[dim] - arr.shape[axis] if isinstance(dim, str) else 0
+            widths.append((0, max(extra, 0)))
+        if any(w[1] for w in widths):
+            arr = np.pad(arr, widths, mode="edge")
+        out.append(arr)
+    return out
+
+
+def crop_outputs(
+    spec: FunctionSpec, outputs: Sequence[np.ndarray], actual: Mapping[str, int]
+) -> list[np.ndarray]:
+    """Cut padded outputs back to the call's real dims."""
+    cropped: list[np.ndarray] = []
+    for arr, shape in zip(outputs, spec.outputs, strict=True):
+        index = tuple(slice(0, actual[d]) if isinstance(d, str) else slice(None) for d in shape)
+        cropped.append(np.ascontiguousarray(arr[index]))
+    return cropped
+
+
+def sample_inputs(
+    model: ModelDef, function: str, dims: Mapping[str, int], seed: int = 0
+) -> list[np.ndarray]:
+    """Valid synthetic inputs of the given dims (for validating a specialisation)."""
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray] = []
+    for tspec in model.spec.function(function).inputs:
+        shape = tuple(int(d) for d in tspec.resolve(dims))
+        if tspec.count_of is not None:
+            high = max(1, int(dims.get(tspec.count_of, 1)))
+            out.append(rng.integers(1, high + 1, size=shape).astype(tspec.dtype))
+        else:
+            out.append(rng.standard_normal(shape).astype(tspec.dtype))
+    return out
