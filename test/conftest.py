@@ -33,3 +33,9 @@ def eth_file(shared_data: Path) -> Path:
 @pytest.fixture(scope="session")
 def hotel_file(shared_data: Path) -> Path:
     return shared_data / "eth_ucy" / "biwi_hotel.txt"
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One artefact cache for the whole session, so each model compiles once."""
+    return tmp_path_factory.mktemp("artefacts")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from dynshape_perception.models.common import ModelDef
 log = logging.getLogger(__name__)
 
 VALIDATION_REPEATS = 3
+HIT_LOG_LENGTH = 4096
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Dispatcher:
         # A second VM over the generic library, so validation never contends with callers.
         self._validator = validator or generic
         self.on_event: Callable[[CompileEvent], None] | None = None
+        # Which specialisation served which call, newest last: for diagnostics and audits.
+        self.hit_log: deque[tuple[Signature, Signature]] = deque(maxlen=HIT_LOG_LENGTH)
 
     # -- calling path -------------------------------------------------------------------
     def __call__(self, function: str, *arrays: np.ndarray) -> list[np.ndarray]:
@@ -136,6 +139,7 @@ class Dispatcher:
         entry = self.cache.get(key)
         if entry is not None and self.dims.admits(key, sig):
             out = self._run_specialised(entry, function, args, dims)
+            self.hit_log.append((key, sig))
             self.degrade.on_hit()
             self._finish(sig, started, hit=True, accepted=True)
             return out
@@ -173,7 +177,7 @@ class Dispatcher:
                 return state.accepted
             if state.calls < self.config.threshold or self.degrade.active:
                 return state.accepted
-            if not state.accepted and self.cost.benefit_ms(state) <= 0.0:
+            if not state.accepted and self.cost.benefit_ms(state) <= self.config.min_benefit_ms:
                 return False
             if not state.accepted and any(v == 0 for _, v in key.dims):
                 return False
@@ -204,7 +208,7 @@ class Dispatcher:
             self._fail(key, state, compile_s, f"validation failed: {err}")
             return
         self.cost.observe_speedup(speedup)
-        if speedup >= 1.0:
+        if speedup >= self.config.accept_ratio:
             with self._lock:
                 state.rejected = True
                 state.accepted = False

@@ -31,6 +31,7 @@ class LoadedModel:
     def __init__(self, model: ModelDef, library: Path | Any, device: Any = None) -> None:
         self.model = model
         self.device = device if device is not None else tvmx.cpu_device()
+        self.library_path = library if isinstance(library, Path) else None
         lib = tvmx.load_library(library) if isinstance(library, Path) else library
         self._vm = tvmx.make_vm(lib, self.device)
         self._functions = {

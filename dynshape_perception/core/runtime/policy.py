@@ -61,6 +61,10 @@ class JitConfig:
     degrade_min_misses: int = 20
     degrade_completion_rate: float = 0.3
     degrade_cooldown_s: float = 30.0
+    # Specialise only when the cost model's expected benefit exceeds this.
+    min_benefit_ms: float = 0.0
+    # A specialisation serves only if it runs in under this fraction of the generic time.
+    accept_ratio: float = 1.0
     prior_speedup: float = 0.8
     prior_compile_s: float = 1.5
     validate_rtol: float = 1e-4

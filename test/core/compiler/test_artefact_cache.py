@@ -1,0 +1,120 @@
+"""The artefact cache: hits, atomic writes under concurrent processes, corrupt files rebuilt."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynshape_perception.core.compiler.cache import LIBRARY, SIDECAR, ArtefactCache, cache_key
+from dynshape_perception.core.compiler.targets import load_profile
+from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+
+MODEL = model_definition("associator")
+WEIGHTS = init_weights(parameter_shapes(MODEL), seed=5)
+DET = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+
+
+def test_second_compile_is_a_hit(tmp_path: Path) -> None:
+    cache = ArtefactCache(tmp_path)
+    first = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    second = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    assert (first.cache_hit, second.cache_hit) == (False, True)
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert first.library_path == second.library_path
+
+
+def test_key_changes_with_weights_target_and_dims() -> None:
+    x86, v3 = load_profile("x86_64"), load_profile("x86_64-v3")
+    base, _ = cache_key(MODEL, WEIGHTS, x86)
+    other_weights = init_weights(parameter_shapes(MODEL), seed=6)
+    assert cache_key(MODEL, other_weights, x86)[0] != base
+    assert cache_key(MODEL, WEIGHTS, v3)[0] != base
+    assert cache_key(MODEL, WEIGHTS, x86, {"N": 4, "M": 4})[0] != base
+    assert cache_key(MODEL, WEIGHTS, x86)[0] == base
+
+
+def test_sidecar_records_provenance(tmp_path: Path) -> None:
+    artefact = ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    side = json.loads((artefact.library_path.parent / SIDECAR).read_text())
+    assert side["model"] == "associator" and side["target"] == "x86_64"
+    assert side["symbolic_vars"] == {"N": 128, "M": 128}
+    assert side["tvm_version"].startswith("0.27")
+    assert len(side["library_sha256"]) == 64 and side["model_hash"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupt_library_is_discarded_and_rebuilt(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = ArtefactCache(tmp_path)
+    artefact = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    data = artefact.library_path.read_bytes()
+    if damage == "truncate":
+        artefact.library_path.write_bytes(data[: len(data) // 2])
+    else:
+        artefact.library_path.write_bytes(data[:1000] + bytes([data[1000] ^ 0xFF]) + data[1001:])
+    with caplog.at_level(logging.WARNING):
+        rebuilt = ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    assert not rebuilt.cache_hit
+    assert "discarding corrupt cache entry" in caplog.text
+    assert rebuilt.library_path.read_bytes() != data[: len(data) // 2]
+    out = LoadedModel(MODEL, rebuilt.library_path)("forward", DET, DET)[0]
+    np.testing.assert_allclose(out, MODEL.reference("forward", WEIGHTS, [DET, DET])[0], rtol=1e-4)
+
+
+def test_missing_library_with_sidecar_is_rebuilt(tmp_path: Path) -> None:
+    cache = ArtefactCache(tmp_path)
+    artefact = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    artefact.library_path.unlink()
+    assert not ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64")).cache_hit
+
+
+def test_two_processes_building_the_same_key_never_see_a_partial_library(tmp_path: Path) -> None:
+    script = tmp_path / "build.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            from pathlib import Path
+            import numpy as np
+            from dynshape_perception.core.compiler.cache import ArtefactCache
+            from dynshape_perception.core.compiler.targets import load_profile
+            from dynshape_perception.core.runtime.executable import LoadedModel
+            from dynshape_perception.models import model_definition
+            from dynshape_perception.models.registry import parameter_shapes
+            from dynshape_perception.models.weights import init_weights
+
+            model = model_definition("associator")
+            weights = init_weights(parameter_shapes(model), seed=5)
+            root = Path({str(tmp_path / "cache")!r})
+            for _ in range(3):
+                artefact = ArtefactCache(root).get_or_build(model, weights, load_profile("x86_64"))
+                det = np.ones((2, 8), np.float32)
+                LoadedModel(model, artefact.library_path)("forward", det, det)
+            print("ok")
+            """
+        )
+    )
+    procs = [
+        subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert out.strip() == "ok"
+    entries = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    assert len(entries) == 1
+    leftovers = [p.name for p in entries[0].iterdir() if p.name not in (LIBRARY, SIDECAR)]
+    assert leftovers == [], f"temporary files left behind: {leftovers}"
+    assert ArtefactCache(tmp_path / "cache").lookup(entries[0].name) is not None

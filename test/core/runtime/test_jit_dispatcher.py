@@ -1,0 +1,257 @@
+"""The JIT dispatcher: equivalence with the generic path, guards, strikes, LRU, threads, warm-up."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dynshape_perception.core.runtime.compile_pool import (
+    compile_to_cache,
+    failing_compiler_fault_injector,
+)
+from dynshape_perception.core.runtime.engine import Engine
+from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+
+RTOL, ATOL = 1e-4, 1e-5
+ASSOC = model_definition("associator")
+PRED = model_definition("predictor")
+WEIGHTS = {
+    "associator": init_weights(parameter_shapes(ASSOC), seed=8),
+    "predictor": init_weights(parameter_shapes(PRED), seed=8),
+}
+EDGES = {"associator": {"N": (4, 16, 128), "M": (4, 16, 128)}, "predictor": {"T": (8, 32, 128)}}
+
+
+def eager_config(**overrides: object) -> JitConfig:
+    """Specialise on the second call and accept any specialisation that validates."""
+    values: dict[str, object] = dict(
+        mode="adaptive",
+        hotness_threshold=2,
+        compile_mode="thread",
+        prior_compile_s=0.0,
+        prior_speedup=0.5,
+        accept_ratio=100.0,
+        min_benefit_ms=-1e12,
+        weak_edges=EDGES,
+    )
+    values.update(overrides)
+    return JitConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def engine(cache_root: Path) -> Iterator[Engine]:
+    with Engine(
+        "x86_64", eager_config(), cache_dir=cache_root, models=("associator", "predictor"),
+        weights=WEIGHTS,
+    ) as eng:
+        yield eng
+
+
+def independent_guard(key: Signature, sig: Signature, edges: Mapping[str, tuple[int, ...]]) -> bool:
+    """The guard, re-derived from the edges without the dispatcher's own code."""
+    for (kd, kv), (sd, sv) in zip(key.dims, sig.dims, strict=True):
+        if kd != sd or kv < sv:
+            return False
+        if kd in edges and sv > 0:
+            lower = max([0, *[e for e in edges[kd] if e < kv]])
+            if not (lower < sv <= kv) and kv != sv:
+                return False
+        elif kv != sv:
+            return False
+    return True
+
+
+def call_inputs(model: str, dims: dict[str, int], seed: int) -> list[np.ndarray]:
+    definition = ASSOC if model == "associator" else PRED
+    return sample_inputs(definition, "forward", dims, seed)
+
+
+shape_stream = st.lists(
+    st.one_of(
+        st.tuples(st.just("associator"), st.integers(0, 20), st.integers(0, 20)),
+        st.tuples(st.just("predictor"), st.integers(0, 9), st.integers(1, 40)),
+    ),
+    min_size=4,
+    max_size=14,
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=shape_stream)
+def test_outputs_equal_generic_and_guards_hold(engine: Engine, stream: list[tuple[str, int, int]]) -> None:
+    generic = {
+        name: LoadedModel(d.model, d.generic.library_path) for name, d in engine.dispatchers.items()
+    }
+    calls = []
+    for i, (model, a, b) in enumerate(stream * 2):
+        dims = {"N": a, "M": b} if model == "associator" else {"A": a, "T": b}
+        calls.append((model, dims, call_inputs(model, dims, seed=i)))
+    for rnd in range(2):
+        for model, _, inputs in calls:
+            got = engine[model]("forward", *inputs)
+            want = generic[model]("forward", *inputs)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+        if rnd == 0:
+            assert engine.pool is not None and engine.pool.wait_idle(120)
+    for name, dispatcher in engine.dispatchers.items():
+        for key, sig in dispatcher.hit_log:
+            assert independent_guard(key, sig, EDGES[name]), (key, sig)
+    if any(min(dims.values()) > 0 for _, dims, _ in calls):
+        assert engine.metrics.hits > 0, "the second round must be served by specialisations"
+
+
+def test_specialisations_serve_hot_shapes(engine: Engine) -> None:
+    inputs = call_inputs("associator", {"N": 10, "M": 3}, seed=1)
+    for _ in range(3):
+        engine["associator"]("forward", *inputs)
+    assert engine.pool is not None and engine.pool.wait_idle(120)
+    engine["associator"]("forward", *inputs)
+    key, sig = engine["associator"].hit_log[-1]
+    assert key == Signature.of("forward", {"N": 16, "M": 4})
+    assert sig == Signature.of("forward", {"N": 10, "M": 3})
+    assert engine.metrics.compiles_ok >= 1
+
+
+def test_failing_compiler_three_strikes_then_blacklisted(
+    cache_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Engine(
+        "x86_64", eager_config(), cache_dir=cache_root, models=("associator",),
+        weights=WEIGHTS, compile_fn=failing_compiler_fault_injector,
+    ) as eng, caplog.at_level(logging.WARNING):
+        inputs = call_inputs("associator", {"N": 5, "M": 5}, seed=2)
+        want = eng["associator"].generic.run_unchecked("forward", inputs)
+        for _ in range(12):
+            got = eng["associator"]("forward", *inputs)
+            np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+            assert eng.pool is not None
+            eng.pool.wait_idle(30)
+        key = Signature.of("forward", {"N": 16, "M": 16})
+        state = eng["associator"].key_state(key)
+        assert state is not None and state.blacklisted and state.strikes == 3
+        assert eng.metrics.compiles_failed == 3 and eng.metrics.blacklisted == 1
+        assert caplog.text.count("failed to compile 3 times") == 1
+
+
+def test_lru_bounds_count_and_bytes(cache_root: Path) -> None:
+    with Engine(
+        "x86_64", eager_config(max_entries=2), cache_dir=cache_root, models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        for n in (3, 10, 50):
+            inputs = call_inputs("associator", {"N": n, "M": 2}, seed=n)
+            for _ in range(2):
+                eng["associator"]("forward", *inputs)
+            assert eng.pool is not None and eng.pool.wait_idle(120)
+        assert len(eng["associator"].cache) == 2 and eng.metrics.evictions == 1
+        oldest = Signature.of("forward", {"N": 4, "M": 4})
+        assert oldest not in eng["associator"].cache.keys()
+    with Engine(
+        "x86_64", eager_config(max_bytes=1), cache_dir=cache_root, models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        for n in (3, 10):
+            inputs = call_inputs("associator", {"N": n, "M": 2}, seed=n)
+            for _ in range(2):
+                eng["associator"]("forward", *inputs)
+            assert eng.pool is not None and eng.pool.wait_idle(120)
+        assert len(eng["associator"].cache) == 1 and eng.metrics.evictions == 1
+
+
+def test_concurrent_callers(engine: Engine) -> None:
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for i in range(40):
+                dims = {"N": int(rng.integers(0, 20)), "M": int(rng.integers(0, 20))}
+                inputs = call_inputs("associator", dims, seed=seed * 100 + i)
+                got = engine["associator"]("forward", *inputs)[0]
+                want = ASSOC.reference("forward", WEIGHTS["associator"], inputs)[0]
+                np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors[0]
+    assert engine.metrics.calls == 160
+
+
+def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "shapes.yaml"
+    with Engine(
+        "x86_64", eager_config(mode="off"), cache_dir=cache_root, models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        for _ in range(5):
+            eng["associator"]("forward", *call_inputs("associator", {"N": 12, "M": 7}, seed=3))
+        eng.record_profile(profile)
+    assert "N: 12" in profile.read_text()
+    with Engine(
+        "x86_64", eager_config(mode="frozen"), cache_dir=cache_root, models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        assert eng.warm_up(profile, wait_s=120) == 1
+        eng["associator"]("forward", *call_inputs("associator", {"N": 12, "M": 7}, seed=4))
+        assert eng.metrics.hits == 1, "a warm start serves the first call specialised"
+        for _ in range(5):
+            eng["associator"]("forward", *call_inputs("associator", {"N": 2, "M": 2}, seed=5))
+        assert eng.metrics.compiles_ok == 1, "frozen mode compiles nothing new"
+
+
+def slow_compiler_fault_injector(
+    model: str, weights: Mapping[str, np.ndarray], profile: str, dims: Mapping[str, int], root: str
+) -> tuple[str, float]:
+    """Fault injector: a compiler that takes far longer than the frame loop tolerates."""
+    time.sleep(0.5)
+    return failing_compiler_fault_injector(model, weights, profile, dims, root)
+
+
+def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = eager_config(max_strikes=100, degrade_min_misses=20, degrade_cooldown_s=0.3)
+    with Engine(
+        "x86_64", config, cache_dir=cache_root, models=("associator",), weights=WEIGHTS,
+        compile_fn=slow_compiler_fault_injector,
+    ) as eng, caplog.at_level(logging.WARNING):
+        dispatcher = eng["associator"]
+        for i in range(30):
+            dispatcher("forward", *call_inputs("associator", {"N": 1 + i % 20, "M": 3}, seed=i))
+        assert eng.metrics.degraded_episodes == 1 and eng.metrics.degraded
+        assert "auto-degrade" in caplog.text
+        time.sleep(0.4)
+        dispatcher("forward", *call_inputs("associator", {"N": 3, "M": 3}, seed=99))
+        assert not dispatcher.degrade.active, "specialisation resumes after the cool-down"
+
+
+def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
+    with Engine(
+        "x86_64", eager_config(compile_mode="process"), cache_dir=cache_root,
+        models=("associator",), weights=WEIGHTS, compile_fn=compile_to_cache,
+    ) as eng:
+        inputs = call_inputs("associator", {"N": 30, "M": 30}, seed=6)
+        started = time.perf_counter()
+        for _ in range(3):
+            eng["associator"]("forward", *inputs)
+        assert time.perf_counter() - started < 5.0
+        assert eng.pool is not None and eng.pool.wait_idle(180)
+        eng["associator"]("forward", *inputs)
+        assert eng.metrics.hits == 1

@@ -1,0 +1,72 @@
+"""Bad input gets a clear package error naming the tensor and the expected shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dynshape_perception.core.runtime.executable import _predictor_check
+from dynshape_perception.errors import DynshapeError, InputValueError, ShapeError
+from dynshape_perception.models import model_definition
+
+SEG = model_definition("segmenter").spec
+ASSOC = model_definition("associator").spec
+PRED = model_definition("predictor").spec
+GROUND = np.array([0, 0, 1, 1.73], np.float32)
+
+
+def test_wrong_rank_names_tensor_and_shape() -> None:
+    with pytest.raises(ShapeError, match=r"points has rank 1, expected \[P, 4\] float32"):
+        SEG.bind_dims("forward", [np.zeros(4, np.float32), GROUND])
+
+
+def test_wrong_dtype() -> None:
+    with pytest.raises(ShapeError, match=r"points has dtype float64, expected \[P, 4\] float32"):
+        SEG.bind_dims("forward", [np.zeros((3, 4)), GROUND])
+
+
+def test_wrong_feature_width() -> None:
+    with pytest.raises(ShapeError, match=r"detections has width 7 on axis 1, expected \[N, 8\]"):
+        ASSOC.bind_dims("forward", [np.zeros((2, 7), np.float32), np.zeros((2, 8), np.float32)])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values(bad: float) -> None:
+    points = np.zeros((5, 4), np.float32)
+    points[3, 2] = bad
+    with pytest.raises(InputValueError, match="points holds NaN or Inf"):
+        SEG.bind_dims("forward", [points, GROUND])
+
+
+def test_count_above_bound() -> None:
+    det = np.zeros((129, 8), np.float32)
+    with pytest.raises(ShapeError, match=r"detections has N=129, above its bound 128"):
+        ASSOC.bind_dims("forward", [det, np.zeros((0, 8), np.float32)])
+
+
+def test_inconsistent_dims_between_inputs() -> None:
+    hist = np.zeros((3, 5, 2), np.float32)
+    with pytest.raises(ShapeError, match="lengths has A=2 on axis 0, but another input has A=3"):
+        PRED.bind_dims("forward", [hist, np.ones(2, np.int32)])
+
+
+def test_wrong_tensor_count() -> None:
+    with pytest.raises(ShapeError, match="takes 2 tensors, got 1"):
+        SEG.bind_dims("forward", [np.zeros((1, 4), np.float32)])
+
+
+@pytest.mark.parametrize("lengths", [[0, 3], [3, 6]])
+def test_predictor_lengths_outside_history(lengths: list[int]) -> None:
+    hist = np.zeros((2, 5, 2), np.float32)
+    with pytest.raises(InputValueError, match=r"lengths must lie in \[1, T=5\]"):
+        _predictor_check("forward", [hist, np.asarray(lengths, np.int32)])
+
+
+def test_errors_share_the_package_base() -> None:
+    assert issubclass(ShapeError, DynshapeError) and issubclass(InputValueError, DynshapeError)
+
+
+def test_zero_counts_are_valid() -> None:
+    assert SEG.bind_dims("forward", [np.zeros((0, 4), np.float32), GROUND]) == {"P": 0}
+    dims = ASSOC.bind_dims("forward", [np.zeros((0, 8), np.float32), np.zeros((5, 8), np.float32)])
+    assert dims == {"N": 0, "M": 5}
