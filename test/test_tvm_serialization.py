@@ -33,6 +33,8 @@ def test_primfunc_json_round_trip_in_a_subprocess(tmp_path: Path) -> None:
     # TVMScript parses the function's source, so it must live in a file.
     script = tmp_path / "round_trip.py"
     script.write_text(code)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.startswith("ok")

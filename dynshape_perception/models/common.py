@@ -25,6 +25,8 @@ class TensorSpec:
     finite: bool = True
     # For integer inputs that count along a dim (valid lengths): values lie in [1, dim].
     count_of: str | None = None
+    # For lengths of packed rows: values are >= 1 and sum to this dim.
+    sums_to: str | None = None
 
     def resolve(self, dims: Mapping[str, int] | None) -> tuple[Dim, ...]:
         if not dims:

@@ -52,7 +52,7 @@ class Predictor(nn.Module):
         self.dec = Dense(hd, DECODER_HIDDEN)
         self.residual = Dense(DECODER_HIDDEN, config.hypotheses * config.horizon * 2)
         self.logits = Dense(DECODER_HIDDEN, config.hypotheses)
-        self._encode_k, self._step_k, self._place_k = tir_kernels.predictor_kernels(
+        self._encode_k, self._step_k, self._place_k, self._packed_k = tir_kernels.predictor_kernels(
             config.hidden, config.hypotheses, config.horizon, gpu
         )
 
@@ -74,6 +74,17 @@ class Predictor(nn.Module):
                 self._encode_k,
                 "gru_encode",
                 args=[history, lengths, *self._gru()],
+                out=self._state(a),
+            )
+        )
+
+    def encode_packed(self, points: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        a = lengths.shape[0]
+        return tuple(
+            op.tensor_ir_op(
+                self._packed_k,
+                "gru_encode_packed",
+                args=[points, lengths, *self._gru()],
                 out=self._state(a),
             )
         )
@@ -185,6 +196,15 @@ def reference(
     """NumPy twin of every ``Predictor`` entry point."""
     if function == "encode":
         return encode_ref(w, inputs[0], inputs[1], cfg.hidden)
+    if function == "encode_packed":
+        points, lengths = inputs
+        ends = np.cumsum(lengths.astype(np.int64))
+        starts = ends - lengths
+        longest = int(lengths.max()) if lengths.size else 0
+        padded = np.zeros((lengths.size, max(longest, 1), 2), np.float32)
+        for a, (s0, n) in enumerate(zip(starts, lengths, strict=True)):
+            padded[a, :n] = points[s0 : s0 + n]
+        return encode_ref(w, padded, lengths, cfg.hidden)
     if function == "step":
         h, pos, disp, new = inputs
         d_new = (new - pos).astype(np.float32)
@@ -194,6 +214,15 @@ def reference(
     if function == "forward":
         return decode_ref(w, cfg, *encode_ref(w, inputs[0], inputs[1], cfg.hidden))
     raise KeyError(function)
+
+
+def check_packed(points: np.ndarray, lengths: np.ndarray) -> None:
+    """Packed lengths are positive and account for every row of ``points``."""
+    if lengths.size and lengths.min() < 1:
+        raise InputValueError(f"packed lengths must be >= 1, got {int(lengths.min())}")
+    total = int(lengths.astype(np.int64).sum())
+    if total != points.shape[0]:
+        raise InputValueError(f"packed lengths sum to {total}, but points has S={points.shape[0]}")
 
 
 def check_lengths(history: np.ndarray, lengths: np.ndarray) -> None:
@@ -207,21 +236,27 @@ def check_lengths(history: np.ndarray, lengths: np.ndarray) -> None:
 
 def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:
     hd = cfg.hidden
-    history = (TensorSpec("history", ("A", "T", 2)), TensorSpec("lengths", ("A",), "int32", count_of="T"))
+    history = (
+        TensorSpec("history", ("A", "T", 2)),
+        TensorSpec("lengths", ("A",), "int32", count_of="T"),
+    )
     state = (
         TensorSpec("hidden", ("A", hd)),
         TensorSpec("last_pos", ("A", 2)),
         TensorSpec("last_disp", ("A", 2)),
     )
     state_shapes = tuple(t.shape for t in state)
+    packed = (TensorSpec("points", ("S", 2)), TensorSpec("lengths", ("A",), "int32", sums_to="S"))
     hypotheses = (("A", cfg.hypotheses, cfg.horizon, 2), ("A", cfg.hypotheses))
     return ModelSpec(
         model="predictor",
-        dims=("A", "T"),
-        bounds={"A": bounds.A, "T": bounds.T},
+        dims=("A", "T", "S"),
+        # S counts the rows of packed histories: at most every agent's full history.
+        bounds={"A": bounds.A, "T": bounds.T, "S": bounds.A * bounds.T},
         functions=(
             FunctionSpec("forward", history, hypotheses),
             FunctionSpec("encode", history, state_shapes),
+            FunctionSpec("encode_packed", packed, state_shapes),
             FunctionSpec("step", (*state, TensorSpec("new_pos", ("A", 2))), state_shapes),
             FunctionSpec("decode", state, hypotheses),
         ),

@@ -96,7 +96,7 @@ def max_pool_relu_kernel(width: int, gpu: bool = False) -> object:
 
 def predictor_kernels(
     hd: int, k_hyp: int, horizon: int, gpu: bool = False
-) -> tuple[object, object, object]:
+) -> tuple[object, object, object, object]:
     """GRU full-sequence and single-step kernels, and hypothesis placement.
 
     Each kernel's per-agent body is one macro; only the outer loop differs: parallel CPU
@@ -275,4 +275,64 @@ def predictor_kernels(
             for a in T.parallel(a_n):
                 place_agent(a)
 
-    return gru_encode, gru_step, place_hypotheses
+    # Packed histories: agent a's steps are rows [start_a, start_a + len_a) of one [S, 2]
+    # array, so a batch costs its real steps, not A x T_max.
+    @T.macro(hygienic=False)
+    def encode_packed_agent(a, cell):  # type: ignore[no-untyped-def]
+        h = T.decl_buffer((hd,), "float32", scope="local")
+        gi = T.decl_buffer((g3,), "float32", scope="local")
+        gh = T.decl_buffer((g3,), "float32", scope="local")
+        f = T.decl_buffer((STEP_FEATURES,), "float32", scope="local")
+        d = T.decl_buffer((2,), "float32", scope="local")
+        start = T.decl_buffer((1,), "int64", scope="local")
+        start[0] = T.int64(0)
+        for b in range(a):
+            start[0] = start[0] + T.Cast("int64", lens[b])
+        for j in range(hd):
+            h[j] = T.float32(0)
+        d[0] = T.float32(0)
+        d[1] = T.float32(0)
+        for t in range(T.Cast("int64", lens[a]) - 1):
+            dnx = points[start[0] + t + 1, 0] - points[start[0] + t, 0]
+            dny = points[start[0] + t + 1, 1] - points[start[0] + t, 1]
+            cell(d[0], d[1], dnx, dny)
+            d[0] = dnx
+            d[1] = dny
+        for j in range(hd):
+            h_out[a, j] = h[j]
+        disp_out[a, 0] = d[0]
+        disp_out[a, 1] = d[1]
+        last = start[0] + T.Cast("int64", lens[a]) - 1
+        pos_out[a, 0] = points[last, 0]
+        pos_out[a, 1] = points[last, 1]
+
+    @T.prim_func(private=True)
+    def gru_encode_packed(
+        var_points: T.handle,
+        var_len: T.handle,
+        w_ih: T.Buffer((STEP_FEATURES, g3), "float32"),
+        w_hh: T.Buffer((hd, g3), "float32"),
+        b_ih: T.Buffer((g3,), "float32"),
+        b_hh: T.Buffer((g3,), "float32"),
+        var_h: T.handle,
+        var_pos: T.handle,
+        var_disp: T.handle,
+    ) -> None:
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        a_n = T.int64()
+        s_n = T.int64()
+        points = T.match_buffer(var_points, (s_n, 2), "float32")
+        lens = T.match_buffer(var_len, (a_n,), "int32")
+        h_out = T.match_buffer(var_h, (a_n, hd), "float32")
+        pos_out = T.match_buffer(var_pos, (a_n, 2), "float32")
+        disp_out = T.match_buffer(var_disp, (a_n, 2), "float32")
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        encode_packed_agent(bx * threads + tx, gru_cell)
+        else:
+            for a in T.parallel(a_n):
+                encode_packed_agent(a, gru_cell)
+
+    return gru_encode, gru_step, place_hypotheses, gru_encode_packed

@@ -12,8 +12,9 @@ import numpy as np
 from dynshape_perception.config import Bounds, default_bounds, default_config
 from dynshape_perception.core.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.core.perception.ground import GroundPlane, fit_ground_plane
-from dynshape_perception.core.perception.history import pack_histories, resample_history
+from dynshape_perception.core.perception.history import resample_history
 from dynshape_perception.core.perception.tracking import Tracker, TrackerParams
+from dynshape_perception.core.runtime.batching import HistoryBatcher
 from dynshape_perception.core.tables import PREDICTION_DTYPE
 from dynshape_perception.errors import InputValueError, ShapeError
 
@@ -88,6 +89,7 @@ class Pipeline:
         pred = default_config().section("predictor")
         self.step_s = float(pred.get("step_s", 0.4))
         self.tracker = Tracker(self._affinity, self.params.tracker, self.bounds)
+        self.batcher = HistoryBatcher(predictor)
         self.dropped_detections = 0
         self.dropped_agents = 0
         self.subsampled_frames = 0
@@ -131,7 +133,7 @@ class Pipeline:
 
     def agent_histories(
         self, tracks: np.ndarray, ego: Pose2D
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Histories of confirmed tracks at the predictor's step; nearest agents first."""
         ids, histories = [], []
         order = np.argsort(np.hypot(tracks["x"] - ego.x, tracks["y"] - ego.y), kind="stable")
@@ -147,15 +149,14 @@ class Pipeline:
         if len(ids) > self.bounds.A:
             self.dropped_agents += len(ids) - self.bounds.A
             ids, histories = ids[: self.bounds.A], histories[: self.bounds.A]
-        longest = max((len(h) for h in histories), default=0)
-        batch, lengths = pack_histories(histories, max(longest, 1))
-        return np.asarray(ids, dtype=np.uint32), batch, lengths
+        return np.asarray(ids, dtype=np.uint32), histories
 
     def predict(self, tracks: np.ndarray, ego: Pose2D) -> np.ndarray:
-        ids, batch, lengths = self.agent_histories(tracks, ego)
+        ids, histories = self.agent_histories(tracks, ego)
         if ids.size == 0:
             return np.zeros(0, dtype=PREDICTION_DTYPE)
-        traj, probs = self._predictor("forward", batch, lengths)
+        state = self.batcher.encode(histories)
+        traj, probs = self._predictor("decode", *state)
         return prediction_table(ids, traj, probs)
 
     def process(

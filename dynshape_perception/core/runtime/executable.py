@@ -12,7 +12,7 @@ import numpy as np
 from dynshape_perception.core.compiler import tvm_adapter as tvmx
 from dynshape_perception.errors import ShapeError
 from dynshape_perception.models.common import ModelDef
-from dynshape_perception.models.predictor import check_lengths
+from dynshape_perception.models.predictor import check_lengths, check_packed
 
 ValueCheck = Callable[[str, list[np.ndarray]], None]
 
@@ -20,6 +20,8 @@ ValueCheck = Callable[[str, list[np.ndarray]], None]
 def _predictor_check(function: str, arrays: list[np.ndarray]) -> None:
     if function in ("forward", "encode"):
         check_lengths(arrays[0], arrays[1])
+    elif function == "encode_packed":
+        check_packed(arrays[0], arrays[1])
 
 
 VALUE_CHECKS: Mapping[str, ValueCheck] = {"predictor": _predictor_check}

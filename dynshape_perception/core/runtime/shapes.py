@@ -105,9 +105,21 @@ def sample_inputs(
     out: list[np.ndarray] = []
     for tspec in model.spec.function(function).inputs:
         shape = tuple(int(d) for d in tspec.resolve(dims))
-        if tspec.count_of is not None:
+        if tspec.sums_to is not None:
+            out.append(_composition(rng, int(dims[tspec.sums_to]), shape[0]).astype(tspec.dtype))
+        elif tspec.count_of is not None:
             high = max(1, int(dims.get(tspec.count_of, 1)))
             out.append(rng.integers(1, high + 1, size=shape).astype(tspec.dtype))
         else:
             out.append(rng.standard_normal(shape).astype(tspec.dtype))
     return out
+
+
+def _composition(rng: np.random.Generator, total: int, parts: int) -> np.ndarray:
+    """``parts`` positive ints summing to ``total`` (all ones when total == parts)."""
+    if parts == 0:
+        return np.zeros(0, np.int64)
+    if total < parts:
+        raise ValueError(f"cannot split {total} rows into {parts} positive lengths")
+    cuts = np.sort(rng.choice(np.arange(1, total), size=parts - 1, replace=False))
+    return np.diff(np.concatenate([[0], cuts, [total]]))

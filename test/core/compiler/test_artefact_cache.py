@@ -76,7 +76,9 @@ def test_missing_library_with_sidecar_is_rebuilt(tmp_path: Path) -> None:
     cache = ArtefactCache(tmp_path)
     artefact = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
     artefact.library_path.unlink()
-    assert not ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64")).cache_hit
+    assert (
+        not ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64")).cache_hit
+    )
 
 
 def test_two_processes_building_the_same_key_never_see_a_partial_library(tmp_path: Path) -> None:
@@ -106,7 +108,9 @@ def test_two_processes_building_the_same_key_never_see_a_partial_library(tmp_pat
         )
     )
     procs = [
-        subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(2)
     ]
     for proc in procs:

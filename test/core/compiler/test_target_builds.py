@@ -25,7 +25,13 @@ def e_machine(path: Path) -> int:
 
 
 def test_profiles_are_the_documented_four_plus_portable_x86() -> None:
-    assert set(available_profiles()) >= {"x86_64", "x86_64-v3", "aarch64", "cuda-orin", "cuda-hopper"}
+    assert set(available_profiles()) >= {
+        "x86_64",
+        "x86_64-v3",
+        "aarch64",
+        "cuda-orin",
+        "cuda-hopper",
+    }
 
 
 def test_native_cpu_is_resolved_into_the_target_key() -> None:

@@ -54,7 +54,10 @@ def eager_config(**overrides: object) -> JitConfig:
 @pytest.fixture()
 def engine(cache_root: Path) -> Iterator[Engine]:
     with Engine(
-        "x86_64", eager_config(), cache_dir=cache_root, models=("associator", "predictor"),
+        "x86_64",
+        eager_config(),
+        cache_dir=cache_root,
+        models=("associator", "predictor"),
         weights=WEIGHTS,
     ) as eng:
         yield eng
@@ -89,9 +92,13 @@ shape_stream = st.lists(
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(stream=shape_stream)
-def test_outputs_equal_generic_and_guards_hold(engine: Engine, stream: list[tuple[str, int, int]]) -> None:
+def test_outputs_equal_generic_and_guards_hold(
+    engine: Engine, stream: list[tuple[str, int, int]]
+) -> None:
     generic = {
         name: LoadedModel(d.model, d.generic.library_path) for name, d in engine.dispatchers.items()
     }
@@ -129,10 +136,17 @@ def test_specialisations_serve_hot_shapes(engine: Engine) -> None:
 def test_failing_compiler_three_strikes_then_blacklisted(
     cache_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with Engine(
-        "x86_64", eager_config(), cache_dir=cache_root, models=("associator",),
-        weights=WEIGHTS, compile_fn=failing_compiler_fault_injector,
-    ) as eng, caplog.at_level(logging.WARNING):
+    with (
+        Engine(
+            "x86_64",
+            eager_config(),
+            cache_dir=cache_root,
+            models=("associator",),
+            weights=WEIGHTS,
+            compile_fn=failing_compiler_fault_injector,
+        ) as eng,
+        caplog.at_level(logging.WARNING),
+    ):
         inputs = call_inputs("associator", {"N": 5, "M": 5}, seed=2)
         want = eng["associator"].generic.run_unchecked("forward", inputs)
         for _ in range(12):
@@ -149,7 +163,10 @@ def test_failing_compiler_three_strikes_then_blacklisted(
 
 def test_lru_bounds_count_and_bytes(cache_root: Path) -> None:
     with Engine(
-        "x86_64", eager_config(max_entries=2), cache_dir=cache_root, models=("associator",),
+        "x86_64",
+        eager_config(max_entries=2),
+        cache_dir=cache_root,
+        models=("associator",),
         weights=WEIGHTS,
     ) as eng:
         for n in (3, 10, 50):
@@ -161,7 +178,10 @@ def test_lru_bounds_count_and_bytes(cache_root: Path) -> None:
         oldest = Signature.of("forward", {"N": 4, "M": 4})
         assert oldest not in eng["associator"].cache.keys()
     with Engine(
-        "x86_64", eager_config(max_bytes=1), cache_dir=cache_root, models=("associator",),
+        "x86_64",
+        eager_config(max_bytes=1),
+        cache_dir=cache_root,
+        models=("associator",),
         weights=WEIGHTS,
     ) as eng:
         for n in (3, 10):
@@ -199,7 +219,10 @@ def test_concurrent_callers(engine: Engine) -> None:
 def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
     profile = tmp_path / "shapes.yaml"
     with Engine(
-        "x86_64", eager_config(mode="off"), cache_dir=cache_root, models=("associator",),
+        "x86_64",
+        eager_config(mode="off"),
+        cache_dir=cache_root,
+        models=("associator",),
         weights=WEIGHTS,
     ) as eng:
         for _ in range(5):
@@ -207,7 +230,10 @@ def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
         eng.record_profile(profile)
     assert "N: 12" in profile.read_text()
     with Engine(
-        "x86_64", eager_config(mode="frozen"), cache_dir=cache_root, models=("associator",),
+        "x86_64",
+        eager_config(mode="frozen"),
+        cache_dir=cache_root,
+        models=("associator",),
         weights=WEIGHTS,
     ) as eng:
         assert eng.warm_up(profile, wait_s=120) == 1
@@ -228,10 +254,17 @@ def slow_compiler_fault_injector(
 
 def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = eager_config(max_strikes=100, degrade_min_misses=20, degrade_cooldown_s=0.3)
-    with Engine(
-        "x86_64", config, cache_dir=cache_root, models=("associator",), weights=WEIGHTS,
-        compile_fn=slow_compiler_fault_injector,
-    ) as eng, caplog.at_level(logging.WARNING):
+    with (
+        Engine(
+            "x86_64",
+            config,
+            cache_dir=cache_root,
+            models=("associator",),
+            weights=WEIGHTS,
+            compile_fn=slow_compiler_fault_injector,
+        ) as eng,
+        caplog.at_level(logging.WARNING),
+    ):
         dispatcher = eng["associator"]
         for i in range(30):
             dispatcher("forward", *call_inputs("associator", {"N": 1 + i % 20, "M": 3}, seed=i))
@@ -244,8 +277,12 @@ def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixt
 
 def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
     with Engine(
-        "x86_64", eager_config(compile_mode="process"), cache_dir=cache_root,
-        models=("associator",), weights=WEIGHTS, compile_fn=compile_to_cache,
+        "x86_64",
+        eager_config(compile_mode="process"),
+        cache_dir=cache_root,
+        models=("associator",),
+        weights=WEIGHTS,
+        compile_fn=compile_to_cache,
     ) as eng:
         inputs = call_inputs("associator", {"N": 30, "M": 30}, seed=6)
         started = time.perf_counter()

@@ -1,0 +1,1 @@
+"""Benchmarks run by ``dynshape-perception bench <name>``."""

@@ -1,0 +1,339 @@
+"""``bench jit``: a seeded long-tail shape stream, open-loop, across four dispatch strategies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynshape_perception.core.compiler.cache import ArtefactCache
+from dynshape_perception.core.compiler.targets import load_profile
+from dynshape_perception.core.runtime.engine import Engine
+from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.core.runtime.policy import DEFAULT_WEAK_EDGES, JitConfig
+from dynshape_perception.core.runtime.shapes import DimPolicy, Signature, crop_outputs, pad_inputs
+from dynshape_perception.models.registry import committed_weights
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("generic", "sync_exact", "static_buckets", "jit")
+POINT_SHARE = 0.12
+MIN_POINTS, MAX_POINTS = 5_000, 150_000
+# Predictor history lengths and agent counts follow a long tail: a few common values, many rare.
+HISTORY_LENGTHS = (*range(2, 26), 32, 40, 48, 64)
+ZIPF_EXPONENT = 1.3
+MAX_AGENTS = 64
+
+
+@dataclass(frozen=True)
+class Call:
+    model: str
+    dims: dict[str, int]
+    seed: int
+
+
+def shape_stream(calls: int, seed: int) -> list[Call]:
+    """Documented stream: 12 % point-stage calls with continuous P in [5k, 150k] (log-uniform,
+    never repeating a count), 88 % predictor calls whose T and A follow Zipf long tails."""
+    rng = np.random.default_rng(seed)
+    stream: list[Call] = []
+    lengths = np.asarray(HISTORY_LENGTHS)
+    t_weights = 1.0 / np.arange(1, len(lengths) + 1) ** ZIPF_EXPONENT
+    t_weights /= t_weights.sum()
+    a_values = np.arange(1, MAX_AGENTS + 1)
+    a_weights = 1.0 / a_values**ZIPF_EXPONENT
+    a_weights /= a_weights.sum()
+    for i in range(calls):
+        if rng.random() < POINT_SHARE:
+            p = int(np.exp(rng.uniform(np.log(MIN_POINTS), np.log(MAX_POINTS))))
+            stream.append(Call("segmenter", {"P": p}, i))
+        else:
+            t = int(rng.choice(lengths, p=t_weights))
+            a = int(rng.choice(a_values, p=a_weights))
+            stream.append(Call("predictor", {"A": a, "T": t}, i))
+    return stream
+
+
+def make_inputs(call: Call) -> list[np.ndarray]:
+    rng = np.random.default_rng(call.seed)
+    if call.model == "segmenter":
+        p = call.dims["P"]
+        pts = rng.uniform(-40, 40, size=(p, 4)).astype(np.float32)
+        pts[:, 2] = rng.uniform(-2.0, 1.0, size=p)
+        pts[:, 3] = rng.uniform(0, 1, size=p)
+        return [pts, np.array([0.0, 0.0, 1.0, 1.73], np.float32)]
+    a, t = call.dims["A"], call.dims["T"]
+    hist = np.cumsum(rng.normal(0, 0.4, size=(a, t, 2)), axis=1).astype(np.float32)
+    return [hist, rng.integers(1, t + 1, size=a).astype(np.int32)]
+
+
+@dataclass
+class Outcome:
+    latencies_ms: list[float] = field(default_factory=list)
+    served_special: list[bool] = field(default_factory=list)
+    accepted: list[bool] = field(default_factory=list)
+    compiles: int = 0
+    calling_thread_compile_s: float = 0.0
+    total_s: float = 0.0
+    served_calls: int = 0
+    extrapolated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Runner = Callable[[Call, list[np.ndarray]], tuple[bool, bool]]
+
+
+def open_loop(
+    stream: list[Call],
+    inputs: list[list[np.ndarray]],
+    arrivals: np.ndarray,
+    run: Runner,
+    budget_s: float | None = None,
+    compile_clock: Callable[[], float] | None = None,
+) -> Outcome:
+    """Serve calls at their arrival times; latency includes any wait behind earlier calls."""
+    out = Outcome()
+    start = time.perf_counter()
+    for i, call in enumerate(stream):
+        now = time.perf_counter() - start
+        if arrivals[i] > now:
+            time.sleep(arrivals[i] - now)
+        special, accepted = run(call, inputs[i])
+        done = time.perf_counter() - start
+        out.latencies_ms.append((done - arrivals[i]) * 1000.0)
+        out.served_special.append(special)
+        out.accepted.append(accepted)
+        out.served_calls = i + 1
+        if budget_s is not None and compile_clock is not None and compile_clock() > budget_s:
+            break
+    out.total_s = time.perf_counter() - start
+    return out
+
+
+def run_benchmark(
+    calls: int, seed: int, rate_fraction: float, budget_s: float, pool_size: int
+) -> dict[str, Any]:
+    profile = load_profile("x86_64")
+    stream = shape_stream(calls, seed)
+    inputs = [make_inputs(c) for c in stream]
+    models = {name: committed_weights(name) for name in ("segmenter", "predictor")}
+    work = Path(tempfile.mkdtemp(prefix="dynshape-bench-jit-"))
+    try:
+        return _run(stream, inputs, models, profile, work, rate_fraction, budget_s, pool_size)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(
+    stream: list[Call],
+    inputs: list[list[np.ndarray]],
+    models: dict[str, Any],
+    profile: Any,
+    work: Path,
+    rate_fraction: float,
+    budget_s: float,
+    pool_size: int,
+) -> dict[str, Any]:
+    generic_cache = ArtefactCache(work / "generic")
+    generic = {
+        name: LoadedModel(m, generic_cache.get_or_build(m, w, profile).library_path)
+        for name, (m, w) in models.items()
+    }
+    # Throughput of the generic path sets the open-loop rate.
+    sample = list(range(0, len(stream), max(1, len(stream) // 300)))
+    t0 = time.perf_counter()
+    for i in sample:
+        generic[stream[i].model].run_unchecked("forward", inputs[i])
+    mean_service_s = (time.perf_counter() - t0) / len(sample)
+    rng = np.random.default_rng(1)
+    gaps = rng.exponential(mean_service_s / rate_fraction, size=len(stream))
+    arrivals = np.cumsum(gaps) - gaps[0]
+    results: dict[str, Any] = {
+        "stream": {
+            "calls": len(stream),
+            "point_calls": sum(c.model == "segmenter" for c in stream),
+            "distinct_signatures": len({(c.model, tuple(sorted(c.dims.items()))) for c in stream}),
+            "rate_hz": round(rate_fraction / mean_service_s, 2),
+            "rate_fraction_of_generic_throughput": rate_fraction,
+            "generic_mean_service_ms": round(mean_service_s * 1000, 3),
+        }
+    }
+
+    def generic_run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+        generic[call.model].run_unchecked("forward", args)
+        return False, False
+
+    results["generic"] = summarise(open_loop(stream, inputs, arrivals, generic_run), jit=False)
+
+    for name, policy in (("sync_exact", None), ("static_buckets", "buckets")):
+        cache = ArtefactCache(work / name)
+        built: dict[tuple[str, Signature], LoadedModel] = {}
+        compile_s = [0.0]
+        dims_policy = {m: JitConfig().dim_policy(m) if policy else DimPolicy() for m in models}
+        if policy:
+            dims_policy["predictor"] = DimPolicy(
+                {"A": (4, 8, 16, 32, 64), **DEFAULT_WEAK_EDGES["predictor"]}
+            )
+
+        def static_run(
+            call: Call,
+            args: list[np.ndarray],
+            cache: ArtefactCache = cache,
+            built: dict[tuple[str, Signature], LoadedModel] = built,
+            compile_s: list[float] = compile_s,
+            dims_policy: dict[str, DimPolicy] = dims_policy,
+        ) -> tuple[bool, bool]:
+            model, weights = models[call.model]
+            sig = Signature.of("forward", call.dims)
+            key = dims_policy[call.model].key(sig)
+            if any(v == 0 for _, v in key.dims):
+                generic[call.model].run_unchecked("forward", args)
+                return False, False
+            runner = built.get((call.model, key))
+            compiled_now = False
+            if runner is None:
+                t = time.perf_counter()
+                artefact = cache.get_or_build(model, weights, profile, key.as_dict())
+                runner = LoadedModel(model, artefact.library_path)
+                built[(call.model, key)] = runner
+                compile_s[0] += time.perf_counter() - t
+                compiled_now = True
+            fn = model.spec.function("forward")
+            crop_outputs(
+                fn, runner.run_unchecked("forward", pad_inputs(fn, args, key.as_dict())), call.dims
+            )
+            return not compiled_now, True
+
+        outcome = open_loop(
+            stream,
+            inputs,
+            arrivals,
+            static_run,
+            budget_s=budget_s,
+            compile_clock=lambda: compile_s[0],  # noqa: B023 - read during this loop iteration only
+        )
+        outcome.compiles = len(built)
+        outcome.calling_thread_compile_s = compile_s[0]
+        if outcome.served_calls < len(stream):
+            outcome = extrapolate(outcome, stream, len(built))
+        results[name] = summarise(outcome, jit=False)
+
+    jit_config = JitConfig(mode="adaptive", compile_mode="process", pool_size=pool_size)
+    shutil.copytree(work / "generic", work / "jit")
+    with Engine(
+        "x86_64",
+        jit_config,
+        cache_dir=work / "jit",
+        models=tuple(models),
+        weights={n: w for n, (_, w) in models.items()},
+    ) as engine:
+
+        def jit_run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+            before = engine.metrics.hits, engine.metrics.misses
+            engine[call.model]("forward", *args)
+            hit = engine.metrics.hits > before[0]
+            return hit, hit or engine.metrics.misses > before[1]
+
+        outcome = open_loop(stream, inputs, arrivals, jit_run)
+        snap = engine.metrics.snapshot()
+        outcome.compiles = snap["compiles_ok"] + snap["compiles_failed"] + snap["compiles_rejected"]
+        outcome.calling_thread_compile_s = 0.0
+        outcome.extra = {
+            "background_compile_s": snap["compile_time_s"],
+            "metrics": snap,
+            "compile_events": [e.__dict__ for e in engine.metrics.events],
+        }
+        results["jit"] = summarise(outcome, jit=True)
+    return results
+
+
+def extrapolate(outcome: Outcome, stream: list[Call], compiles: int) -> Outcome:
+    """Past the compile budget: project the remaining calls at the observed rates."""
+    served = outcome.served_calls
+    per_call = outcome.total_s / served
+    remaining = len(stream) - served
+    seen = {(c.model, tuple(sorted(c.dims.items()))) for c in stream[:served]}
+    new_sigs = len({(c.model, tuple(sorted(c.dims.items()))) for c in stream[served:]} - seen)
+    compile_each = outcome.calling_thread_compile_s / max(compiles, 1)
+    outcome.extra = {
+        "served_calls": served,
+        "extrapolated_remaining_calls": remaining,
+        "extrapolated_new_signatures": new_sigs,
+        "measured_total_s": round(outcome.total_s, 3),
+        "measured_compile_s": round(outcome.calling_thread_compile_s, 3),
+    }
+    outcome.total_s += remaining * per_call + new_sigs * compile_each
+    outcome.calling_thread_compile_s += new_sigs * compile_each
+    outcome.compiles += new_sigs
+    outcome.extrapolated = True
+    return outcome
+
+
+def summarise(outcome: Outcome, jit: bool) -> dict[str, Any]:
+    lat = np.asarray(outcome.latencies_ms)
+    n = len(lat)
+    half = slice(n // 2, None)
+    accepted = np.asarray(outcome.accepted[half], bool)
+    special = np.asarray(outcome.served_special[half], bool)
+    hit_rate = float(special[accepted].mean()) if accepted.any() else 0.0
+    row: dict[str, Any] = {
+        "p50_ms": round(float(np.percentile(lat, 50)), 3),
+        "p99_ms": round(float(np.percentile(lat, 99)), 3),
+        "max_ms": round(float(lat.max()), 3),
+        "total_s": round(outcome.total_s, 3),
+        "compiles": outcome.compiles,
+        "calling_thread_compile_s": round(outcome.calling_thread_compile_s, 3),
+        "hit_rate": round(hit_rate, 4),
+        "specialised_share": round(float(np.mean(outcome.served_special)), 4),
+        "extrapolated": outcome.extrapolated,
+    }
+    row.update(outcome.extra)
+    return row
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=5000, help="calls in the stream")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rate", type=float, default=0.5, help="arrival rate as a fraction of generic throughput"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=120.0, help="compile budget of sync_exact"
+    )
+    parser.add_argument("--pool-size", type=int, default=1)
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+
+
+def run(args: argparse.Namespace) -> int:
+    results = run_benchmark(args.calls, args.seed, args.rate, args.budget_s, args.pool_size)
+    print(json.dumps(results["stream"]))
+    print(
+        f"{'strategy':<15}{'p50_ms':>9}{'p99_ms':>9}{'max_ms':>10}{'total_s':>9}{'compiles':>9}"
+        f"{'thread_compile_s':>17}{'hit_rate':>9}{'spec_share':>11}"
+    )
+    for name in STRATEGIES:
+        r = results[name]
+        mark = " (extrapolated)" if r["extrapolated"] else ""
+        print(
+            f"{name:<15}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['max_ms']:>10.1f}{r['total_s']:>9.1f}"
+            f"{r['compiles']:>9}{r['calling_thread_compile_s']:>17.1f}{r['hit_rate']:>9.3f}"
+            f"{r['specialised_share']:>11.3f}{mark}"
+        )
+    if args.json:
+        compact = {
+            k: {kk: vv for kk, vv in v.items() if kk != "compile_events"}
+            if isinstance(v, dict)
+            else v
+            for k, v in results.items()
+        }
+        args.json.write_text(json.dumps(compact, indent=2))
+    return 0

@@ -1,0 +1,86 @@
+"""Variable-length agent histories: pad to [A, T_max] or pack to [S], whichever measures faster."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ModelFn = Callable[..., list[np.ndarray]]
+LAYOUTS = ("pad", "pack")
+
+
+@dataclass
+class LayoutStats:
+    samples: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LAYOUTS})
+    calls: int = 0
+
+    def choice(self, calibration: int) -> str | None:
+        """The faster layout once both have ``calibration`` samples; None while calibrating."""
+        if any(len(v) < calibration for v in self.samples.values()):
+            return None
+        return min(LAYOUTS, key=lambda k: float(np.median(self.samples[k][-calibration:])))
+
+
+class HistoryBatcher:
+    """Encodes agent histories with the predictor's ``encode`` or ``encode_packed``.
+
+    Batches are classed by agent count and padding waste (A x T_max / S, in powers of two).
+    Each class alternates layouts until both have been timed ``calibration`` times, then uses
+    the faster one, re-timing both every ``recalibrate_every`` calls so drift is caught.
+    """
+
+    def __init__(
+        self, predictor: ModelFn, calibration: int = 3, recalibrate_every: int = 200
+    ) -> None:
+        self._predictor = predictor
+        self.calibration = calibration
+        self.recalibrate_every = recalibrate_every
+        self.stats: dict[tuple[int, int], LayoutStats] = {}
+
+    @staticmethod
+    def shape_class(lengths: np.ndarray) -> tuple[int, int]:
+        total = int(lengths.sum())
+        waste = lengths.size * int(lengths.max()) / max(total, 1)
+        return math.ceil(math.log2(max(lengths.size, 1))), round(math.log2(waste))
+
+    def layout_for(self, lengths: np.ndarray) -> str:
+        stats = self.stats.setdefault(self.shape_class(lengths), LayoutStats())
+        stats.calls += 1
+        chosen = stats.choice(self.calibration)
+        if chosen is None or stats.calls % self.recalibrate_every == 0:
+            counts = {k: len(v) for k, v in stats.samples.items()}
+            return min(LAYOUTS, key=lambda k: counts[k])
+        return chosen
+
+    def encode(self, histories: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """State (hidden, last_pos, last_disp) of every history, oldest sample first."""
+        lengths = np.asarray([len(h) for h in histories], np.int32)
+        if lengths.size == 0:
+            return self._predictor("encode", np.zeros((0, 1, 2), np.float32), lengths)
+        layout = self.layout_for(lengths)
+        started = time.perf_counter()
+        if layout == "pack":
+            points = np.concatenate([np.asarray(h, np.float32) for h in histories])
+            state = self._predictor("encode_packed", points, lengths)
+        else:
+            batch = np.zeros((lengths.size, int(lengths.max()), 2), np.float32)
+            for a, h in enumerate(histories):
+                batch[a, : len(h)] = h
+            state = self._predictor("encode", batch, lengths)
+        elapsed = (time.perf_counter() - started) * 1000.0
+        self.stats[self.shape_class(lengths)].samples[layout].append(elapsed)
+        return state
+
+    def report(self) -> dict[str, dict[str, float | str | None]]:
+        out: dict[str, dict[str, float | str | None]] = {}
+        for (a_cls, waste_cls), st in sorted(self.stats.items()):
+            out[f"A<=2^{a_cls},waste~2^{waste_cls}"] = {
+                "pad_ms": float(np.median(st.samples["pad"])) if st.samples["pad"] else None,
+                "pack_ms": float(np.median(st.samples["pack"])) if st.samples["pack"] else None,
+                "choice": st.choice(self.calibration),
+            }
+        return out

@@ -1,0 +1,163 @@
+"""The segmenter's point MLP, score head and max-pool fused into one tiled CPU kernel (TVMScript)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm.script import tirx as T
+
+from dynshape_perception.models.tir_kernels import FEATURES, GROUND_WIDTH, POINT_WIDTH
+
+TEMPLATE = "point_mlp"
+# Running maxima live in one [CHUNKS, h3] row per parallel chunk of tiles; a serial pass then
+# folds them. A fixed count keeps that buffer static and leaves enough chunks to balance threads.
+CHUNKS = 64
+
+
+@dataclass(frozen=True)
+class MicroTile:
+    """Register block of the fused kernel: ``rows`` points x ``cols`` channels of accumulators,
+    ``lanes`` floats per vector register, ``blocks`` row blocks per tile of points."""
+
+    rows: int = 4
+    cols: int = 64
+    lanes: int = 16
+    blocks: int = 8
+
+    @property
+    def tile(self) -> int:
+        return self.rows * self.blocks
+
+
+def col_block(width: int, cols: int, lanes: int) -> int:
+    """The widest divisor of ``width`` not above ``cols``, preferring multiples of ``lanes``."""
+    divisors = [d for d in range(1, min(width, cols) + 1) if width % d == 0]
+    vector = [d for d in divisors if d % lanes == 0]
+    return max(vector or divisors)
+
+
+def point_mlp_kernel(
+    hidden: tuple[int, int, int],
+    range_scale: float,
+    height_scale: float,
+    micro: MicroTile | None = None,
+) -> Any:
+    """``points [P, 4], ground [4]`` and the four dense layers -> ``scores [P], pooled [h3]``.
+
+    Per parallel chunk of point tiles the features, f1, f2 (and the score head) stay in local
+    tiles and f3 is max-reduced straight out of the accumulators, so no [P, h] intermediate is
+    ever written. The last tile computes on rows clamped to P - 1: duplicates of a real point
+    change neither a max nor a score, so the hot loops carry no predicates.
+    """
+    mt = micro or MicroTile()
+    h1, h2, h3 = hidden
+    rows, tile, lanes = mt.rows, mt.tile, mt.lanes
+    c1 = col_block(h1, mt.cols, lanes)
+    c2 = col_block(h2, mt.cols, lanes)
+    c3 = col_block(h3, mt.cols, lanes)
+    s_lanes = col_block(h2, lanes, lanes)
+    inv_range = 1.0 / range_scale
+    inv_height = 1.0 / height_scale
+    params = {
+        "hidden": list(hidden),
+        "range_scale": float(range_scale),
+        "height_scale": float(height_scale),
+    }
+
+    @T.prim_func(private=True)
+    def point_mlp(
+        var_points: T.handle,
+        ground: T.Buffer((GROUND_WIDTH,), "float32"),
+        w1: T.Buffer((FEATURES, h1), "float32"),
+        b1: T.Buffer((h1,), "float32"),
+        w2: T.Buffer((h1, h2), "float32"),
+        b2: T.Buffer((h2,), "float32"),
+        w3: T.Buffer((h2, h3), "float32"),
+        b3: T.Buffer((h3,), "float32"),
+        ws: T.Buffer((h2, 1), "float32"),
+        bs: T.Buffer((1,), "float32"),
+        var_scores: T.handle,
+        pooled: T.Buffer((h3,), "float32"),
+    ) -> None:
+        T.func_attr(
+            {
+                "tirx.noalias": True,
+                "tirx.is_scheduled": True,
+                "dynshape.template": TEMPLATE,
+                "dynshape.params": params,
+            }
+        )
+        n = T.int64()
+        points = T.match_buffer(var_points, (n, POINT_WIDTH), "float32")
+        scores = T.match_buffer(var_scores, (n,), "float32")
+        partial = T.decl_buffer((CHUNKS, h3), "float32")
+        ntiles = (n + tile - 1) // tile
+        nchunks = T.min(ntiles, T.int64(CHUNKS))
+        for ch in T.parallel(nchunks):
+            feat = T.decl_buffer((tile, FEATURES), "float32", scope="local")
+            f1 = T.decl_buffer((tile, h1), "float32", scope="local")
+            f2 = T.decl_buffer((tile, h2), "float32", scope="local")
+            acc = T.decl_buffer((rows, mt.cols), "float32", scope="local")
+            part = T.decl_buffer((s_lanes,), "float32", scope="local")
+            for c in T.vectorized(h3):
+                partial[ch, c] = T.float32(0)
+            for t in range(ch * ntiles // nchunks, (ch + 1) * ntiles // nchunks):
+                for r in range(tile):
+                    p = T.min(t * tile + r, n - 1)
+                    x = points[p, 0]
+                    y = points[p, 1]
+                    z = points[p, 2]
+                    feat[r, 0] = (
+                        ground[0] * x + ground[1] * y + ground[2] * z + ground[3]
+                    ) * T.float32(inv_height)
+                    feat[r, 1] = T.sqrt(x * x + y * y) * T.float32(inv_range)
+                    feat[r, 2] = z * T.float32(inv_height)
+                    feat[r, 3] = points[p, 3]
+                for r, cb in T.grid(tile, h1 // c1):
+                    for c in T.vectorized(c1):
+                        acc[0, c] = b1[cb * c1 + c]
+                    for k in T.unroll(FEATURES):
+                        for c in T.vectorized(c1):
+                            acc[0, c] = acc[0, c] + feat[r, k] * w1[k, cb * c1 + c]
+                    for c in T.vectorized(c1):
+                        f1[r, cb * c1 + c] = T.max(acc[0, c], T.float32(0))
+                for rb, cb in T.grid(tile // rows, h2 // c2):
+                    for r in T.unroll(rows):
+                        for c in T.vectorized(c2):
+                            acc[r, c] = b2[cb * c2 + c]
+                    for k in range(h1):
+                        for r in T.unroll(rows):
+                            for c in T.vectorized(c2):
+                                acc[r, c] = acc[r, c] + f1[rb * rows + r, k] * w2[k, cb * c2 + c]
+                    for r in T.unroll(rows):
+                        for c in T.vectorized(c2):
+                            f2[rb * rows + r, cb * c2 + c] = T.max(acc[r, c], T.float32(0))
+                for r in range(tile):
+                    for c in T.vectorized(s_lanes):
+                        part[c] = f2[r, c] * ws[c, 0]
+                    for kb in range(1, h2 // s_lanes):
+                        for c in T.vectorized(s_lanes):
+                            part[c] = part[c] + f2[r, kb * s_lanes + c] * ws[kb * s_lanes + c, 0]
+                    logit = bs[0]
+                    for c in range(s_lanes):
+                        logit = logit + part[c]
+                    scores[T.min(t * tile + r, n - 1)] = T.sigmoid(logit)
+                for rb, cb in T.grid(tile // rows, h3 // c3):
+                    for r in T.unroll(rows):
+                        for c in T.vectorized(c3):
+                            acc[r, c] = b3[cb * c3 + c]
+                    for k in range(h2):
+                        for r in T.unroll(rows):
+                            for c in T.vectorized(c3):
+                                acc[r, c] = acc[r, c] + f2[rb * rows + r, k] * w3[k, cb * c3 + c]
+                    for r in T.unroll(rows):
+                        for c in T.vectorized(c3):
+                            partial[ch, cb * c3 + c] = T.max(partial[ch, cb * c3 + c], acc[r, c])
+        for c in T.vectorized(h3):
+            pooled[c] = T.float32(0)
+        for ch in range(nchunks):
+            for c in T.vectorized(h3):
+                pooled[c] = T.max(pooled[c], partial[ch, c])
+
+    return point_mlp

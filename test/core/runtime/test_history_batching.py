@@ -1,0 +1,46 @@
+"""Padding and packing encode histories identically; the measured rule picks the faster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dynshape_perception.core.compiler.cache import ArtefactCache
+from dynshape_perception.core.compiler.targets import load_profile
+from dynshape_perception.core.runtime.batching import HistoryBatcher
+from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+
+
+def histories(seed: int, count: int, longest: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [
+        np.cumsum(rng.normal(0, 0.4, size=(int(n), 2)), axis=0).astype(np.float32)
+        for n in rng.integers(1, longest + 1, size=count)
+    ]
+
+
+def test_layouts_agree_and_the_choice_follows_measurements(cache_root: Path) -> None:
+    model = model_definition("predictor")
+    weights = init_weights(parameter_shapes(model), seed=2)
+    artefact = ArtefactCache(cache_root).get_or_build(model, weights, load_profile("x86_64"))
+    runner = LoadedModel(model, artefact.library_path)
+    batcher = HistoryBatcher(runner, calibration=2)
+    hist = histories(1, 20, 60)
+    first = batcher.encode(hist)
+    second = batcher.encode(hist)
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    stats = next(iter(batcher.stats.values()))
+    assert {k: len(v) for k, v in stats.samples.items()} == {"pad": 1, "pack": 1}
+    for _ in range(2):
+        batcher.encode(hist)
+    stats.samples["pack"][-2:] = [9.0, 9.0]
+    stats.samples["pad"][-2:] = [1.0, 1.0]
+    assert batcher.layout_for(np.asarray([len(h) for h in hist])) == "pad"
+    stats.samples["pad"][-2:] = [20.0, 20.0]
+    assert batcher.layout_for(np.asarray([len(h) for h in hist])) == "pack"
+    assert batcher.encode([])[0].shape == (0, model.config.hidden)
