@@ -10,11 +10,10 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: demo test venv system-deps lint emu-aarch64 bench-extras clean
+.PHONY: demo test venv system-deps lint emu-aarch64 clean
 
 $(STAMP): requirements.txt setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip==23.2.1
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
@@ -38,6 +37,11 @@ lint: venv
 
 test: venv system-deps lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
+
+# Emulated aarch64 Python with the aarch64 TVM wheels, for `verify --target aarch64` (idempotent;
+# .emu/aarch64, downloads cached in .emu/cache).
+emu-aarch64: venv system-deps
+	scripts/setup_aarch64_emu.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .hypothesis
