@@ -8,6 +8,8 @@ SYSTEM_PACKAGES := g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
 # DDS stays on this machine; large clouds need Fast DDS' large-data transport.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
+# A 32 MB shared-memory segment: the 0.5 MB default drops clouds above ~32k points.
+export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_profile.xml
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: demo test venv system-deps lint emu-aarch64 clean

@@ -15,7 +15,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.py") + glob("launch/*.xml")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
         (f"share/{PACKAGE}/config/targets", glob("config/targets/*.yaml")),
         (f"share/{PACKAGE}/models", glob("models/*.npz") + glob("models/*.yaml")),
     ],

@@ -67,7 +67,7 @@ class Destination:
 
 
 def destination_for(profile: TargetProfile, python: str | None = None) -> Destination:
-    machine = "x86_64" if profile.host_is_native else "aarch64"
+    machine = profile.host_arch
     default = DESTINATION_PYTHON.get(profile.name, f"{sys.version_info[0]}.{sys.version_info[1]}")
     return Destination(machine, python or default)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,14 @@ class TargetProfile:
         return self.kind == "cuda"
 
     @property
-    def host_is_native(self) -> bool:
-        """Whether artefacts of this profile load in this process (x86-64 host, CPU kind)."""
+    def host_arch(self) -> str:
         host = self.target_spec.get("host", self.target_spec)
-        return not str(host.get("mtriple", "")).startswith("aarch64")
+        return "aarch64" if str(host.get("mtriple", "")).startswith("aarch64") else "x86_64"
+
+    @property
+    def host_is_native(self) -> bool:
+        """Whether this profile's host code runs on this machine (a Jetson runs aarch64)."""
+        return self.host_arch == platform.machine()
 
     def resolved_spec(self) -> dict[str, Any]:
         """The target dict with ``mcpu: native`` replaced by this machine's CPU name."""

@@ -190,9 +190,7 @@ class Tracker:
                 f"stamps must increase: {stamp_s:.6f} s after {self._stamp_s:.6f} s"
             )
 
-    def _associate(
-        self, obstacles: np.ndarray, state: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _associate(self, obstacles: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         num_det, num_trk = obstacles.shape[0], state.shape[0]
         none = np.zeros(0, dtype=np.intp)
         det_feats = obstacle_features(obstacles)
@@ -246,7 +244,9 @@ class Tracker:
         trk["hits"] += 1
         trk["missed"] = 0
         state[trk_idx] = trk
-        for track_id, x, y in zip(trk["id"].tolist(), meas_x.tolist(), meas_y.tolist()):
+        for track_id, x, y in zip(
+            trk["id"].tolist(), meas_x.tolist(), meas_y.tolist(), strict=True
+        ):
             self._record(track_id, stamp_s, x, y)
 
     def _births(self, obstacles: np.ndarray, stamp_s: float) -> np.ndarray:
@@ -261,7 +261,9 @@ class Tracker:
         for name in _BOX_FIELDS:
             born[name] = obstacles[name]
         born["hits"] = 1
-        for track_id, x, y in zip(born["id"].tolist(), born["x"].tolist(), born["y"].tolist()):
+        for track_id, x, y in zip(
+            born["id"].tolist(), born["x"].tolist(), born["y"].tolist(), strict=True
+        ):
             self._record(track_id, stamp_s, x, y)
         return born
 

@@ -128,11 +128,11 @@ def nvcc_version() -> str:
 
 def inspect_library(profile: TargetProfile, library: ElfFile) -> tuple[tvmx.CudaPayload, ElfFile]:
     """The one CUDA module embedded in an exported library, and its device code as ELF."""
-    expected_host = EM_X86_64 if profile.host_is_native else EM_AARCH64
+    expected_host = EM_X86_64 if profile.host_arch == "x86_64" else EM_AARCH64
     if library.machine != expected_host:
         raise VerifyError(
             f"{library.origin} is {library.machine_name}; {profile.name} needs "
-            f"{'x86-64' if profile.host_is_native else 'AArch64'}"
+            f"{'x86-64' if profile.host_arch == 'x86_64' else 'AArch64'}"
         )
     blob = tvmx.parse_imports_blob(library.symbol_bytes(tvmx.imports_blob_symbol()))
     payloads = blob.cuda_payloads()

@@ -1,0 +1,31 @@
+"""``dynshape-perception bench <name>``: run one benchmark of dynshape_perception.core.bench."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# name -> one-line help. Each module has add_arguments(parser), with --json OUT, and
+# run(args) -> int; it is imported only when chosen, so no benchmark pays for another's imports.
+BENCHMARKS: dict[str, str] = {
+    "kernels": "TIR kernels against their NumPy twins and the generic builds",
+    "jit": "the shape-specialising JIT: hit rates, compile costs, speedups",
+    "e2e": "end-to-end latency over DDS, separate nodes and the composed pipeline",
+    "deadlines": "deadline-aware scheduling under load",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("benchmark", choices=sorted(BENCHMARKS), help="benchmark to run")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark")
+    parser.epilog = "benchmarks: " + "; ".join(f"{k}: {v}" for k, v in BENCHMARKS.items())
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(f"dynshape_perception.core.bench.{args.benchmark}")
+    parser = argparse.ArgumentParser(
+        prog=f"dynshape-perception bench {args.benchmark}",
+        description=BENCHMARKS[args.benchmark],
+    )
+    module.add_arguments(parser)
+    return int(module.run(parser.parse_args(args.rest)))

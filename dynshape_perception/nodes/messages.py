@@ -1,0 +1,162 @@
+"""ROS messages from and to the core's arrays: clouds, tables, odometry, markers, diagnostics."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from builtin_interfaces.msg import Duration, Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Point, Quaternion
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import PointCloud2, PointField
+from std_msgs.msg import ColorRGBA, Header
+from visualization_msgs.msg import Marker, MarkerArray
+
+from dynshape_perception.core.io.pointcloud2 import CloudData, encode_cloud
+from dynshape_perception.core.tables import (
+    LABEL_CAR,
+    LABEL_PEDESTRIAN,
+    LABEL_POLE,
+    LABEL_UNKNOWN,
+)
+from dynshape_perception.nodes.odometry import yaw_from_quaternion
+
+NS_PER_S = 1_000_000_000
+
+# RViz colours (r, g, b) by obstacle label.
+LABEL_RGB: dict[int, tuple[float, float, float]] = {
+    LABEL_UNKNOWN: (0.7, 0.7, 0.7),
+    LABEL_CAR: (0.1, 0.5, 1.0),
+    LABEL_PEDESTRIAN: (1.0, 0.6, 0.1),
+    LABEL_POLE: (0.6, 0.3, 0.9),
+}
+TEXT_RGB = (1.0, 1.0, 1.0)
+MARKER_NS_BOXES = "track_boxes"
+MARKER_NS_IDS = "track_ids"
+MARKER_NS_PATHS = "predicted_paths"
+
+
+def stamp_s(stamp: Time) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) / NS_PER_S
+
+
+def stamp_ns(stamp: Time) -> int:
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
+
+
+def time_msg(ns: int) -> Time:
+    return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+def header(stamp: Time, frame_id: str) -> Header:
+    return Header(stamp=Time(sec=stamp.sec, nanosec=stamp.nanosec), frame_id=frame_id)
+
+
+def cloud_msg(data: CloudData, head: Header) -> PointCloud2:
+    msg = PointCloud2()
+    msg.header = head
+    msg.height, msg.width = data.height, data.width
+    msg.fields = [
+        PointField(name=f.name, offset=f.offset, datatype=f.datatype, count=f.count)
+        for f in data.fields
+    ]
+    msg.is_bigendian = data.is_bigendian
+    msg.point_step, msg.row_step = data.point_step, data.row_step
+    msg.data = data.data
+    msg.is_dense = data.is_dense
+    return msg
+
+
+def table_msg(table: np.ndarray, head: Header) -> PointCloud2:
+    return cloud_msg(encode_cloud(table), head)
+
+
+def odometry_pose(msg: Odometry) -> tuple[float, float, float, float]:
+    """(stamp s, x m, y m, yaw rad) of the child frame in the odometry frame."""
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    return (
+        stamp_s(msg.header.stamp),
+        float(p.x),
+        float(p.y),
+        yaw_from_quaternion(q.x, q.y, q.z, q.w),
+    )
+
+
+def yaw_quaternion(yaw: float) -> Quaternion:
+    return Quaternion(x=0.0, y=0.0, z=math.sin(yaw / 2.0), w=math.cos(yaw / 2.0))
+
+
+@dataclass(frozen=True)
+class MarkerStyle:
+    box_alpha: float
+    text_size_m: float
+    path_width_m: float
+
+
+def _color(rgb: tuple[float, float, float], alpha: float) -> ColorRGBA:
+    return ColorRGBA(r=rgb[0], g=rgb[1], b=rgb[2], a=float(alpha))
+
+
+def marker_array(
+    tracks: np.ndarray, predictions: np.ndarray, head: Header, style: MarkerStyle
+) -> MarkerArray:
+    """A DELETEALL, then per track a box and its id, and per (agent, k) a path, alpha = prob."""
+    markers = [Marker(header=head, action=Marker.DELETEALL)]
+    for row in tracks:
+        track_id = int(row["id"])
+        rgb = LABEL_RGB.get(int(row["label"]), LABEL_RGB[LABEL_UNKNOWN])
+        box = Marker(header=head, ns=MARKER_NS_BOXES, id=track_id, type=Marker.CUBE)
+        box.pose.position.x, box.pose.position.y = float(row["x"]), float(row["y"])
+        box.pose.position.z = float(row["z"])
+        box.pose.orientation = yaw_quaternion(float(row["yaw"]))
+        box.scale.x, box.scale.y = float(row["length"]), float(row["width"])
+        box.scale.z = float(row["height"])
+        box.color = _color(rgb, style.box_alpha)
+        text = Marker(header=head, ns=MARKER_NS_IDS, id=track_id, type=Marker.TEXT_VIEW_FACING)
+        text.pose.position.x, text.pose.position.y = box.pose.position.x, box.pose.position.y
+        text.pose.position.z = float(row["z"]) + float(row["height"]) / 2.0 + style.text_size_m
+        text.pose.orientation.w = 1.0
+        text.scale.z = style.text_size_m
+        text.color = _color(TEXT_RGB, 1.0)
+        text.text = str(track_id)
+        markers += [box, text]
+    if predictions.size:
+        order = np.lexsort((predictions["step"], predictions["k"], predictions["id"]))
+        rows = predictions[order]
+        keys = rows["id"].astype(np.int64) * (int(rows["k"].max()) + 1) + rows["k"]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        for path_index, (lo, hi) in enumerate(zip(starts, [*starts[1:], len(rows)], strict=True)):
+            path = rows[lo:hi]
+            line = Marker(header=head, ns=MARKER_NS_PATHS, id=path_index, type=Marker.LINE_STRIP)
+            line.pose.orientation.w = 1.0
+            line.scale.x = style.path_width_m
+            line.color = _color(LABEL_RGB[LABEL_UNKNOWN], float(path["prob"][0]))
+            line.points = [
+                Point(x=float(x), y=float(y), z=0.0)
+                for x, y in zip(path["x"].tolist(), path["y"].tolist(), strict=True)
+            ]
+            markers.append(line)
+    for marker in markers:
+        marker.lifetime = Duration()
+    return MarkerArray(markers=markers)
+
+
+def diagnostic_array(
+    stamp: Time,
+    name: str,
+    hardware_id: str,
+    level: bytes,
+    message: str,
+    values: Mapping[str, object],
+) -> DiagnosticArray:
+    status = DiagnosticStatus(
+        level=level,
+        name=name,
+        message=message,
+        hardware_id=hardware_id,
+        values=[KeyValue(key=k, value=str(v)) for k, v in values.items()],
+    )
+    return DiagnosticArray(header=Header(stamp=stamp), status=[status])

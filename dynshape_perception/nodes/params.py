@@ -1,0 +1,443 @@
+"""Every node parameter in one table (defaults, ranges, read-only) and the core objects built."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dynshape_perception.config import Bounds, default_bounds
+from dynshape_perception.core.perception.clustering import ClusterParams
+from dynshape_perception.core.perception.pipeline import PipelineParams
+from dynshape_perception.core.perception.tracking import TrackerParams
+from dynshape_perception.core.runtime.policy import COMPILE_MODES, MODES, JitConfig
+from dynshape_perception.errors import ConfigError
+
+Value = bool | int | float | str
+
+TRACKER_INPUT_TABLE = "table"
+TRACKER_INPUT_VISION = "vision_msgs"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: its default also fixes its type (rclpy rejects other types)."""
+
+    name: str
+    default: Value
+    description: str
+    read_only: bool = False
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: Value) -> None:
+        """Raise ConfigError unless ``value`` fits; rclpy enforces ranges too, this adds choices."""
+        if type(value) is not type(self.default):
+            raise ConfigError(f"{self.name} must be {type(self.default).__name__}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"{self.name} must be one of {list(self.choices)}, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{self.name} must be finite, got {value!r}")
+            if self.low is not None and value < self.low:
+                raise ConfigError(f"{self.name} must be >= {self.low}, got {value!r}")
+            if self.high is not None and value > self.high:
+                raise ConfigError(f"{self.name} must be <= {self.high}, got {value!r}")
+
+
+_CLUSTER = ClusterParams()
+_TRACKER = TrackerParams()
+_PIPELINE = PipelineParams()
+_JIT = JitConfig()
+_BOUNDS = default_bounds()
+_BOUND_NAMES = {
+    "P": "bounds.max_points",
+    "N": "bounds.max_obstacles",
+    "M": "bounds.max_tracks",
+    "A": "bounds.max_agents",
+    "T": "bounds.max_history_steps",
+}
+_MAX_QOS_DEPTH = 1000
+_MAX_BYTES = 1 << 40
+_MAX_COUNT = 1_000_000
+
+
+def _engine_group() -> tuple[ParamSpec, ...]:
+    bounds = tuple(
+        ParamSpec(
+            name,
+            value,
+            f"upper bound of {dim} ({what}) in this node; at most the compiled bound "
+            f"{value} of config/models.yaml",
+            read_only=True,
+            low=1,
+            high=value,
+        )
+        for (dim, name), value, what in zip(
+            _BOUND_NAMES.items(),
+            _BOUNDS.as_dict().values(),
+            ("points", "obstacles", "tracks", "agents", "history steps"),
+            strict=True,
+        )
+    )
+    return (
+        ParamSpec(
+            "target_profile",
+            "x86_64",
+            "target profile of config/targets/ that the models are compiled for",
+            read_only=True,
+        ),
+        ParamSpec(
+            "model_cache_dir",
+            "",
+            "artefact cache folder; empty: $DYNSHAPE_CACHE_DIR or ~/.cache/dynshape_perception",
+            read_only=True,
+        ),
+        ParamSpec(
+            "weights_dir",
+            "",
+            "folder of the checksummed weights and manifest.yaml; empty: the package's models/",
+            read_only=True,
+        ),
+        *bounds,
+    )
+
+
+GROUPS: dict[str, tuple[ParamSpec, ...]] = {
+    "engine": _engine_group(),
+    "jit": (
+        ParamSpec("jit.mode", _JIT.mode, "JIT mode: off, frozen, adaptive", True, choices=MODES),
+        ParamSpec(
+            "jit.hotness_threshold",
+            _JIT.hotness_threshold,
+            "calls of one shape before it may be specialised",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "jit.max_entries",
+            _JIT.max_entries,
+            "specialisations kept per model (LRU)",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "jit.max_bytes",
+            _JIT.max_bytes,
+            "library bytes of specialisations kept per model (LRU)",
+            low=1,
+            high=_MAX_BYTES,
+        ),
+        ParamSpec(
+            "jit.pool_size", _JIT.pool_size, "background compile workers", True, low=1, high=64
+        ),
+        ParamSpec(
+            "jit.compile_mode",
+            _JIT.compile_mode,
+            "compile workers: process (isolated) or thread",
+            True,
+            choices=COMPILE_MODES,
+        ),
+        ParamSpec(
+            "jit.compile_timeout_s",
+            _JIT.compile_timeout_s,
+            "seconds before a background compile is abandoned",
+            True,
+            low=1.0,
+            high=3600.0,
+        ),
+        ParamSpec(
+            "jit.warm_up_profile",
+            "",
+            "recorded shape profile (YAML) whose hot shapes compile at start; empty: none",
+            read_only=True,
+        ),
+    ),
+    "io": (
+        ParamSpec(
+            "diagnostics_period_s",
+            1.0,
+            "period of /diagnostics messages",
+            True,
+            low=0.05,
+            high=60.0,
+        ),
+        ParamSpec(
+            "warn_throttle_s",
+            5.0,
+            "at most one warning per drop reason in this period",
+            low=0.0,
+            high=3600.0,
+        ),
+        ParamSpec(
+            "qos.input_depth",
+            5,
+            "queue depth of the sensor-data (best-effort) subscriptions",
+            True,
+            low=1,
+            high=_MAX_QOS_DEPTH,
+        ),
+        ParamSpec(
+            "qos.output_depth",
+            10,
+            "queue depth of the (reliable) publishers",
+            True,
+            low=1,
+            high=_MAX_QOS_DEPTH,
+        ),
+    ),
+    "points": (
+        ParamSpec(
+            "points.subsample_over_bound",
+            _PIPELINE.subsample_over_bound,
+            "subsample a cloud above bounds.max_points (seeded) instead of dropping it",
+        ),
+    ),
+    "segmentation": (
+        ParamSpec(
+            "segmentation.score_threshold",
+            _CLUSTER.score_threshold,
+            "obstacle score above which a point joins a cluster",
+            low=0.0,
+            high=1.0,
+        ),
+        ParamSpec(
+            "segmentation.cell_size_m",
+            _CLUSTER.cell_size_m,
+            "bird's-eye-view cell size of the clustering",
+            low=0.02,
+            high=2.0,
+        ),
+        ParamSpec(
+            "segmentation.min_points",
+            _CLUSTER.min_points,
+            "points a cluster needs to become an obstacle",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "segmentation.closing_cells",
+            _CLUSTER.closing_cells,
+            "radius of the morphological closing in cells; 0 disables it",
+            low=0,
+            high=16,
+        ),
+        ParamSpec(
+            "segmentation.max_height_m",
+            _CLUSTER.max_height_m,
+            "points higher above the ground are left out of clusters",
+            low=0.1,
+            high=50.0,
+        ),
+    ),
+    "odometry": (
+        ParamSpec(
+            "odometry.buffer_size",
+            200,
+            "odometry messages kept for interpolating the pose at a cloud's stamp",
+            True,
+            low=2,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "odometry.sensor_x_m",
+            0.0,
+            "lidar position along x in the odometry child frame",
+            True,
+            low=-100.0,
+            high=100.0,
+        ),
+        ParamSpec(
+            "odometry.sensor_y_m",
+            0.0,
+            "lidar position along y in the odometry child frame",
+            True,
+            low=-100.0,
+            high=100.0,
+        ),
+        ParamSpec(
+            "odometry.sensor_yaw_rad",
+            0.0,
+            "lidar yaw in the odometry child frame",
+            True,
+            low=-math.pi,
+            high=math.pi,
+        ),
+    ),
+    "tracking": (
+        ParamSpec(
+            "tracking.gate_distance_m",
+            _TRACKER.gate_distance_m,
+            "largest distance between a detection and the track it may join",
+            low=0.01,
+            high=100.0,
+        ),
+        ParamSpec(
+            "tracking.min_affinity",
+            _TRACKER.min_affinity,
+            "smallest associator affinity of a match, in [0, 1)",
+            low=0.0,
+            high=0.999,
+        ),
+        ParamSpec(
+            "tracking.max_missed_frames",
+            _TRACKER.max_missed_frames,
+            "frames a track survives without a detection",
+            low=0,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "tracking.min_hits_to_confirm",
+            _TRACKER.min_hits_to_confirm,
+            "detections before a track is published",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "tracking.velocity_smoothing",
+            _TRACKER.velocity_smoothing,
+            "weight of the newest velocity estimate, in (0, 1]",
+            low=0.01,
+            high=1.0,
+        ),
+        ParamSpec(
+            "tracking.publish_coasting",
+            _TRACKER.publish_coasting,
+            "also publish tracks that missed their detection this frame",
+        ),
+    ),
+    "tracker_input": (
+        ParamSpec(
+            "tracker.input_type",
+            TRACKER_INPUT_TABLE,
+            "obstacles input: the obstacle table (PointCloud2) or vision_msgs/Detection3DArray",
+            True,
+            choices=(TRACKER_INPUT_TABLE, TRACKER_INPUT_VISION),
+        ),
+    ),
+    "prediction": (
+        ParamSpec(
+            "prediction.min_history_steps",
+            _PIPELINE.min_history_steps,
+            "history samples (at the predictor's step) an agent needs to be predicted",
+            low=1,
+            high=_BOUNDS.T,
+        ),
+    ),
+    "markers": (
+        ParamSpec("markers.box_alpha", 0.5, "opacity of the track boxes", low=0.0, high=1.0),
+        ParamSpec("markers.text_size_m", 1.0, "height of the track id labels", low=0.01, high=10.0),
+        ParamSpec(
+            "markers.path_width_m",
+            0.15,
+            "line width of the predicted paths (their alpha is the probability)",
+            low=0.01,
+            high=5.0,
+        ),
+    ),
+}
+
+NODE_GROUPS: dict[str, tuple[str, ...]] = {
+    "pointcloud_node": ("engine", "jit", "io", "points", "segmentation"),
+    "tracker_node": ("engine", "jit", "io", "odometry", "tracking", "tracker_input"),
+    "prediction_node": ("engine", "jit", "io", "odometry", "prediction", "markers"),
+    "perception_pipeline": (
+        "engine",
+        "jit",
+        "io",
+        "points",
+        "segmentation",
+        "odometry",
+        "tracking",
+        "prediction",
+        "markers",
+    ),
+}
+
+# Parameters rclpy declares on every node by itself.
+BUILTIN_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
+
+
+def node_specs(node: str) -> dict[str, ParamSpec]:
+    return {spec.name: spec for group in NODE_GROUPS[node] for spec in GROUPS[group]}
+
+
+def all_specs() -> dict[str, ParamSpec]:
+    return {spec.name: spec for group in GROUPS.values() for spec in group}
+
+
+def _pick(values: Mapping[str, Value], prefix: str, names: Iterable[str]) -> dict[str, Any]:
+    """The values under ``prefix``; their types were checked against the specs' defaults."""
+    return {name: values[f"{prefix}.{name}"] for name in names if f"{prefix}.{name}" in values}
+
+
+def bounds_from(values: Mapping[str, Value]) -> Bounds:
+    picked: dict[str, Any] = {
+        dim: values[name] for dim, name in _BOUND_NAMES.items() if name in values
+    }
+    return replace(_BOUNDS, **picked)
+
+
+def cluster_params(values: Mapping[str, Value], base: ClusterParams = _CLUSTER) -> ClusterParams:
+    names = ("score_threshold", "cell_size_m", "min_points", "closing_cells", "max_height_m")
+    return replace(base, **_pick(values, "segmentation", names))
+
+
+def tracker_params(values: Mapping[str, Value], base: TrackerParams = _TRACKER) -> TrackerParams:
+    names = (
+        "gate_distance_m",
+        "min_affinity",
+        "max_missed_frames",
+        "min_hits_to_confirm",
+        "velocity_smoothing",
+        "publish_coasting",
+    )
+    return replace(base, **_pick(values, "tracking", names))
+
+
+def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
+    extra: dict[str, Any] = {}
+    if "points.subsample_over_bound" in values:
+        extra["subsample_over_bound"] = values["points.subsample_over_bound"]
+    if "prediction.min_history_steps" in values:
+        extra["min_history_steps"] = values["prediction.min_history_steps"]
+    return replace(
+        _PIPELINE,
+        cluster=cluster_params(values),
+        tracker=tracker_params(values),
+        **extra,
+    )
+
+
+def jit_config(values: Mapping[str, Value]) -> JitConfig:
+    names = (
+        "mode",
+        "hotness_threshold",
+        "max_entries",
+        "max_bytes",
+        "pool_size",
+        "compile_mode",
+        "compile_timeout_s",
+    )
+    return replace(_JIT, **_pick(values, "jit", names))
+
+
+def optional_path(value: Value) -> Path | None:
+    return Path(str(value)).expanduser() if value else None
+
+
+def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> None:
+    """Check every value, then build the core objects so that their own checks run too."""
+    for name, value in values.items():
+        specs[name].check(value)
+    bounds = bounds_from(values)
+    jit_config(values)
+    pipeline = pipeline_params(values)
+    if pipeline.min_history_steps > bounds.T:
+        raise ConfigError(
+            f"prediction.min_history_steps {pipeline.min_history_steps} exceeds "
+            f"bounds.max_history_steps {bounds.T}: no agent could ever be predicted"
+        )

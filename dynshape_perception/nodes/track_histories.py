@@ -1,0 +1,62 @@
+"""Track histories rebuilt from received track tables, batched for the predictor."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from dynshape_perception.config import Bounds
+from dynshape_perception.core.perception.history import pack_histories, resample_history
+from dynshape_perception.core.perception.pipeline import Pose2D
+
+
+class TrackHistories:
+    """Positions of every live track id, newest ``bounds.T`` predictor steps kept."""
+
+    def __init__(self, bounds: Bounds, step_s: float) -> None:
+        self.bounds = bounds
+        self.step_s = step_s
+        self._samples: dict[int, deque[tuple[float, float, float]]] = {}
+        self.dropped_agents = 0
+
+    def reset(self) -> None:
+        self._samples.clear()
+
+    def update(self, tracks: np.ndarray, stamp_s: float) -> None:
+        """Append this frame's positions; ids that are gone are forgotten."""
+        live = tracks["id"].tolist()
+        for gone in set(self._samples) - set(live):
+            del self._samples[gone]
+        horizon_s = self.bounds.T * self.step_s
+        for track_id, x, y in zip(live, tracks["x"].tolist(), tracks["y"].tolist(), strict=True):
+            samples = self._samples.setdefault(int(track_id), deque())
+            samples.append((stamp_s, float(x), float(y)))
+            while samples[0][0] < stamp_s - horizon_s:
+                samples.popleft()
+
+    def batch(
+        self, tracks: np.ndarray, ego: Pose2D, min_steps: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Ids, ``[A, T, 2]`` histories and lengths of the agents to predict, nearest first."""
+        ids: list[int] = []
+        histories: list[np.ndarray] = []
+        order = np.argsort(np.hypot(tracks["x"] - ego.x, tracks["y"] - ego.y), kind="stable")
+        for track_id in tracks["id"][order].tolist():
+            samples = self._samples.get(int(track_id))
+            if not samples:
+                continue
+            table = np.asarray(samples, dtype=np.float64)
+            hist, length = resample_history(
+                table[:, 0], table[:, 1:], num_steps=self.bounds.T, step_s=self.step_s
+            )
+            if length < min_steps:
+                continue
+            ids.append(int(track_id))
+            histories.append(hist)
+        if len(ids) > self.bounds.A:
+            self.dropped_agents += len(ids) - self.bounds.A
+            ids, histories = ids[: self.bounds.A], histories[: self.bounds.A]
+        longest = max((len(h) for h in histories), default=1)
+        batch, lengths = pack_histories(histories, longest)
+        return np.asarray(ids, dtype=np.uint32), batch, lengths

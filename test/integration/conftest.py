@@ -1,0 +1,75 @@
+"""Fixtures of the integration tests: weights, a shared artefact cache, node overrides, the scan."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from dynshape_perception.core.io.datasets import read_kitti_bin
+from dynshape_perception.errors import WeightsError
+from dynshape_perception.models import MODEL_NAMES, model_definition
+from dynshape_perception.models.registry import committed_weights, parameter_shapes
+from dynshape_perception.models.weights import init_weights, save_weights
+
+# Diagnostics often enough that a test sees a counter move within a fraction of a second.
+DIAGNOSTICS_PERIOD_S = 0.2
+INIT_SEED = 0
+
+
+@pytest.fixture(scope="session")
+def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The committed weights (""), or, until they are fitted, seeded initial weights in the
+    same checksummed manifest format, loaded by the nodes through ``weights_dir``."""
+    try:
+        for name in MODEL_NAMES:
+            committed_weights(name)
+        return ""
+    except WeightsError:
+        folder = tmp_path_factory.mktemp("weights")
+        for name in MODEL_NAMES:
+            shapes = parameter_shapes(model_definition(name))
+            entry = {"model": name, "fit": f"init_weights(seed={INIT_SEED}) for tests"}
+            save_weights(name, init_weights(shapes, INIT_SEED), entry, folder)
+        return str(folder)
+
+
+@pytest.fixture(scope="session")
+def node_overrides(
+    weights_dir: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bool | int | float | str]:
+    return {
+        "weights_dir": weights_dir,
+        "model_cache_dir": str(tmp_path_factory.mktemp("artefacts")),
+        "diagnostics_period_s": DIAGNOSTICS_PERIOD_S,
+    }
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child waits for the init process to reap it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if _running(p)]
+
+
+@pytest.fixture(scope="session")
+def wait_gone() -> Callable[[list[int], float], list[int]]:
+    """``wait_gone(pids, timeout_s)``: the pids still running (not zombies) after the wait."""
+    return _wait_gone
+
+
+@pytest.fixture(scope="session")
+def kitti_points(kitti_bin: Path) -> np.ndarray:
+    return read_kitti_bin(kitti_bin)

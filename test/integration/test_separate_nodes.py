@@ -1,0 +1,335 @@
+"""The three node executables as separate processes over real DDS: data, bad input, params, exit."""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from itertools import count
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from dynshape_perception.config import default_config
+from dynshape_perception.core.io.pointcloud2 import (
+    FLOAT64,
+    REASONS,
+    CloudData,
+    FieldSpec,
+    encode_cloud,
+    points_to_cloud,
+)
+from dynshape_perception.core.io.tables_reader import read_table
+from dynshape_perception.core.perception.pipeline import Pose2D
+from dynshape_perception.core.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.nodes import params as P
+from dynshape_perception.nodes.base import NO_ODOMETRY
+from dynshape_perception.nodes.messages import header, table_msg, time_msg
+from dynshape_perception.nodes.session import NodeSession, node_session
+
+EGO_SPEED_MPS = 1.0
+FRAME_S = 0.1
+TIMEOUT_S = 15.0
+COUNTER_TIMEOUT_S = 5.0
+MAX_HISTORY_STEPS = 64
+K = int(default_config().section("predictor")["K"])
+H = int(default_config().section("predictor")["H"])
+
+
+@pytest.fixture(scope="module")
+def session(
+    node_overrides: dict[str, bool | int | float | str],
+    tmp_path_factory: pytest.TempPathFactory,
+    kitti_points: np.ndarray,
+) -> Iterator[NodeSession]:
+    overrides = {**node_overrides, "bounds.max_history_steps": MAX_HISTORY_STEPS}
+    logs = tmp_path_factory.mktemp("separate_logs")
+    with node_session("separate", overrides=overrides, log_dir=logs) as running:
+        running.prime(kitti_points, 1_000_000_000, attempts=5, timeout_s=TIMEOUT_S)
+        yield running
+
+
+_stamps = count()
+
+
+def next_stamp() -> tuple[int, float]:
+    """Stamps after those of the priming frames, 0.1 s apart: (ns, seconds)."""
+    k = next(_stamps)
+    return 10_000_000_000 + k * 100_000_000, 10.0 + k * FRAME_S
+
+
+def ego(t_s: float) -> Pose2D:
+    return Pose2D(EGO_SPEED_MPS * t_s, 0.0, 0.0)
+
+
+def counter(session: NodeSession, node: str, key: str) -> int:
+    status = session.probe.status(node)
+    return int(status.values[key]) if status is not None else 0
+
+
+def wait_counter(session: NodeSession, node: str, key: str, at_least: int) -> int:
+    session.probe.spin_until(lambda: counter(session, node, key) >= at_least, COUNTER_TIMEOUT_S)
+    return counter(session, node, key)
+
+
+def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.ndarray) -> None:
+    timings = []
+    for _ in range(8):
+        ns, t_s = next_stamp()
+        timings.append(session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S))
+    assert all(v is not None for t in timings for v in t.after_publish_ms.values()), timings
+    got = session.probe.received
+    last = timings[-1].stamp_ns
+    obstacles, tracks = got["obstacles"][last], got["tracks"][last]
+    predictions, markers = got["predictions"][last], got["markers"][last]
+    # The documented layouts, read with the README's reader.
+    assert read_table(obstacles.msg).dtype.names == OBSTACLE_DTYPE.names
+    assert read_table(tracks.msg).dtype.names == TRACK_DTYPE.names
+    assert read_table(predictions.msg).dtype.names == PREDICTION_DTYPE.names
+    assert [(f.name, f.datatype) for f in tracks.msg.fields][-4:] == [
+        ("id", 6),
+        ("vx", 7),
+        ("vy", 7),
+        ("age", 6),
+    ]
+    assert obstacles.table is not None and tracks.table is not None
+    assert predictions.table is not None
+    # Frames: obstacles stay in the sensor frame; tracking runs in the odometry frame.
+    assert obstacles.frame_id == "lidar"
+    assert tracks.frame_id == predictions.frame_id == markers.frame_id == "odom"
+    assert obstacles.table.shape[0] > 0
+    assert tracks.table.shape[0] > 0 and np.unique(tracks.table["id"]).size == tracks.table.size
+    # The same scan every frame from an ego moving at 1 m/s: in the odometry frame every
+    # object moves with the ego.
+    np.testing.assert_allclose(np.median(tracks.table["vx"]), EGO_SPEED_MPS, atol=0.05)
+    np.testing.assert_allclose(np.median(tracks.table["vy"]), 0.0, atol=0.05)
+    pred = predictions.table
+    assert pred.shape[0] > 0
+    ids, per_agent = np.unique(pred["id"], return_counts=True)
+    assert set(ids) <= set(tracks.table["id"]) and (per_agent == K * H).all()
+    for agent in ids:
+        rows = pred[(pred["id"] == agent) & (pred["step"] == 0)]
+        assert sorted(rows["k"].tolist()) == list(range(K))
+        assert rows["prob"].sum() == pytest.approx(1.0, abs=1e-4)
+    boxes = [m for m in markers.msg.markers if m.ns == "track_boxes"]
+    paths = [m for m in markers.msg.markers if m.ns == "predicted_paths"]
+    assert markers.msg.markers[0].action == 3
+    assert len(boxes) == tracks.table.shape[0] and len(paths) == ids.size * K
+
+
+def _ground_cloud(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    points = np.empty((n, 4), np.float32)
+    points[:, 0] = rng.uniform(2.0, 50.0, n)
+    points[:, 1] = rng.uniform(-20.0, 20.0, n)
+    points[:, 2] = rng.normal(-1.7, 0.05, n)
+    points[:, 3] = rng.uniform(0.0, 1.0, n)
+    return points
+
+
+def _layouts(points: np.ndarray) -> dict[str, CloudData]:
+    driver = np.zeros(
+        points.shape[0],
+        dtype={
+            "names": ["x", "y", "z", "intensity", "ring"],
+            "formats": ["<f4", "<f4", "<f4", "<u2", "<u2"],
+            "offsets": [0, 4, 8, 16, 18],
+            "itemsize": 32,
+        },
+    )
+    for i, name in enumerate(("x", "y", "z")):
+        driver[name] = points[:, i]
+    holes = points.copy()
+    holes[::7, :3] = np.nan
+    return {
+        "big_endian": points_to_cloud(points, is_bigendian=True),
+        "organised": points_to_cloud(points, height=16),
+        "driver_layout": encode_cloud(driver, height=8, row_padding=16),
+        "non_dense_nan": points_to_cloud(holes, is_dense=False),
+    }
+
+
+@pytest.mark.parametrize("size", [1, 640, 8_000, 40_000, 100_000, 150_000])
+def test_generated_clouds_of_varying_sizes(session: NodeSession, size: int) -> None:
+    ns, t_s = next_stamp()
+    timing = session.frame(_ground_cloud(size, size), ns, ego(t_s), TIMEOUT_S)
+    assert timing.after_publish_ms["obstacles"] is not None, f"{size} points never came back"
+    assert timing.after_publish_ms["predictions"] is not None
+
+
+@pytest.mark.parametrize("layout", ["big_endian", "organised", "driver_layout", "non_dense_nan"])
+def test_cloud_layouts(session: NodeSession, layout: str) -> None:
+    cloud = _layouts(_ground_cloud(4_096, 5))[layout]
+    before = counter(session, "pointcloud_node", "points_non_finite_removed")
+    ns, t_s = next_stamp()
+    timing = session.frame(cloud, ns, ego(t_s), TIMEOUT_S, wait_for=("obstacles",))
+    assert timing.after_publish_ms["obstacles"] is not None
+    if layout == "non_dense_nan":
+        removed = wait_counter(session, "pointcloud_node", "points_non_finite_removed", 1)
+        assert removed - before == len(range(0, 4_096, 7))
+
+
+def _bad_clouds(points: np.ndarray, bound: int) -> dict[str, CloudData]:
+    good = points_to_cloud(points)
+    wrong_type = tuple(
+        FieldSpec(f.name, f.offset, FLOAT64 if f.name == "x" else f.datatype) for f in good.fields
+    )
+    nan = points.copy()
+    nan[10, 1] = np.nan
+    return {
+        "bad_length": replace(good, data=good.data[:-5]),
+        "missing_fields": replace(good, fields=good.fields[1:]),
+        "unsupported_datatype": replace(good, fields=wrong_type[:1] + good.fields[1:]),
+        "non_finite": points_to_cloud(nan, is_dense=True),
+        "over_bound": points_to_cloud(_ground_cloud(bound + 1, 1)),
+        "empty": replace(good, width=0, row_step=0, data=b""),
+    }
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["bad_length", "missing_fields", "unsupported_datatype", "non_finite", "over_bound", "empty"],
+)
+def test_bad_cloud_is_dropped_and_the_next_one_processed(
+    session: NodeSession, kitti_points: np.ndarray, reason: str
+) -> None:
+    bad = _bad_clouds(kitti_points, P.all_specs()["bounds.max_points"].default)[reason]  # type: ignore[arg-type]
+    key = f"drops.{reason}"
+    before = counter(session, "pointcloud_node", key)
+    bad_ns, t_s = next_stamp()
+    session.probe.publish_cloud(bad, bad_ns)
+    ns, t_s = next_stamp()
+    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S, wait_for=("obstacles",))
+    assert timing.after_publish_ms["obstacles"] is not None, "the next valid cloud was lost"
+    assert bad_ns not in session.probe.received["obstacles"]
+    assert wait_counter(session, "pointcloud_node", key, before + 1) == before + 1
+    assert all(p.alive() for p in session.processes)
+    assert re.search(rf"dropped input \({reason}, \d+ so far\)", session.processes[0].log())
+
+
+def test_warnings_are_throttled(session: NodeSession, kitti_points: np.ndarray) -> None:
+    bad = _bad_clouds(kitti_points, 1)["bad_length"]
+    log = session.processes[0]
+    lines_before = log.log().count("dropped input (bad_length")
+    before = counter(session, "pointcloud_node", "drops.bad_length")
+    for _ in range(4):
+        session.probe.publish_cloud(bad, next_stamp()[0])
+    assert wait_counter(session, "pointcloud_node", "drops.bad_length", before + 4) == before + 4
+    assert log.log().count("dropped input (bad_length") - lines_before <= 1
+
+
+def test_bad_table_stale_stamp_and_odometry_going_back(
+    session: NodeSession, kitti_points: np.ndarray
+) -> None:
+    probe = session.probe
+    layout_before = counter(session, "tracker_node", "drops.table_layout")
+    stale_before = counter(session, "tracker_node", "drops.stale_stamp")
+    odom_before = counter(session, "tracker_node", "drops.odom_time_backwards")
+    pred_odom_before = counter(session, "prediction_node", "drops.odom_time_backwards")
+    ns, t_s = next_stamp()
+    session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
+    # A points cloud where the tracker expects the obstacle table.
+    probe.obstacles_pub.publish(table_msg(np.zeros(2, TRACK_DTYPE), header(time_msg(ns), "lidar")))
+    # The same stamp again: the tracker must not step back.
+    probe.obstacles_pub.publish(
+        table_msg(np.zeros(1, OBSTACLE_DTYPE), header(time_msg(ns), "lidar"))
+    )
+    probe.publish_odometry(ns - 5_000_000_000, 0.0, 0.0, 0.0)
+    assert wait_counter(session, "tracker_node", "drops.table_layout", layout_before + 1) == (
+        layout_before + 1
+    )
+    assert wait_counter(session, "tracker_node", "drops.stale_stamp", stale_before + 1) == (
+        stale_before + 1
+    )
+    assert wait_counter(session, "tracker_node", "drops.odom_time_backwards", odom_before + 1) == (
+        odom_before + 1
+    )
+    assert (
+        wait_counter(session, "prediction_node", "drops.odom_time_backwards", pred_odom_before + 1)
+        == pred_odom_before + 1
+    )
+    ns, t_s = next_stamp()
+    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
+    assert timing.after_publish_ms["predictions"] is not None
+    assert all(p.alive() for p in session.processes)
+
+
+def test_declared_parameters_are_the_yaml_keys(session: NodeSession) -> None:
+    for node in ("pointcloud_node", "tracker_node", "prediction_node"):
+        names = set(session.probe.remote_parameter_names(node, TIMEOUT_S))
+        assert names - P.BUILTIN_PARAMETERS == set(P.node_specs(node)), node
+
+
+def test_tunable_parameters_change_live_and_bad_values_are_refused(
+    session: NodeSession, kitti_points: np.ndarray
+) -> None:
+    probe = session.probe
+    results = probe.set_remote_parameters(
+        "pointcloud_node", {"segmentation.min_points": 1_000_000}, TIMEOUT_S
+    )
+    assert results[0].successful
+    ns, t_s = next_stamp()
+    assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts["obstacles"] == 0
+    default = P.all_specs()["segmentation.min_points"].default
+    assert probe.set_remote_parameters(
+        "pointcloud_node", {"segmentation.min_points": default}, TIMEOUT_S
+    )[0].successful
+    ns, t_s = next_stamp()
+    assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts["obstacles"] > 0
+
+    refused = {
+        ("pointcloud_node", "target_profile", "aarch64"): "read-only",
+        ("pointcloud_node", "segmentation.score_threshold", 1.5): "out of range",
+        ("tracker_node", "tracking.gate_distance_m", float("nan")): "out of range",
+        ("prediction_node", "prediction.min_history_steps", MAX_HISTORY_STEPS + 1): "ever be",
+        ("tracker_node", "jit.mode", "off"): "read-only",
+    }
+    for (node, name, value), reason in refused.items():
+        result = probe.set_remote_parameters(node, {name: value}, TIMEOUT_S)[0]
+        assert not result.successful and reason in result.reason, (name, result.reason)
+    for node, name, value in (
+        ("tracker_node", "tracking.gate_distance_m", 3.0),
+        ("tracker_node", "jit.hotness_threshold", 4),
+        ("prediction_node", "jit.max_entries", 16),
+        ("prediction_node", "markers.box_alpha", 0.8),
+    ):
+        assert probe.set_remote_parameters(node, {name: value}, TIMEOUT_S)[0].successful, name
+
+
+def test_diagnostics(session: NodeSession) -> None:
+    session.probe.spin_for(0.5)
+    for node in ("pointcloud_node", "tracker_node", "prediction_node"):
+        status = session.probe.status(node)
+        assert status is not None, node
+        values = status.values
+        for reason in REASONS:
+            assert f"drops.{reason}" in values
+        for key in ("calls", "hits", "hit_rate", "compiles_ok", "compiles_failed", "evictions"):
+            assert f"jit.{key}" in values
+        assert int(values["frames_out"]) > 0 and float(values["latency_ms.total.mean"]) > 0.0
+    tracker = session.probe.status("tracker_node")
+    assert tracker is not None and tracker.values["odometry"] == "ok (frame odom)"
+    assert tracker.values["odometry"] != NO_ODOMETRY
+
+
+def test_sigint_and_sigterm_exit_0_and_stop_compile_workers(
+    session: NodeSession, wait_gone: Callable[[list[int], float], list[int]]
+) -> None:
+    children = {
+        p.name: [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+        for p in session.processes
+    }
+    signals = {
+        "pointcloud_node": signal.SIGINT,
+        "tracker_node": signal.SIGTERM,
+        "prediction_node": signal.SIGTERM,
+    }
+    codes = {p.name: p.stop(signals[p.name]) for p in session.processes}
+    assert codes == dict.fromkeys(signals, 0), [
+        Path(p.log_path).read_text()[-800:] for p in session.processes
+    ]
+    for pids in children.values():
+        assert wait_gone(pids, COUNTER_TIMEOUT_S) == []
