@@ -61,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

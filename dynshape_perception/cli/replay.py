@@ -1,0 +1,359 @@
+"""``dynshape-perception replay``: a rosbag2 bag through the pipeline, in process or over DDS."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dynshape_perception.core.io import bags
+from dynshape_perception.core.io.bags import STORAGES
+from dynshape_perception.core.replay import golden
+from dynshape_perception.core.replay.metrics import FrameRecord, RunMetrics
+from dynshape_perception.core.replay.params import (
+    Value,
+    deadlines_from,
+    dump_params,
+    is_tier_parameter,
+    load_params_file,
+    tier_config,
+    tier_values,
+)
+from dynshape_perception.core.replay.rundir import RunRecorder
+from dynshape_perception.core.replay.topics import TopicPlan, parse_remaps, plan_topics
+from dynshape_perception.errors import ConfigError
+
+# The engine (TVM) loads only once a bag proves to have something to replay.
+if TYPE_CHECKING:
+    from dynshape_perception.core.replay.inprocess import ReplayResult
+    from dynshape_perception.core.replay.settings import ReplaySettings
+    from dynshape_perception.core.runtime.engine import Engine
+
+EXIT_GOLDEN_FAILED = 1
+DDS_STAGES = ("obstacles", "tracks", "predictions")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bag", type=Path, help="rosbag2 bag folder (mcap or sqlite3)")
+    parser.add_argument("--mode", choices=("inprocess", "dds"), default="inprocess")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="time scale (dds default 1.0; inprocess default: as fast as possible)",
+    )
+    parser.add_argument("--loop", action="store_true", help="replay again from the start")
+    parser.add_argument("--start-offset", type=float, default=0.0, help="skip the first S seconds")
+    parser.add_argument("--topics", nargs="+", default=None, help="replay only these topics")
+    parser.add_argument(
+        "--remap",
+        nargs="+",
+        default=[],
+        metavar="FROM:=TO",
+        help="rename topics, e.g. /velodyne_points:=points",
+    )
+    parser.add_argument("--config", type=Path, default=None, help="ROS params YAML")
+    parser.add_argument("--record", type=Path, default=None, help="run directory to write")
+    parser.add_argument("--storage", choices=sorted(STORAGES), default="mcap", help="record as")
+    parser.add_argument("--force", action="store_true", help="replace an existing run directory")
+    parser.add_argument("--check", type=Path, default=None, help="golden folder to compare with")
+    parser.add_argument("--write-golden", type=Path, default=None, help="store outputs as golden")
+    parser.add_argument("--max-frames", type=int, default=None, help="stop after N frames")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    engine = parser.add_argument_group("in-process engine")
+    engine.add_argument(
+        "--jit",
+        choices=("off", "frozen", "adaptive"),
+        default=None,
+        help="JIT mode (default off; frozen when the params say so); adaptive is not deterministic",
+    )
+    engine.add_argument("--jit-profile", type=Path, default=None, help="shape profile to freeze")
+    engine.add_argument(
+        "--record-profile", type=Path, default=None, help="write the run's shape profile"
+    )
+    engine.add_argument("--target", default=None, help="target profile (default x86_64)")
+    engine.add_argument("--cache-dir", type=Path, default=None, help="artefact cache folder")
+    engine.add_argument("--weights-dir", type=Path, default=None, help="weights and manifest")
+    dds = parser.add_argument_group("dds")
+    dds.add_argument("--clock-hz", type=float, default=100.0, help="/clock rate between messages")
+    dds.add_argument(
+        "--wait-for-subscribers",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for a subscriber of the points (else of every topic)",
+    )
+
+
+def settings_from_values(
+    values: Mapping[str, Value], jit_mode: str | None = None, target: str | None = None
+) -> ReplaySettings:
+    """Replay settings from ROS parameters named as the nodes declare them.
+
+    Tier deadlines come from the scheduler's tier parameters (``*.collision_deadline_ms``
+    ...); other unknown names are reported, not fatal, so a node's full parameter file
+    can be used as it is.
+    """
+    from dynshape_perception.core.replay.settings import ReplaySettings
+    from dynshape_perception.nodes import params as node_params
+
+    specs = node_params.all_specs()
+    known = {name: value for name, value in values.items() if name in specs}
+    for name, value in known.items():
+        specs[name].check(value)
+    ignored = tuple(sorted(n for n in values if n not in specs and not is_tier_parameter(n)))
+    jit = node_params.jit_config(known)
+    mode = jit_mode or ("frozen" if jit.mode == "frozen" else "off")
+    return ReplaySettings(
+        pipeline=node_params.pipeline_params(known),
+        jit=replace(jit, mode=mode),
+        bounds=node_params.bounds_from(known),
+        target=target or str(known.get("target_profile", "x86_64")),
+        deadlines_ms=deadlines_from(values),
+        values=dict(values),
+        ignored=ignored,
+    )
+
+
+def build_engine(
+    settings: ReplaySettings, cache_dir: Path | None, weights_dir: Path | None
+) -> Engine:
+    from dynshape_perception.core.runtime.engine import Engine
+
+    return Engine(settings.target, settings.jit, cache_dir=cache_dir, weights_dir=weights_dir)
+
+
+def _values(args: argparse.Namespace) -> dict[str, Value]:
+    return load_params_file(args.config) if args.config else {}
+
+
+def _print_plan(bag: Path, lines: list[str]) -> None:
+    print(f"{bag}:")
+    print("\n".join(lines) if lines else "  (the bag has no topics)")
+
+
+def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    out = [
+        f"frames {summary['frames']} ({summary['dropped_frames']} dropped), simulated "
+        f"{summary['sim_s']:.2f} s in {summary['wall_s']:.2f} s wall "
+        f"(x{summary['realtime_factor'] or 0:.2f} real time)"
+    ]
+    for stage, stats in summary.get("latency_ms", {}).items():
+        out.append(
+            f"  {stage:<12} p50 {stats['p50']:9.2f} ms  p99 {stats['p99']:9.2f} ms  "
+            f"max {stats['max']:9.2f} ms"
+        )
+    misses = ", ".join(f"tier {t}: {n}" for t, n in summary["deadline_misses"].items())
+    drops = ", ".join(f"tier {t}: {n}" for t, n in summary["drops"].items())
+    out.append(f"deadline misses {misses}")
+    out.append(f"drops {drops}")
+    p = summary.get("prediction")
+    if p and p["matched"] + p["unpredicted"] == 0:
+        out.append("prediction: no true agent visible with a future to score against")
+    elif p:
+        out.append(
+            f"prediction: min-ADE {p['min_ade_m']} m over {p['matched']} matched, "
+            f"{p['unpredicted']} unpredicted (error with {p['penalty_m']} m penalty: "
+            f"{p['error_m']} m)"
+        )
+    out.append(
+        f"JIT hit rate {summary['hit_rate']:.2%}, {summary['compile_events']} compile events"
+    )
+    return out
+
+
+def _run_info(
+    args: argparse.Namespace, jit: str | None, target: str | None, ignored: tuple[str, ...]
+) -> dict[str, Any]:
+    return {
+        "package_version": _version(),
+        "bag": str(args.bag),
+        "mode": args.mode,
+        "jit": jit,
+        "deterministic": args.mode == "inprocess" and jit in ("off", "frozen"),
+        "target": target,
+        "rate": args.rate,
+        "loop": args.loop,
+        "start_offset_s": args.start_offset,
+        "topics": args.topics,
+        "remaps": args.remap,
+        "ignored_parameters": list(ignored),
+    }
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dynshape_perception")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _inspect(args: argparse.Namespace, remaps: dict[str, str]) -> TopicPlan:
+    with bags.BagReader(args.bag) as reader:
+        return plan_topics(reader.topics(), args.topics, remaps)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.rate is not None and args.rate < 0:
+        raise ConfigError("--rate must be >= 0")
+    remaps = parse_remaps(args.remap)
+    values = _values(args)
+    if args.mode == "dds":
+        return _run_dds(args, values, remaps)
+    plan = _inspect(args, remaps)
+    _print_plan(args.bag, plan.lines())
+    if plan.driver is None:
+        print("nothing to replay: no usable topic (needs points, or obstacles/detections)")
+        return 0
+    settings = settings_from_values(values, args.jit, args.target)
+    for name in settings.ignored:
+        print(f"note: parameter {name} is not used by replay", file=sys.stderr)
+    if settings.jit.mode == "frozen" and args.jit_profile is None:
+        profile = settings.values.get("jit.warm_up_profile")
+        if not profile:
+            raise ConfigError("--jit frozen needs --jit-profile (record one with --record-profile)")
+        args.jit_profile = Path(str(profile))
+    from dynshape_perception.core.replay.inprocess import InProcessReplay, ReplayOptions
+
+    with build_engine(settings, args.cache_dir, args.weights_dir) as engine:
+        if settings.jit.mode == "frozen":
+            queued = engine.warm_up(args.jit_profile, wait_s=settings.jit.compile_timeout_s)
+            print(f"JIT frozen: {queued} specialisation(s) compiled from {args.jit_profile}")
+        elif settings.jit.mode == "adaptive":
+            print("note: adaptive JIT compiles while replaying; outputs may differ between runs")
+        options = ReplayOptions(
+            topics=tuple(args.topics) if args.topics else None,
+            remaps=remaps,
+            start_offset_s=args.start_offset,
+            rate=args.rate or 0.0,
+            loop=args.loop,
+            max_frames=args.max_frames,
+            progress=not args.no_progress,
+        )
+        replay = InProcessReplay(engine, settings)
+        info = _run_info(args, settings.jit.mode, settings.target, settings.ignored)
+        need_outputs = args.record or args.check or args.write_golden
+        with tempfile.TemporaryDirectory(prefix="dynshape-replay-") as scratch:
+            run_dir = args.record or Path(scratch) / "run"
+            result: ReplayResult
+            if need_outputs:
+                with RunRecorder(run_dir, args.storage, args.force) as recorder:
+                    result = replay.run(args.bag, options, recorder, info)
+                    recorder.finish(result.metrics.document(), _params_yaml(settings))
+            else:
+                result = replay.run(args.bag, options, None, info)
+            if args.record_profile is not None:
+                engine.record_profile(args.record_profile)
+                print(f"shape profile written to {args.record_profile}")
+            print("\n".join(_summary_lines(result.summary())))
+            if args.record:
+                print(f"run recorded in {args.record}")
+            return _golden_step(args, run_dir, 130 if result.interrupted and not args.loop else 0)
+
+
+def effective_values(settings: ReplaySettings) -> dict[str, Value]:
+    """Every node parameter with the value this run used: defaults, then the given ones."""
+    from dynshape_perception.nodes import params as node_params
+
+    values: dict[str, Value] = {n: s.default for n, s in node_params.all_specs().items()}
+    values.update(tier_values(tier_config(settings.values)))
+    values.update({n: v for n, v in settings.values.items() if not is_tier_parameter(n)})
+    values["jit.mode"] = settings.jit.mode
+    values["target_profile"] = settings.target
+    return values
+
+
+def _params_yaml(settings: ReplaySettings) -> str:
+    return dump_params(effective_values(settings), comment="the parameters of this replay run")
+
+
+def _golden_step(args: argparse.Namespace, run_dir: Path, code: int) -> int:
+    output = golden.output_bag_of(run_dir)
+    if args.write_golden:
+        golden.write_golden(output, args.write_golden)
+        print(f"golden expectations written to {args.write_golden}")
+    if args.check:
+        report = golden.check_golden(output, args.check)
+        print(report.text(args.check))
+        if not report.passed:
+            return EXIT_GOLDEN_FAILED
+    return code
+
+
+def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[str, str]) -> int:
+    from dynshape_perception.nodes import bag_player
+
+    if args.check or args.write_golden:
+        raise ConfigError("golden checks need the deterministic in-process mode")
+    options = bag_player.PlayOptions(
+        topics=tuple(args.topics) if args.topics else None,
+        remaps=remaps,
+        rate=args.rate or 1.0,
+        loop=args.loop,
+        start_offset_s=args.start_offset,
+        clock_hz=args.clock_hz,
+        wait_for_subscribers_s=args.wait_for_subscribers,
+        max_frames=args.max_frames,
+    )
+    plan = _inspect(args, remaps)
+    driver = plan.driver
+    driver_name = driver.name if driver is not None else None
+
+    def show(tracks: list[Any], skipped: list[Any]) -> None:
+        lines = [f"  publish {t.topic} ({t.msgtype}, {t.count}) on {t.name}" for t in tracks]
+        lines += [f"  skipped {s.topic} ({s.msgtype}): {s.reason}" for s in skipped]
+        _print_plan(args.bag, lines)
+        if not tracks:
+            print("nothing to publish: no topic of a type installed here")
+
+    if args.record is None:
+        result = bag_player.replay_dds(args.bag, options, driver_name, None, show)
+    else:
+        with RunRecorder(args.record, args.storage, args.force) as recorder:
+            result = bag_player.replay_dds(args.bag, options, driver_name, recorder.write_raw, show)
+            info = _run_info(args, None, None, ())
+            metrics = _dds_metrics(result, deadlines_from(values), info)
+            recorder.finish(
+                metrics.document(), dump_params(values, comment="parameters given to the replay")
+            )
+        print(f"run recorded in {args.record}")
+    total = sum(result.published.values())
+    print(f"published {total} messages in {result.wall_s:.2f} s (+ /clock)")
+    for topic, count in sorted(result.undecodable.items()):
+        print(f"  left out {count} message(s) of {topic} that do not decode as their type")
+    for topic, count in sorted(result.received.items()):
+        print(f"  received {count} on {topic}")
+    return 130 if result.interrupted and not args.loop else 0
+
+
+def _dds_metrics(
+    result: Any, deadlines_ms: dict[int, float | None], info: dict[str, Any]
+) -> RunMetrics:
+    """End-to-end latencies per output topic, by the input frame of the same stamp."""
+    metrics = RunMetrics(deadlines_ms, info, stages=DDS_STAGES)
+    metrics.topics = {
+        "used": [vars(t) for t in result.tracks],
+        "skipped": [vars(s) for s in result.skipped],
+    }
+    stamps = sorted(result.latency_s)
+    for index, stamp in enumerate(stamps):
+        latency = {
+            topic.strip("/"): seconds * 1e3 for topic, seconds in result.latency_s[stamp].items()
+        }
+        if latency:
+            latency["total"] = max(latency.values())
+        metrics.add_frame(
+            FrameRecord(
+                index=index,
+                stamp_ns=stamp,
+                t_s=round((stamp - stamps[0]) * 1e-9, 6),
+                wall_s=0.0,
+                latency_ms=latency,
+            )
+        )
+    return metrics

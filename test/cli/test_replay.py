@@ -1,0 +1,307 @@
+"""``dynshape-perception replay`` in process: determinism, run directories, bad and real bags."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dynshape_perception.cli import replay as replay_cli
+from dynshape_perception.cli.main import main
+from dynshape_perception.core.io import bags
+from dynshape_perception.core.replay import sources
+from dynshape_perception.core.replay.drive import DriveConfig
+from dynshape_perception.core.replay.params import load_params_file
+from dynshape_perception.core.replay.settings import ReplaySettings
+from dynshape_perception.core.runtime.engine import Engine
+from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.errors import DataError
+from dynshape_perception.models import MODEL_NAMES, model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights, save_weights
+
+REAL_BAGS = ("mcap_talker", "sqlite3_talker", "mcap_cdr_test", "sqlite3_cdr_test")
+DRIVE = DriveConfig(seed=2, frames=6, segment_frames=3, points_range=(5_000, 8_000))
+
+
+@pytest.fixture(scope="module")
+def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Deterministic initial weights, so that results do not follow refits of models/."""
+    directory = tmp_path_factory.mktemp("weights")
+    for name in MODEL_NAMES:
+        weights = init_weights(parameter_shapes(model_definition(name)), seed=0)
+        save_weights(name, weights, {"version": "test-init"}, directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def drive_bag(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bag = tmp_path_factory.mktemp("bags") / "drive"
+    sources.write_generated(bag, "mcap", DRIVE)
+    return bag
+
+
+@pytest.fixture(scope="module")
+def engine(weights_dir: Path, cache_root: Path) -> Iterator[Engine]:
+    with Engine(
+        "x86_64", JitConfig(mode="off"), cache_dir=cache_root, weights_dir=weights_dir
+    ) as e:
+        yield e
+
+
+@pytest.fixture
+def engine_args(
+    weights_dir: Path, cache_root: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """CLI arguments for the test weights; the engine is built once per module (seconds each)."""
+
+    def shared(settings: ReplaySettings, cache_dir: Path | None, weights: Path | None) -> Engine:
+        assert settings.jit.mode == "off" and (cache_dir, weights) == (cache_root, weights_dir)
+        return engine
+
+    monkeypatch.setattr(replay_cli, "build_engine", shared)
+    return ["--weights-dir", str(weights_dir), "--cache-dir", str(cache_root), "--no-progress"]
+
+
+def _files(bag: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(bag.iterdir())}
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_two_replays_record_identical_outputs(
+    tmp_path: Path,
+    drive_bag: Path,
+    weights_dir: Path,
+    cache_root: Path,
+    engine: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    storage: str,
+) -> None:
+    """The first run builds its own engine (mcap case); the second reuses a warm one."""
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        if run.name == "b" or storage == "sqlite3":
+            monkeypatch.setattr(replay_cli, "build_engine", lambda *_: engine)
+        code = main(
+            [
+                *("replay", str(drive_bag), "--record", str(run), "--storage", storage),
+                *("--weights-dir", str(weights_dir), "--cache-dir", str(cache_root)),
+            ]
+        )
+        assert code == 0
+    first, second = (_files(run / "output") for run in runs)
+    assert first == second
+    assert len(first) == 2 and sum(len(b) for b in first.values()) > 10_000
+    with bags.BagReader(runs[0] / "output") as reader:
+        counts = {t.name: t.count for t in reader.topics()}
+    assert counts == {"/obstacles": 6, "/predictions": 6, "/tracks": 6}
+    metrics = [json.loads((run / "metrics.json").read_text()) for run in runs]
+    assert [f["stamp_ns"] for f in metrics[0]["frames"]] == [
+        f["stamp_ns"] for f in metrics[1]["frames"]
+    ]
+
+
+def test_run_directory_holds_metrics_and_parameters(
+    tmp_path: Path, drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "params.yaml"
+    config.write_text(
+        "/**:\n  ros__parameters:\n    segmentation:\n      cell_size_m: 0.2\n"
+        "    tiers:\n      collision_deadline_ms: 50.0\n    markers:\n      box_alpha: 0.3\n"
+        "    my_driver_option: 3\n"
+    )
+    run = tmp_path / "run"
+    code = main(
+        ["replay", str(drive_bag), "--config", str(config), "--record", str(run), *engine_args]
+    )
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "parameter my_driver_option is not used by replay" in captured.err
+    assert "deadline misses tier 1:" in captured.out
+    doc = json.loads((run / "metrics.json").read_text())
+    assert doc["run"]["deterministic"] is True and doc["run"]["jit"] == "off"
+    assert doc["tiers"]["1"] == {"deadline_ms": 50.0, "stages": ["segment"]}
+    assert len(doc["frames"]) == 6
+    for frame in doc["frames"]:
+        assert set(frame["latency_ms"]) == {"segment", "cluster", "track", "predict", "total"}
+        assert set(frame["completion_ms"]) == {"1", "2", "3"}
+        assert frame["counts"]["points"] >= 5_000
+        assert frame["jit_calls"] > 0 and frame["hit_rate"] == 0.0
+        missed_1 = frame["completion_ms"]["1"] > 50.0
+        assert (1 in frame["missed"]) == missed_1
+    summary = doc["summary"]
+    assert summary["frames"] == 6 and set(summary["deadline_misses"]) == {"1", "2", "3", "4"}
+    assert summary["drops"] == {"1": 0, "2": 0, "3": 0, "4": 0}
+    assert "prediction" in summary and doc["compile_events"] == []
+    used = load_params_file(run / "params.yaml")
+    assert used["segmentation.cell_size_m"] == 0.2
+    assert used["tiers.collision_deadline_ms"] == 50.0
+    assert used["tiers.best_effort_deadline_ms"] == 5000.0
+    assert used["tracking.gate_distance_m"] == 2.0 and used["jit.mode"] == "off"
+    assert used["my_driver_option"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "run"]
+
+
+def test_golden_check_passes_then_fails_on_perturbed_output(
+    tmp_path: Path, drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    gold = tmp_path / "golden"
+    assert main(["replay", str(drive_bag), "--write-golden", str(gold), *engine_args]) == 0
+    assert (gold / "expected" / "metadata.yaml").is_file()
+    assert "position_m" in (gold / "tolerances.yaml").read_text()
+    capsys.readouterr()
+    assert main(["replay", str(drive_bag), "--check", str(gold), *engine_args]) == 0
+    assert "golden check passed: 6 frames" in capsys.readouterr().out
+    perturbed = tmp_path / "perturbed.yaml"
+    perturbed.write_text("/**:\n  ros__parameters:\n    segmentation:\n      cell_size_m: 0.3\n")
+    code = main(
+        ["replay", str(drive_bag), "--config", str(perturbed), "--check", str(gold), *engine_args]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "golden check FAILED" in out and "frames differ" in out
+    assert "/obstacles:" in out and "expected" in out and "stamp" in out
+
+
+def test_truncated_bag_exits_2_naming_the_file_without_traceback(
+    tmp_path: Path, drive_bag: Path, weights_dir: Path, cache_root: Path
+) -> None:
+    bag = tmp_path / "broken"
+    shutil.copytree(drive_bag, bag)
+    data = bag / "drive.mcap"
+    data.write_bytes(data.read_bytes()[:-5000])
+    run = tmp_path / "out" / "run"
+    env = {**os.environ, "DYNSHAPE_CACHE_DIR": str(cache_root)}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "dynshape_perception.cli.main", "replay", str(bag)),
+            *("--record", str(run), "--weights-dir", str(weights_dir)),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert f"error: cannot open bag {bag}: it is corrupt or truncated" in proc.stderr
+    assert not run.exists() and not (tmp_path / "out").exists()
+
+
+def test_corruption_found_mid_replay_leaves_nothing(
+    tmp_path: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag = tmp_path / "sq"
+    sources.write_generated(bag, "sqlite3", DRIVE)
+    db = bag / "sq.db3"
+    raw = bytearray(db.read_bytes())
+    page = 4096
+    broken = False
+    # Damage pages from the back until one breaks reading after some messages were read.
+    for start in range(len(raw) - 4 * page, 2 * page, -page):
+        trial = bytearray(raw)
+        trial[start : start + page] = bytes((i * 7 + 13) % 256 for i in range(page))
+        db.write_bytes(bytes(trial))
+        read = 0
+        try:
+            with bags.BagReader(bag) as reader:
+                for _ in reader.messages():
+                    read += 1
+        except DataError:
+            if read > 3:
+                broken = True
+                break
+    assert broken, "no page damage that fails mid-read was found"
+    run = tmp_path / "runs" / "run"
+    run.parent.mkdir()
+    code = main(["replay", str(bag), "--record", str(run), *engine_args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"bag {bag} is corrupt or truncated" in err
+    assert list(run.parent.iterdir()) == []
+
+
+def test_bag_without_usable_topics_exits_0(
+    drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(drive_bag), "--topics", "/odom", *engine_args]) == 0
+    out = capsys.readouterr().out
+    assert "skipped /points (sensor_msgs/msg/PointCloud2): not among --topics" in out
+    assert "nothing to replay: no usable topic" in out
+
+
+@pytest.mark.parametrize("name", REAL_BAGS)
+def test_real_recordings_are_opened_and_reported(
+    shared_data: Path, name: str, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag = shared_data / "rosbag2" / name
+    assert main(["replay", str(bag), *engine_args]) == 0
+    out = capsys.readouterr().out
+    with bags.BagReader(bag) as reader:
+        topics = reader.topics()
+        # The talker bags' metadata.yaml disagrees with their storage on QoS; still read.
+        read = sum(1 for _ in reader.messages())
+    assert topics and read == sum(t.count for t in topics) > 0
+    for topic in topics:
+        assert f"skipped {topic.name} ({topic.msgtype}): " in out
+    assert "nothing to replay" in out
+    # Forced onto an input, an unsuitable type is still refused by name.
+    assert main(["replay", str(bag), "--remap", f"{topics[0].name}:=points", *engine_args]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {topics[0].name} ({topics[0].msgtype}): points takes" in out
+
+
+def test_detection_stream_loop_offset_and_remap(
+    tmp_path: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag = tmp_path / "crowd"
+    sources.write_crowd(bag, "mcap", seed=1, frames=10, agents=6, vision_msgs=True)
+    run = tmp_path / "run"
+    args = ["replay", str(bag), "--topics", "/detections", "/ground_truth"]
+    assert main([*args, "--loop", "--max-frames", "25", "--record", str(run), *engine_args]) == 0
+    doc = json.loads((run / "metrics.json").read_text())
+    stamps = [f["stamp_ns"] for f in doc["frames"]]
+    assert len(stamps) == 25 and stamps == sorted(stamps) and len(set(stamps)) == 25
+    used = {u["role"]: u["msgtype"] for u in doc["topics"]["used"]}
+    assert used == {"obstacles": bags.DETECTION3D_ARRAY, "ground_truth": bags.POINTCLOUD2}
+    assert "segment" not in doc["frames"][0]["latency_ms"]
+    assert doc["summary"]["prediction"]["matched"] + doc["summary"]["prediction"]["unpredicted"] > 0
+    capsys.readouterr()
+    assert main(["replay", str(bag), "--start-offset", "2.0", *engine_args]) == 0
+    assert "frames 5 (0 dropped)" in capsys.readouterr().out
+    paced = tmp_path / "paced"
+    assert main(["replay", str(bag), "--rate", "10", "--record", str(paced), *engine_args]) == 0
+    summary = json.loads((paced / "metrics.json").read_text())["summary"]
+    assert summary["sim_s"] == pytest.approx(3.6)
+    assert summary["wall_s"] >= 0.36 and summary["realtime_factor"] <= 10.0
+    renamed = tmp_path / "renamed"
+    with bags.BagReader(bag) as reader, bags.BagWriter(renamed) as writer:
+        for message in reader.messages(["/obstacles"]):
+            writer.add_topic("/tracker/input", message.msgtype)
+            writer.write_raw("/tracker/input", message.log_ns, message.raw)
+    assert main(["replay", str(renamed), "--remap", "/tracker/input:=obstacles", *engine_args]) == 0
+    out = capsys.readouterr().out
+    assert "using   /tracker/input (sensor_msgs/msg/PointCloud2, 10 messages) as obstacles" in out
+    assert "frames 10 (0 dropped)" in out
+
+
+def test_real_kitti_and_eth_bags_replay(
+    tmp_path: Path, kitti_bin: Path, eth_file: Path, engine_args: list[str]
+) -> None:
+    sources.write_kitti(tmp_path / "kitti", "sqlite3", kitti_bin, frames=2)
+    sources.write_eth_ucy(tmp_path / "eth", "mcap", eth_file, frames=20)
+    for name in ("kitti", "eth"):
+        run = tmp_path / f"run_{name}"
+        assert main(["replay", str(tmp_path / name), "--record", str(run), *engine_args]) == 0
+        doc = json.loads((run / "metrics.json").read_text())
+        assert doc["summary"]["processed"] == doc["summary"]["frames"] > 0
+    kitti = json.loads((tmp_path / "run_kitti" / "metrics.json").read_text())
+    assert kitti["frames"][0]["counts"]["points"] == 17_238
+    eth = json.loads((tmp_path / "run_eth" / "metrics.json").read_text())
+    assert eth["summary"]["prediction"]["matched"] > 0

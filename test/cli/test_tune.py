@@ -1,0 +1,148 @@
+"""``dynshape-perception tune``: seeded TPE over a YAML space, shared studies, ROS params out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from dynshape_perception.cli import tune as tune_cli
+from dynshape_perception.cli.main import main
+from dynshape_perception.core.replay import sources
+from dynshape_perception.core.replay.params import load_params_file
+from dynshape_perception.core.replay.tuning import load_space
+from dynshape_perception.core.runtime.engine import Engine
+from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.models import MODEL_NAMES, model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+
+# Starts from a gate narrower than a pedestrian's step at 2.5 Hz: tracks break every frame,
+# so nothing is predicted and every agent costs the penalty. Tuning must find wider gates.
+SPACE = """
+study: test-study
+objective:
+  deadline_misses: 1.0
+  latency_ms: 0.001
+  prediction_error_m: 1.0
+  unpredicted_penalty_m: 10.0
+sampler: {startup_trials: 3}
+fixed:
+  tiers.comfort_deadline_ms: 1000.0
+start:
+  tracking.gate_distance_m: 0.3
+parameters:
+  tracking.gate_distance_m: {low: 0.2, high: 4.0}
+  tracking.min_hits_to_confirm: {low: 1, high: 4}
+"""
+
+
+@pytest.fixture(scope="module")
+def engine(cache_root: Path) -> Iterator[Engine]:
+    weights = {n: init_weights(parameter_shapes(model_definition(n)), seed=0) for n in MODEL_NAMES}
+    with Engine("x86_64", JitConfig(mode="off"), cache_dir=cache_root, weights=weights) as e:
+        yield e
+
+
+@pytest.fixture
+def setup(tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A crowd bag and the space; tune reuses one engine instead of building one per call."""
+    monkeypatch.setattr(tune_cli, "build_engine", lambda *_: engine)
+    bag = tmp_path / "crowd"
+    sources.write_crowd(bag, "mcap", seed=3, frames=16, agents=10)
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    return bag, space
+
+
+def test_seeded_tuning_improves_and_two_workers_share_a_study(
+    tmp_path: Path, setup: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag, space = setup
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    out = tmp_path / "best.param.yaml"
+    args = ["tune", "--space", str(space), "--bags", str(bag), "--seed", "1", "--out", str(out)]
+    assert main([*args, "--trials", "4", "--storage", storage]) == 0
+    first_worker = capsys.readouterr().out
+    assert "trial   0:" in first_worker and "'tracking.gate_distance_m': 0.3" in first_worker
+    assert main([*args, "--trials", "3", "--storage", storage]) == 0
+    assert "7 trials in study 'test-study'" in capsys.readouterr().out
+
+    study = optuna.load_study(study_name="test-study", storage=storage)
+    values = [t.value for t in study.trials]
+    assert len(values) == 7 and all(v is not None for v in values)
+    start = study.trials[0]
+    assert start.params == {"tracking.gate_distance_m": 0.3, "tracking.min_hits_to_confirm": 3}
+    assert values[0] is not None and study.best_value < 0.8 * values[0], "tuning improved"
+    attrs = start.user_attrs
+    assert values[0] == pytest.approx(
+        attrs["miss_rate"] + 0.001 * attrs["latency_p95_ms"] + attrs["prediction_error_m"]
+    )
+    second = [t.params for t in study.trials[4:]]
+    assert all(p not in [t.params for t in study.trials[:4]] for p in second)
+
+    best = load_params_file(out)
+    assert set(best) == {
+        "tiers.comfort_deadline_ms",
+        "tracking.gate_distance_m",
+        "tracking.min_hits_to_confirm",
+    }
+    assert best["tracking.gate_distance_m"] == study.best_params["tracking.gate_distance_m"]
+    assert isinstance(best["tracking.min_hits_to_confirm"], int)
+    assert out.read_text().startswith("# Tuned by dynshape-perception tune")
+    assert "/**:\n  ros__parameters:\n" in out.read_text()
+
+    # The same seed replays the same search in a fresh study.
+    again = tmp_path / "again.param.yaml"
+    rerun = ["tune", "--space", str(space), "--bags", str(bag), "--seed", "1", "--out", str(again)]
+    assert main([*rerun, "--trials", "4"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("trial")]
+    params = [ln.split(") ", 1)[1] for ln in lines]
+    assert params == [str(t.params) for t in study.trials[:4]]
+
+
+def test_parameters_replay_cannot_use_are_refused(
+    tmp_path: Path, setup: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag, _ = setup
+    space = tmp_path / "markers.yaml"
+    space.write_text("parameters:\n  markers.box_alpha: {low: 0.1, high: 0.9}\n")
+    out = tmp_path / "never.yaml"
+    code = main(["tune", "--space", str(space), "--bags", str(bag), "--out", str(out)])
+    assert code == 2
+    assert "does not use ['markers.box_alpha']" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("parameters: {a.b: {low: 2, high: 1}}", "low < high"),
+        ("parameters: {a.b: {low: 0, high: 1, log: true}}", "log range"),
+        ("parameters: {jit.hotness_threshold: {low: 1, high: 9}}", "JIT off"),
+        ("parameters: {a.b: {low: 0.1, high: 1.0}}\nfixed: {a.b: 0.5}", "both fixed and tuned"),
+        ("parameters: {a.b: {low: 0.1, high: 1.0}}\nstart: {a.b: 2.0}", "outside their ranges"),
+        ("parameters: {a.b: {choices: []}}", "non-empty list"),
+        ("parameters: {}\nobjective: {speed: 1}", "objective takes"),
+        ("parameters: {}\nsurprise: 1", "unknown keys"),
+        ("fixed: {}", "needs a 'parameters' mapping"),
+    ],
+)
+def test_bad_spaces(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_space(path)
+
+
+def test_example_space_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "tune_space.example.yaml"
+    space = load_space(example)
+    assert {d.name for d in space.dimensions} >= {
+        "segmentation.cell_size_m",
+        "tracking.gate_distance_m",
+    }
+    assert space.weights.unpredicted_penalty_m == 2.0
