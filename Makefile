@@ -12,7 +12,7 @@ export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_profile.xml
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: demo test venv system-deps lint emu-aarch64 clean
+.PHONY: demo test venv system-deps lint emu-aarch64 bench-extras clean
 
 $(STAMP): requirements.txt setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ lint: venv
 
 test: venv system-deps lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
+
+# Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
+bench-extras: venv
+	$(BIN)/python -m pip install -q -r requirements-bench.txt
 
 # Emulated aarch64 Python with the aarch64 TVM wheels, for `verify --target aarch64` (idempotent;
 # .emu/aarch64, downloads cached in .emu/cache).

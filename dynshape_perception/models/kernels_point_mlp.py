@@ -1,7 +1,8 @@
-"""The segmenter's point MLP, score head and max-pool fused into one tiled CPU kernel (TVMScript)."""
+"""The segmenter's point MLP, score head and max-pool fused in one tiled CPU kernel (TVMScript)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,10 +10,17 @@ from tvm.script import tirx as T
 
 from dynshape_perception.models.tir_kernels import FEATURES, GROUND_WIDTH, POINT_WIDTH
 
-TEMPLATE = "point_mlp"
+# The CPU schedule pass rebuilds the kernel through this factory with the target's blocking.
+TEMPLATE = f"{__name__}:instantiate"
 # Running maxima live in one [CHUNKS, h3] row per parallel chunk of tiles; a serial pass then
 # folds them. A fixed count keeps that buffer static and leaves enough chunks to balance threads.
 CHUNKS = 64
+# Register accumulators must stay below TVM's stack-allocation limit (1 KiB): larger local
+# buffers become workspace allocations, which LLVM cannot promote to registers.
+MAX_STACK_BYTES = 1020
+FLOAT_BYTES = 4
+# Points per tile: f1 and f2 of one tile (about 27 KiB at 64/128 channels) stay in L1.
+TILE_POINTS = 32
 
 
 @dataclass(frozen=True)
@@ -20,14 +28,29 @@ class MicroTile:
     """Register block of the fused kernel: ``rows`` points x ``cols`` channels of accumulators,
     ``lanes`` floats per vector register, ``blocks`` row blocks per tile of points."""
 
-    rows: int = 4
-    cols: int = 64
+    rows: int = 7
+    cols: int = 32
     lanes: int = 16
-    blocks: int = 8
+    blocks: int = 5
 
     @property
     def tile(self) -> int:
         return self.rows * self.blocks
+
+    @classmethod
+    def for_registers(cls, rows: int, cols: int, lanes: int) -> MicroTile:
+        return cls(rows, cols, lanes, max(1, round(TILE_POINTS / rows)))
+
+
+def instantiate(params: Mapping[str, Any], ctx: Any) -> Any:
+    """The kernel for a CPU schedule context (``register_rows/cols``, ``vector_lanes``)."""
+    hidden = tuple(int(h) for h in params["hidden"])
+    return point_mlp_kernel(
+        (hidden[0], hidden[1], hidden[2]),
+        float(params["range_scale"]),
+        float(params["height_scale"]),
+        MicroTile.for_registers(ctx.register_rows, ctx.register_cols, ctx.vector_lanes),
+    )
 
 
 def col_block(width: int, cols: int, lanes: int) -> int:
@@ -53,9 +76,10 @@ def point_mlp_kernel(
     mt = micro or MicroTile()
     h1, h2, h3 = hidden
     rows, tile, lanes = mt.rows, mt.tile, mt.lanes
-    c1 = col_block(h1, mt.cols, lanes)
-    c2 = col_block(h2, mt.cols, lanes)
-    c3 = col_block(h3, mt.cols, lanes)
+    cols = max(1, min(mt.cols, MAX_STACK_BYTES // (FLOAT_BYTES * rows)))
+    c1 = col_block(h1, cols, lanes)
+    c2 = col_block(h2, cols, lanes)
+    c3 = col_block(h3, cols, lanes)
     s_lanes = col_block(h2, lanes, lanes)
     inv_range = 1.0 / range_scale
     inv_height = 1.0 / height_scale
@@ -95,26 +119,28 @@ def point_mlp_kernel(
         ntiles = (n + tile - 1) // tile
         nchunks = T.min(ntiles, T.int64(CHUNKS))
         for ch in T.parallel(nchunks):
-            feat = T.decl_buffer((tile, FEATURES), "float32", scope="local")
-            f1 = T.decl_buffer((tile, h1), "float32", scope="local")
-            f2 = T.decl_buffer((tile, h2), "float32", scope="local")
-            acc = T.decl_buffer((rows, mt.cols), "float32", scope="local")
-            part = T.decl_buffer((s_lanes,), "float32", scope="local")
+            raw = T.decl_buffer((tile, POINT_WIDTH), "float32")
+            feat = T.decl_buffer((tile, FEATURES), "float32")
+            f1 = T.decl_buffer((tile, h1), "float32")
+            f2 = T.decl_buffer((tile, h2), "float32")
+            part = T.decl_buffer((s_lanes,), "float32")
+            logit = T.decl_buffer((1,), "float32")
             for c in T.vectorized(h3):
                 partial[ch, c] = T.float32(0)
             for t in range(ch * ntiles // nchunks, (ch + 1) * ntiles // nchunks):
                 for r in range(tile):
-                    p = T.min(t * tile + r, n - 1)
-                    x = points[p, 0]
-                    y = points[p, 1]
-                    z = points[p, 2]
+                    for k in T.unroll(POINT_WIDTH):
+                        raw[r, k] = points[T.min(t * tile + r, n - 1), k]
                     feat[r, 0] = (
-                        ground[0] * x + ground[1] * y + ground[2] * z + ground[3]
-                    ) * T.float32(inv_height)
-                    feat[r, 1] = T.sqrt(x * x + y * y) * T.float32(inv_range)
-                    feat[r, 2] = z * T.float32(inv_height)
-                    feat[r, 3] = points[p, 3]
+                        ground[0] * raw[r, 0] + ground[1] * raw[r, 1] + ground[2] * raw[r, 2]
+                    ) * T.float32(inv_height) + ground[3] * T.float32(inv_height)
+                    feat[r, 1] = T.sqrt(raw[r, 0] * raw[r, 0] + raw[r, 1] * raw[r, 1]) * T.float32(
+                        inv_range
+                    )
+                    feat[r, 2] = raw[r, 2] * T.float32(inv_height)
+                    feat[r, 3] = raw[r, 3]
                 for r, cb in T.grid(tile, h1 // c1):
+                    acc = T.decl_buffer((1, c1), "float32")
                     for c in T.vectorized(c1):
                         acc[0, c] = b1[cb * c1 + c]
                     for k in T.unroll(FEATURES):
@@ -123,6 +149,7 @@ def point_mlp_kernel(
                     for c in T.vectorized(c1):
                         f1[r, cb * c1 + c] = T.max(acc[0, c], T.float32(0))
                 for rb, cb in T.grid(tile // rows, h2 // c2):
+                    acc = T.decl_buffer((rows, c2), "float32")
                     for r in T.unroll(rows):
                         for c in T.vectorized(c2):
                             acc[r, c] = b2[cb * c2 + c]
@@ -139,11 +166,12 @@ def point_mlp_kernel(
                     for kb in range(1, h2 // s_lanes):
                         for c in T.vectorized(s_lanes):
                             part[c] = part[c] + f2[r, kb * s_lanes + c] * ws[kb * s_lanes + c, 0]
-                    logit = bs[0]
+                    logit[0] = bs[0]
                     for c in range(s_lanes):
-                        logit = logit + part[c]
-                    scores[T.min(t * tile + r, n - 1)] = T.sigmoid(logit)
+                        logit[0] = logit[0] + part[c]
+                    scores[T.min(t * tile + r, n - 1)] = T.sigmoid(logit[0])
                 for rb, cb in T.grid(tile // rows, h3 // c3):
+                    acc = T.decl_buffer((rows, c3), "float32")
                     for r in T.unroll(rows):
                         for c in T.vectorized(c3):
                             acc[r, c] = b3[cb * c3 + c]

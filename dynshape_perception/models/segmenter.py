@@ -11,7 +11,7 @@ from tvm.relax.frontend.nn import op
 
 from dynshape_perception.config import Bounds
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.models import tir_kernels
+from dynshape_perception.models import kernels_point_mlp, tir_kernels
 from dynshape_perception.models.common import (
     Dense,
     FunctionSpec,
@@ -49,6 +49,8 @@ class Segmenter(nn.Module):
         self.score = Dense(h2, 1)
 
     def forward(self, points: nn.Tensor, ground: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        if not self.gpu:
+            return self._fused(points, ground)
         n = points.shape[0]
         feats = op.tensor_ir_op(
             tir_kernels.point_features_kernel(
@@ -67,6 +69,21 @@ class Segmenter(nn.Module):
             "max_pool_relu",
             args=[f3],
             out=nn.Tensor.placeholder([self.config.hidden[2]], "float32"),
+        )
+        return scores, pooled
+
+    def _fused(self, points: nn.Tensor, ground: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        """CPU: one kernel per tile of points, so no [P, hidden] tensor reaches memory."""
+        cfg = self.config
+        layers = (self.l1, self.l2, self.l3, self.score)
+        scores, pooled = op.tensor_ir_op(
+            kernels_point_mlp.point_mlp_kernel(cfg.hidden, cfg.range_scale_m, cfg.height_scale_m),
+            "point_mlp",
+            args=[points, ground, *(p for layer in layers for p in (layer.weight, layer.bias))],
+            out=[
+                nn.Tensor.placeholder([points.shape[0]], "float32"),
+                nn.Tensor.placeholder([cfg.hidden[2]], "float32"),
+            ],
         )
         return scores, pooled
 

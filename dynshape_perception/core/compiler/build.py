@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 _PIPELINE_SOURCES = (
     Path(__file__),
     Path(__file__).with_name("schedules") / "rules.py",
+    Path(__file__).with_name("schedules") / "context.py",
+    Path(__file__).with_name("schedules") / "templates.py",
     Path(__file__).with_name("tvm_adapter.py"),
 )
 

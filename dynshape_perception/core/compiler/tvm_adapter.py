@@ -563,3 +563,31 @@ def to_numpy_views(value: Any) -> list[np.ndarray]:
     for item in value:
         out.extend(to_numpy_views(item))
     return out
+
+
+def upper_bound(expr: Any, bounds: Mapping[str, int]) -> int | None:
+    """The largest value of an integer expression when each symbolic var named in ``bounds``
+    lies in [0, bound]: interval analysis on the dims; None where it stays unbounded."""
+    from tvm import sym
+
+    if isinstance(expr, int | tirx.IntImm):
+        return int(expr)
+    analyzer = sym.Analyzer()
+    for var in tirx.analysis.undefined_vars(expr):
+        if str(var.name) in bounds:
+            analyzer.update(var, sym.ConstIntBound(0, int(bounds[str(var.name)])))
+    value = int(analyzer.const_int_bound(expr).max_value)
+    return None if value >= _INT64_MAX else value
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def symbolic_var_bounds(mod: IRModule) -> dict[str, int]:
+    """Upper bounds of the symbolic dims that ``set_upper_bounds`` attached to the module."""
+    out: dict[str, int] = {}
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and func.attrs is not None:
+            for name, bound in (func.attrs.get("tir_var_upper_bound", None) or {}).items():
+                out[str(name)] = int(bound)
+    return out

@@ -33,6 +33,7 @@ class LoadedModel:
     def __init__(self, model: ModelDef, library: Path | Any, device: Any = None) -> None:
         self.model = model
         self.device = device if device is not None else tvmx.cpu_device()
+        self._on_cpu = device is None
         self.library_path = library if isinstance(library, Path) else None
         lib = tvmx.load_library(library) if isinstance(library, Path) else library
         self._vm = tvmx.make_vm(lib, self.device)
@@ -58,6 +59,11 @@ class LoadedModel:
 
     def run_unchecked(self, function: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run without validation: for callers (the dispatcher) that validated already."""
-        tensors = [tvmx.to_tensor(np.ascontiguousarray(a), self.device) for a in arrays]
+        if not self._on_cpu:
+            tensors = [tvmx.to_tensor(np.ascontiguousarray(a), self.device) for a in arrays]
+            with self._lock:
+                return tvmx.to_numpy(self._functions[function](*tensors))
+        # Zero-copy DLPack views in and out: a copy each way costs more than a small call.
+        views = [tvmx.to_tensor_view(a) for a in arrays]
         with self._lock:
-            return tvmx.to_numpy(self._functions[function](*tensors))
+            return tvmx.to_numpy_views(self._functions[function](*views))

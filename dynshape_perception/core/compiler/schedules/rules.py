@@ -1,56 +1,39 @@
-"""Dense, reduction and injective schedule rules for llvm targets (x86 AVX2/AVX-512, AArch64 NEON).
+"""Dense, matvec, row/column reduction and injective rules for llvm targets (AVX-512/AVX2/NEON).
 
 Every rule splits symbolic axes with a fixed inner factor and a predicated tail, so one schedule
 serves every count; the same rules apply unchanged to static shapes for specialisations.
+Hand-written template kernels are rebuilt for the target's register blocking instead.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from dynshape_perception.core.compiler import tvm_adapter as tvmx
+from dynshape_perception.core.compiler.schedules.context import (
+    CpuScheduleContext,
+    context_for_target,
+)
+from dynshape_perception.core.compiler.schedules.templates import template_rule
 
 log = logging.getLogger(__name__)
 
+# A static innermost axis up to this many vector registers wide is vectorised whole.
+MAX_VECTOR_REGS = 4
 
-@dataclass(frozen=True)
-class CpuScheduleContext:
-    """Per-target knobs: vector lanes for float32 and rows per parallel tile."""
-
-    vector_lanes: int
-    tile_rows: int = 16
-    parallel: bool = True
+__all__ = ["CpuScheduleContext", "ScheduleReport", "apply_cpu_rules", "context_for_target"]
 
 
 @dataclass
 class ScheduleReport:
     applied: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-
-
-def context_for_target(target: tvmx.Target) -> CpuScheduleContext:
-    """Lanes from the target's ISA: 16 on AVX-512, 8 on AVX2, 4 on NEON and anything else."""
-    mcpu = str(target.attrs.get("mcpu", ""))
-    mattr = [str(a) for a in target.attrs.get("mattr", [])]
-    triple = str(target.attrs.get("mtriple", ""))
-    if triple.startswith("aarch64") or any("neon" in a for a in mattr):
-        return CpuScheduleContext(vector_lanes=4)
-    avx512 = {
-        "znver4",
-        "znver5",
-        "skylake-avx512",
-        "icelake-server",
-        "sapphirerapids",
-        "cascadelake",
-    }
-    if mcpu in avx512 or any("avx512" in a for a in mattr):
-        return CpuScheduleContext(vector_lanes=16)
-    return CpuScheduleContext(vector_lanes=8)
 
 
 Rule = Callable[[tirx.PrimFunc, CpuScheduleContext], tirx.PrimFunc | None]
@@ -68,6 +51,11 @@ def _inner_factor(extent: int | None, lanes: int) -> int:
         if cand >= 1 and extent % cand == 0:
             return cand
     return 1
+
+
+def _work(sch: s_tir.Schedule, loops: list[s_tir.schedule.LoopRV]) -> int:
+    """Iterations of the static loops among ``loops`` (symbolic ones count once)."""
+    return math.prod(_extent(sch, loop) or 1 for loop in loops)
 
 
 def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
@@ -89,15 +77,18 @@ def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | 
     if len(loops) != 3 or kinds != "SSR":
         return None
     row, col, red = loops
+    col_ext = _extent(sch, col)
+    if col_ext is not None and col_ext < ctx.vector_lanes // 2:
+        return None  # a narrow output is a matvec
     ro, ri = sch.split(row, [None, ctx.tile_rows])
-    lanes = _inner_factor(_extent(sch, col), ctx.vector_lanes)
+    lanes = _inner_factor(col_ext, ctx.vector_lanes)
     co, ci = sch.split(col, [None, lanes])
     sch.reorder(ro, co, red, ri, ci)
     acc = sch.cache_write(mm, 0, "local")
     sch.reverse_compute_at(acc, co)
     for block in reversed([b.block_rv for b in infos[1:]]):
         sch.reverse_compute_inline(block)
-    if ctx.parallel:
+    if ctx.worth_parallel(sch.get(ro).extent, _work(sch, [co, red, ri, ci])):
         sch.parallel(ro)
     sch.vectorize(sch.get_loops(acc)[-1])
     if lanes > 1:
@@ -106,31 +97,108 @@ def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | 
     return sch.mod["main"]
 
 
-def column_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
-    """A reduction over the leading (symbolic) axis into a vector, like max-pool over points:
-    split the channel axis across threads and keep the reduction loop outside the lanes."""
+def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
+    """A matmul with a narrow output (a score head, ``[rows, k] @ [k, 1]``) and its epilogue:
+    vector lanes run across rows, so each k step is one gather and one FMA for ``lanes`` rows,
+    instead of a serial dependency chain per row."""
     sch = s_tir.Schedule(func)
-    blocks = sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []
-    if len(blocks) != 2:
+    infos = normalize_prim_func(sch)
+    if infos is None:
         return None
-    update = blocks[1]
-    loops = sch.get_loops(update)
+    reductions = [b for b in infos if b.is_reduction()]
+    if len(reductions) != 1 or infos[0] is not reductions[0]:
+        return None
+    if any(not b.is_injective() for b in infos[1:]):
+        return None
+    mm = reductions[0].block_rv
+    loops = sch.get_loops(mm)
+    kinds = reductions[0].dom_kind()
+    if kinds == "SSR":
+        row, col, red = loops
+        col_ext = _extent(sch, col)
+        if col_ext is None or col_ext >= ctx.vector_lanes // 2:
+            return None
+    elif kinds == "SR":
+        row, red = loops
+        col = None
+    else:
+        return None
+    lanes = ctx.vector_lanes
+    ro, ri = sch.split(row, [None, lanes * ctx.tile_rows])
+    rm, rv = sch.split(ri, [None, lanes])
+    order = [ro, rm, red, rv] if col is None else [ro, rm, col, red, rv]
+    sch.reorder(*order)
+    acc = sch.cache_write(mm, 0, "local")
+    sch.reverse_compute_at(acc, rm)
+    for block in reversed([b.block_rv for b in infos[1:]]):
+        sch.reverse_compute_inline(block)
+    if ctx.worth_parallel(sch.get(ro).extent, _work(sch, order[1:])):
+        sch.parallel(ro)
+    sch.vectorize(rv)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.decompose_reduction(mm, red)
+    return sch.mod["main"]
+
+
+def row_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
+    """Reductions along the last axis and their elementwise neighbours (softmax, norms): every
+    stage of one row runs under the row loop, so intermediates stay in cache; rows run in
+    parallel when a row carries enough work."""
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None or len(infos) < 2 or not any(b.is_reduction() for b in infos):
+        return None
+    for info in infos:
+        kinds = info.dom_kind()
+        if not kinds.startswith("S") or "R" in kinds[:1]:
+            return None
+    last = infos[-1]
+    if last.is_reduction():
+        return None
+    loops = sch.get_loops(last.block_rv)
     if len(loops) != 2:
         return None
-    red, chan = loops
+    row, col = loops
+    width = _extent(sch, col)
+    if width is None:
+        return None
+    for info in reversed(infos[:-1]):
+        sch.compute_at(info.block_rv, row, preserve_unit_loops=True)
+    if ctx.worth_parallel(sch.get(row).extent, width * len(infos)):
+        sch.parallel(row)
+    return sch.mod["main"]
+
+
+def column_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
+    """A reduction over the leading (symbolic) axis into a vector, like max-pool over points:
+    channel blocks across threads, the reduction loop outside the vector lanes."""
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None
+    # An update whose init was hoisted by hand (so it runs at P = 0) is no longer a reduction
+    # block that loops may be reordered around; such kernels keep their own schedule.
+    updates = [b for b in infos if b.is_reduction() and b.dom_kind() == "RS"]
+    if len(updates) != 1 or len(infos) != 1:
+        return None
+    update = updates[0].block_rv
+    red, chan = sch.get_loops(update)
     chan_ext = _extent(sch, chan)
     if chan_ext is None:
         return None
     lanes = _inner_factor(chan_ext, ctx.vector_lanes)
     co, ci = sch.split(chan, [None, lanes])
     sch.reorder(co, red, ci)
-    if ctx.parallel:
+    sch.decompose_reduction(update, red)
+    if ctx.worth_parallel(sch.get(red).extent, chan_ext):
         sch.parallel(co)
+    sch.vectorize(ci)
     return sch.mod["main"]
 
 
 def injective_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
-    """Elementwise and layout kernels: fuse all axes, parallel chunks, vectorised lanes."""
+    """Elementwise and layout kernels: a short static innermost axis in vector lanes; the outer
+    axes fused and split across threads only when that pays (fusing costs a div/mod per row)."""
     sch = s_tir.Schedule(func)
     infos = normalize_prim_func(sch)
     if infos is None or not infos or any(not b.is_injective() for b in infos):
@@ -144,23 +212,26 @@ def injective_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFun
     loops = sch.get_loops(last)
     if not loops:
         return None
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    outer, _ = sch.split(fused, [None, ctx.vector_lanes * ctx.tile_rows])
-    if ctx.parallel:
-        sch.parallel(outer)
+    inner = _extent(sch, loops[-1])
+    vector = (
+        len(loops) > 1 and inner is not None and 1 < inner <= MAX_VECTOR_REGS * ctx.vector_lanes
+    )
+    outer = loops[:-1] if vector else loops
+    if vector:
+        sch.vectorize(loops[-1])
+    per_row = inner if vector and inner is not None else 1
+    extent = math.prod(sch.get(loop).extent for loop in outer) if outer else 1
+    if outer and ctx.worth_parallel(extent, per_row):
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        chunk, _ = sch.split(fused, [None, max(1, ctx.tile_rows * ctx.vector_lanes // per_row)])
+        sch.parallel(chunk)
     return sch.mod["main"]
-
-
-def _has_root(sch: s_tir.Schedule) -> bool:
-    try:
-        sch.get_sblock("root")
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
     ("dense", dense_rule),
+    ("matvec", matvec_rule),
+    ("row_reduce", row_reduce_rule),
     ("column_reduce", column_reduce_rule),
     ("injective", injective_rule),
 )
@@ -169,9 +240,17 @@ RULES: tuple[tuple[str, Rule], ...] = (
 def apply_cpu_rules(
     mod: tvmx.IRModule, ctx: CpuScheduleContext
 ) -> tuple[tvmx.IRModule, ScheduleReport]:
-    """Schedule every unscheduled PrimFunc with the first rule that accepts it."""
+    """Rebuild template kernels for ``ctx``, then schedule every unscheduled PrimFunc with the
+    first rule that accepts it."""
     report = ScheduleReport()
+    bounds = tvmx.symbolic_var_bounds(mod)
+    ctx = replace(ctx, var_bounds=tuple(sorted({**dict(ctx.var_bounds), **bounds}.items())))
     for name, func in tvmx.prim_funcs(mod).items():
+        rebuilt = template_rule(func, ctx)
+        if rebuilt is not None:
+            tvmx.replace_prim_func(mod, name, rebuilt)
+            report.applied[name] = f"template[{ctx.isa}]"
+            continue
         if tvmx.is_scheduled(func):
             report.skipped[name] = "already scheduled"
             continue

@@ -1,0 +1,84 @@
+"""The predictor as TorchScript for ONNX export: a scripted loop keeps T dynamic in the graph."""
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dynshape_perception.models.predictor import PredictorConfig
+from dynshape_perception.models.tir_kernels import HEADING_EPS_M, TURN_EPS
+
+
+class PredictorGraph(torch.nn.Module):
+    """Same math as ``models.predictor.reference``; tracing would unroll the loop for one T."""
+
+    w_ih: Tensor
+    w_hh: Tensor
+    b_ih: Tensor
+    b_hh: Tensor
+    dec_weight: Tensor
+    dec_bias: Tensor
+    residual_weight: Tensor
+    residual_bias: Tensor
+    logits_weight: Tensor
+    logits_bias: Tensor
+
+    def __init__(self, config: PredictorConfig, weights: Mapping[str, np.ndarray]) -> None:
+        super().__init__()
+        for key, value in weights.items():
+            self.register_buffer(key.replace(".", "_"), torch.from_numpy(np.array(value)))
+        self.hd = int(config.hidden)
+        self.k = int(config.hypotheses)
+        self.horizon = int(config.horizon)
+        self.turn_eps = float(TURN_EPS)
+        self.heading_eps = float(HEADING_EPS_M)
+
+    def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
+        hd = self.hd
+        sp = torch.sqrt(d_new[:, 0] ** 2 + d_new[:, 1] ** 2)
+        sq = torch.sqrt(d_prev[:, 0] ** 2 + d_prev[:, 1] ** 2)
+        den = sp * sq + self.turn_eps
+        dot = (d_prev[:, 0] * d_new[:, 0] + d_prev[:, 1] * d_new[:, 1]) / den
+        crs = (d_prev[:, 0] * d_new[:, 1] - d_prev[:, 1] * d_new[:, 0]) / den
+        f = torch.stack([sp, sq, dot, crs], dim=1)
+        gi = f @ self.w_ih + self.b_ih
+        gh = h @ self.w_hh + self.b_hh
+        r = torch.sigmoid(gi[:, :hd] + gh[:, :hd])
+        z = torch.sigmoid(gi[:, hd : 2 * hd] + gh[:, hd : 2 * hd])
+        n = torch.tanh(gi[:, 2 * hd :] + r * gh[:, 2 * hd :])
+        return (1.0 - z) * n + z * h
+
+    def forward(self, history: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        a_n = history.shape[0]
+        s_n = history.shape[1]
+        h = torch.zeros(a_n, self.hd, dtype=history.dtype)
+        disp = torch.zeros(a_n, 2, dtype=history.dtype)
+        for t in range(s_n - 1):
+            live = (lengths > t + 1).unsqueeze(1)
+            d_new = history[:, t + 1] - history[:, t]
+            h = torch.where(live, self.cell(h, disp, d_new), h)
+            disp = torch.where(live, d_new, disp)
+        last = torch.clamp(lengths.long(), 1, s_n) - 1
+        pos = history[torch.arange(a_n), last]
+        z = torch.relu(h @ self.dec_weight + self.dec_bias)
+        res = (z @ self.residual_weight + self.residual_bias).reshape(a_n, self.k, self.horizon, 2)
+        speed = torch.sqrt(disp[:, 0] ** 2 + disp[:, 1] ** 2)
+        moving = speed > self.heading_eps
+        safe = torch.clamp(speed, min=self.heading_eps)
+        c = torch.where(moving, disp[:, 0] / safe, torch.ones_like(speed))[:, None, None]
+        s = torch.where(moving, disp[:, 1] / safe, torch.zeros_like(speed))[:, None, None]
+        steps = torch.arange(1, self.horizon + 1, dtype=history.dtype)[None, None, :]
+        u = speed[:, None, None] * steps + res[..., 0]
+        v = res[..., 1]
+        traj = torch.stack(
+            [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], dim=-1
+        )
+        logits = z @ self.logits_weight + self.logits_bias
+        return traj, torch.softmax(logits, dim=1)
+
+
+def scripted_predictor(
+    config: PredictorConfig, weights: Mapping[str, np.ndarray]
+) -> torch.jit.ScriptModule:
+    return torch.jit.script(PredictorGraph(config, weights))

@@ -1,0 +1,174 @@
+"""CPU schedule rules: every kernel scheduled for symbolic and static shapes, same numbers, NEON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dynshape_perception.config import default_bounds
+from dynshape_perception.core.compiler import tvm_adapter as tvmx
+from dynshape_perception.core.compiler.build import bound_module
+from dynshape_perception.core.compiler.cache import ArtefactCache
+from dynshape_perception.core.compiler.schedules import (
+    CpuScheduleContext,
+    apply_cpu_rules,
+    context_for_target,
+)
+from dynshape_perception.core.compiler.schedules.templates import load_factory
+from dynshape_perception.core.compiler.targets import load_profile
+from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.core.runtime.shapes import sample_inputs
+from dynshape_perception.errors import CompileError
+from dynshape_perception.models import MODEL_NAMES, model_definition, segmenter
+from dynshape_perception.models.common import ModelDef
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+
+RTOL, ATOL = 1e-4, 1e-5
+# Static specialisations with ragged tails: 37 points is one full tile plus a partial one.
+STATIC_DIMS = {
+    "segmenter": {"P": 37},
+    "associator": {"N": 3, "M": 5},
+    "predictor": {"A": 5, "T": 7},
+}
+NEON = CpuScheduleContext(vector_lanes=4, register_rows=6, register_cols=16, isa="neon")
+AVX2 = CpuScheduleContext(vector_lanes=8, register_rows=6, register_cols=16, isa="avx2")
+
+
+def weights_for(model: ModelDef) -> dict[str, np.ndarray]:
+    """Initial weights with non-zero biases, so a dropped bias shows."""
+    rng = np.random.default_rng(5)
+    weights = init_weights(parameter_shapes(model), seed=5)
+    return {k: v + rng.normal(0.0, 0.1, v.shape).astype(np.float32) for k, v in weights.items()}
+
+
+def scheduled(
+    model: ModelDef, weights: Mapping[str, np.ndarray], ctx: CpuScheduleContext, dims: Any = None
+) -> tuple[Any, dict[str, str], dict[str, str]]:
+    target = load_profile("x86_64").target()
+    mod, bounds = bound_module(model, weights, dims)
+    mod = tvmx.lower_to_tir(tvmx.set_upper_bounds(mod, bounds), target)
+    mod, report = apply_cpu_rules(mod, ctx)
+    return mod, report.applied, report.skipped
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["symbolic", "static"])
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_every_kernel_gets_a_rule_or_is_hand_scheduled(name: str, static: bool) -> None:
+    model = model_definition(name)
+    ctx = context_for_target(load_profile("x86_64").target())
+    dims = STATIC_DIMS[name] if static else None
+    _, applied, skipped = scheduled(model, weights_for(model), ctx, dims)
+    assert applied
+    assert set(skipped.values()) <= {"already scheduled"}, skipped
+
+
+def test_expected_rules_pick_the_models_kernels() -> None:
+    ctx = context_for_target(load_profile("x86_64").target())
+    chosen: dict[str, set[str]] = {}
+    for name in MODEL_NAMES:
+        model = model_definition(name)
+        _, applied, _ = scheduled(model, weights_for(model), ctx)
+        chosen[name] = set(applied.values())
+    assert chosen["segmenter"] == {f"template[{ctx.isa}]"}
+    assert {"dense", "matvec", "injective"} <= chosen["associator"]
+    assert {"dense", "matvec", "row_reduce"} <= chosen["predictor"]
+
+
+def test_segmenter_keeps_no_point_intermediate_in_memory() -> None:
+    model = model_definition("segmenter")
+    ctx = context_for_target(load_profile("x86_64").target())
+    mod, _, _ = scheduled(model, weights_for(model), ctx)
+    assert tvmx.planned_storage_bytes(mod) == {"forward": 0}
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_static_specialisation_matches_numpy(name: str, cache_root: Path) -> None:
+    model = model_definition(name)
+    weights = weights_for(model)
+    dims = STATIC_DIMS[name]
+    artefact = ArtefactCache(cache_root).get_or_build(
+        model, weights, load_profile("x86_64"), dims=dims
+    )
+    runner = LoadedModel(model, artefact.library_path)
+    inputs = sample_inputs(model, "forward", dims, seed=2)
+    got = runner("forward", *inputs)
+    for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{dims}")
+
+
+@pytest.mark.parametrize("ctx", [NEON, AVX2], ids=["neon-blocking", "avx2-blocking"])
+def test_other_targets_blocking_computes_the_same_on_this_host(ctx: CpuScheduleContext) -> None:
+    """The NEON and AVX2 register blockings, built for this host, give the reference numbers."""
+    model = model_definition("segmenter")
+    weights = weights_for(model)
+    mod, applied, _ = scheduled(model, weights, ctx)
+    assert applied == {"point_mlp": f"template[{ctx.isa}]"}
+    vm = tvmx.make_vm(tvmx.build(mod, load_profile("x86_64").target()), tvmx.cpu_device())
+    forward = tvmx.vm_function(vm, "forward")
+    for count in (0, 1, 5, 41, 1000):
+        inputs = sample_inputs(model, "forward", {"P": count}, seed=count)
+        got = tvmx.to_numpy(forward(*(tvmx.to_tensor(a) for a in inputs)))
+        for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"P={count}")
+
+
+def test_x86_build_runs_vector_fmas() -> None:
+    model = model_definition("segmenter")
+    target = load_profile("x86_64").target()
+    ctx = context_for_target(target)
+    mod, _, _ = scheduled(model, weights_for(model), ctx)
+    asm = tvmx.executable_source(tvmx.build(mod, target), "asm")
+    register = {"avx512": "zmm", "avx2": "ymm"}.get(ctx.isa, "xmm")
+    assert any("vfmadd" in line and register in line for line in asm.splitlines())
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_aarch64_neon_variant_compiles(name: str) -> None:
+    profile = load_profile("aarch64")
+    target = profile.target()
+    ctx = context_for_target(target)
+    assert (ctx.isa, ctx.vector_lanes) == ("neon", 4)
+    model = model_definition(name)
+    mod, bounds = bound_module(model, weights_for(model))
+    mod = tvmx.lower_to_tir(tvmx.set_upper_bounds(mod, bounds), target)
+    mod, report = apply_cpu_rules(mod, ctx)
+    assert set(report.skipped.values()) <= {"already scheduled"}
+    asm = tvmx.executable_source(tvmx.build(mod, target), "asm")
+    if name == "segmenter":
+        assert report.applied == {"point_mlp": "template[neon]"}
+        assert any("fmla" in line and ".4s" in line for line in asm.splitlines())
+
+
+def test_targets_choose_lanes_and_register_blocks() -> None:
+    v3 = context_for_target(load_profile("x86_64-v3").target())
+    assert (v3.isa, v3.vector_lanes) == ("avx2", 8)
+    zen = context_for_target(tvmx.make_target({"kind": "llvm", "mcpu": "znver5"}))
+    assert (zen.isa, zen.vector_lanes) == ("avx512", 16)
+    for ctx in (v3, zen, NEON):
+        assert ctx.register_rows * ctx.register_cols * 4 < 1024
+
+
+def test_templates_only_load_package_factories() -> None:
+    with pytest.raises(CompileError, match="not a dynshape_perception factory"):
+        load_factory("os:system")
+
+
+def test_fused_kernel_handles_widths_that_split_unevenly() -> None:
+    """Hidden widths that are not multiples of the vector lanes still compute the reference."""
+    config = segmenter.SegmenterConfig(hidden=(24, 40, 72))
+    model = segmenter.definition(default_bounds(), config)
+    weights = weights_for(model)
+    ctx = context_for_target(load_profile("x86_64").target())
+    mod, _, _ = scheduled(model, weights, ctx)
+    vm = tvmx.make_vm(tvmx.build(mod, load_profile("x86_64").target()), tvmx.cpu_device())
+    forward = tvmx.vm_function(vm, "forward")
+    for count in (1, 50):
+        inputs = sample_inputs(model, "forward", {"P": count}, seed=count)
+        got = tvmx.to_numpy(forward(*(tvmx.to_tensor(a) for a in inputs)))
+        for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"P={count}")
