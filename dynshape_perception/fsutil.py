@@ -11,6 +11,10 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, then rename over the target."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates 0600; published files get the usual umask-derived mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
