@@ -1,11 +1,14 @@
-"""What every perception node shares: parameters, engine, drops, odometry, diagnostics, main."""
+"""What every perception node shares: parameters, engines, executor, drops, diagnostics, main."""
 
 from __future__ import annotations
 
+import gc
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import rclpy
@@ -28,11 +31,19 @@ from dynshape_perception.core.io.pointcloud2 import REASONS, CloudError, cloud_t
 from dynshape_perception.core.perception.pipeline import ModelFn, Pipeline, Pose2D
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.metrics import LatencyStats
+from dynshape_perception.core.scheduling.executor import TieredExecutor, diagnostic_status
+from dynshape_perception.core.scheduling.tiers import TIERS
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError
 from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.drops import DropCounter
-from dynshape_perception.nodes.messages import MarkerStyle, diagnostic_array, odometry_pose
+from dynshape_perception.nodes.messages import (
+    NS_PER_S,
+    MarkerStyle,
+    diagnostic_array,
+    odometry_pose,
+)
 from dynshape_perception.nodes.odometry import PoseBuffer
+from dynshape_perception.nodes.tiered import executor_values, since
 
 OVER_BOUND = "over_bound"
 STALE_STAMP = "stale_stamp"
@@ -44,6 +55,11 @@ POINT_REASONS = (*REASONS, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
 ODOM_REASONS = (ODOM_BACKWARDS, ODOM_NON_FINITE)
 POINT_COUNTERS = {"points_non_finite_removed": 0, "frames_subsampled": 0}
 NO_ODOMETRY = "absent: static sensor assumed"
+# Tier-1 work runs on an engine of its own (see nodes/tiered.py).
+TIER1_MODELS = ("segmenter",)
+# diagnostic_status levels 0, 1, 2 as DiagnosticStatus levels.
+LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)
+T = TypeVar("T")
 
 
 def descriptor(spec: P.ParamSpec) -> ParameterDescriptor:
@@ -88,6 +104,10 @@ class PerceptionNode(Node):
         self.notes: dict[str, str] = {}
         self._warn_notes: set[str] = set()
         self._drops_seen = 0
+        # Counters and latencies are updated from the executor's lanes too.
+        self._stats_lock = threading.Lock()
+        self._closing = False
+        self._reported: dict[str, Any] | None = None
         self.input_qos = QoSProfile(
             history=HistoryPolicy.KEEP_LAST,
             depth=int(self.values["qos.input_depth"]),
@@ -100,7 +120,18 @@ class PerceptionNode(Node):
             reliability=ReliabilityPolicy.RELIABLE,
         )
         self.engine = self._build_engine(models)
+        self.fast_engine: Engine | None = None
+        self.deadline_executor: TieredExecutor | None = None
         try:
+            if P.uses_executor(kind):
+                self.fast_engine = self._build_engine(TIER1_MODELS)
+                self.deadline_executor = TieredExecutor(
+                    P.tier_config(self.values),
+                    P.executor_options(self.values),
+                    pools=[self.fast_engine.pool, self.engine.pool],
+                    wall_clock=self.ros_time_s,
+                )
+                self._say_lanes()
             self.bounds = P.bounds_from(self.values)
             self.add_on_set_parameters_callback(self._on_set)
             self.add_post_set_parameters_callback(self._after_set)
@@ -109,8 +140,12 @@ class PerceptionNode(Node):
             )
             self.create_timer(float(self.values["diagnostics_period_s"]), self.publish_diagnostics)
         except BaseException:
-            self.engine.close()
+            self._stop_workers()
             raise
+        # Setup made most of the objects the process will ever hold; a full collection
+        # over them holds the GIL for a long while, so later ones scan new objects only.
+        gc.collect()
+        gc.freeze()
 
     # -- parameters ---------------------------------------------------------------------
     def _declare(self) -> dict[str, P.Value]:
@@ -142,6 +177,8 @@ class PerceptionNode(Node):
         if changed:
             self.drops.throttle_s = float(self.values["warn_throttle_s"])
             self._apply_jit()
+            if self.deadline_executor is not None and any(n.startswith("tiers.") for n in changed):
+                self.deadline_executor.update_config(P.tier_config(self.values))
             self.apply_parameters(changed)
             self.get_logger().info(f"parameters changed: {sorted(changed)}")
 
@@ -150,11 +187,12 @@ class PerceptionNode(Node):
 
     def _apply_jit(self) -> None:
         config = P.jit_config(self.values)
-        self.engine.jit = config
-        for dispatcher in self.engine.dispatchers.values():
-            dispatcher.config = config
-            dispatcher.cache.max_entries = config.max_entries
-            dispatcher.cache.max_bytes = config.max_bytes
+        for engine in self.engines():
+            engine.jit = config
+            for dispatcher in engine.dispatchers.values():
+                dispatcher.config = config
+                dispatcher.cache.max_entries = config.max_entries
+                dispatcher.cache.max_bytes = config.max_bytes
 
     def marker_style(self) -> MarkerStyle:
         return MarkerStyle(
@@ -183,39 +221,103 @@ class PerceptionNode(Node):
             raise
         return engine
 
+    def engines(self) -> list[Engine]:
+        return [e for e in (self.engine, self.fast_engine) if e is not None]
+
+    def ros_time_s(self) -> float:
+        """The node's clock (simulated time under ``use_sim_time``), as sensor stamps are."""
+        return self.get_clock().now().nanoseconds / NS_PER_S
+
+    def _say_lanes(self) -> None:
+        assert self.deadline_executor is not None
+        options = self.deadline_executor.options
+        self.get_logger().info(
+            f"tiered executor: {options.reserved_workers} lane(s) reserved for tier 1, "
+            f"{options.shared_workers} shared; deadlines "
+            f"{[self.deadline_executor.config.deadline_ms(t) for t in TIERS]} ms"
+        )
+
+    def _stop_workers(self) -> None:
+        """The executor first (it drops what is queued), then the compile workers."""
+        self._closing = True
+        if self.deadline_executor is not None:
+            self.deadline_executor.close()
+        for engine in self.engines():
+            engine.close()
+
     def close(self) -> None:
-        """Stop the background compile workers, then leave the graph."""
-        self.engine.close()
+        """Stop the executor and the background compile workers, then leave the graph."""
+        self._stop_workers()
         self.destroy_node()
 
     # -- input handling -----------------------------------------------------------------
     @contextmanager
     def handling(self, what: str) -> Iterator[None]:
         """Count one input; turn any failure into a counted, throttled drop."""
-        self.counters["frames_in"] += 1
+        self.count("frames_in")
         try:
             yield
-        except CloudError as err:
-            self.drops.drop(err.reason, f"{what}: {err}")
-        except BoundError as err:
-            self.drops.drop(OVER_BOUND, f"{what}: {err}")
-        except DynshapeError as err:
-            self.drops.drop(PROCESSING_ERROR, f"{what}: {err}")
         except Exception as err:  # noqa: BLE001 - one bad message must never stop the node
-            self.drops.drop(INTERNAL_ERROR, f"{what}: {err!r}\n{traceback.format_exc(limit=-3)}")
+            self.count_failure(what, err)
+
+    def count_failure(self, what: str, err: Exception) -> None:
+        if isinstance(err, CloudError):
+            self.drops.drop(err.reason, f"{what}: {err}")
+        elif isinstance(err, BoundError):
+            self.drops.drop(OVER_BOUND, f"{what}: {err}")
+        elif isinstance(err, DynshapeError):
+            self.drops.drop(PROCESSING_ERROR, f"{what}: {err}")
+        else:
+            trace = "".join(traceback.format_exception(err, limit=-3))
+            self.drops.drop(INTERNAL_ERROR, f"{what}: {err!r}\n{trace}")
+
+    def deliver(self, what: str, publish: Callable[[T], None]) -> Callable[[Future[T]], None]:
+        """A done-callback of an executor unit: hand its result to ``publish``.
+
+        It runs on the lane that finished the unit, so ``publish`` must stay short. A unit
+        the executor shed (counted in its tier) or one finishing during shutdown publishes
+        nothing; a unit that failed counts as a dropped input, as it would in a callback.
+        """
+
+        def done(future: Future[T]) -> None:
+            if self._closing or future.cancelled():
+                return
+            err = future.exception()
+            if isinstance(err, CancelledError):
+                return
+            if isinstance(err, Exception):
+                self.count_failure(what, err)
+                return
+            try:
+                publish(future.result())
+            except Exception as failure:  # noqa: BLE001 - a lane must survive any frame
+                # A signal shuts the context down before ``close`` runs: not a failure.
+                if not self._closing and self.context.ok():
+                    self.count_failure(what, failure)
+
+        return done
 
     def points_of(self, msg: PointCloud2, pipeline: Pipeline) -> np.ndarray:
         """Vectorised conversion, then the point bound (drop, or subsample if configured)."""
         points = cloud_to_points(msg)
-        self.counters["points_non_finite_removed"] += points.removed_non_finite
+        self.count("points_non_finite_removed", points.removed_non_finite)
         bounded = pipeline.bound_points(points.xyzi)
-        self.counters["frames_subsampled"] = pipeline.subsampled_frames
+        self.set_counter("frames_subsampled", pipeline.subsampled_frames)
         return bounded
 
+    def count(self, key: str, n: int = 1) -> None:
+        with self._stats_lock:
+            self.counters[key] = self.counters.get(key, 0) + n
+
+    def set_counter(self, key: str, value: int) -> None:
+        with self._stats_lock:
+            self.counters[key] = value
+
     def record_latency(self, stages: dict[str, float]) -> None:
-        for stage, ms in stages.items():
-            self.latency.setdefault(stage, LatencyStats()).add(ms)
-            self.last_latency_ms[stage] = ms
+        with self._stats_lock:
+            for stage, ms in stages.items():
+                self.latency.setdefault(stage, LatencyStats()).add(ms)
+                self.last_latency_ms[stage] = ms
 
     def note(self, key: str, text: str, warn: bool = False) -> None:
         self.notes[key] = text
@@ -226,36 +328,62 @@ class PerceptionNode(Node):
 
     # -- diagnostics --------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
-        values: dict[str, object] = dict(self.counters)
-        values.update({f"drops.{reason}": n for reason, n in self.drops.counts.items()})
+        with self._stats_lock:
+            values: dict[str, object] = dict(self.counters)
+            for stage, stats in self.latency.items():
+                values[f"latency_ms.{stage}.last"] = round(self.last_latency_ms[stage], 3)
+                values[f"latency_ms.{stage}.mean"] = round(stats.mean_ms, 3)
+                values[f"latency_ms.{stage}.max"] = round(stats.max_ms, 3)
+        values.update({f"drops.{reason}": n for reason, n in self.drops.snapshot().items()})
         values.update(self.notes)
         values.update({f"jit.{k}": v for k, v in self.engine.metrics.snapshot().items()})
-        for stage, stats in self.latency.items():
-            values[f"latency_ms.{stage}.last"] = round(self.last_latency_ms[stage], 3)
-            values[f"latency_ms.{stage}.mean"] = round(stats.mean_ms, 3)
-            values[f"latency_ms.{stage}.max"] = round(stats.max_ms, 3)
+        if self.fast_engine is not None:
+            values.update(
+                {f"jit_tier1.{k}": v for k, v in self.fast_engine.metrics.snapshot().items()}
+            )
         return values
 
     def publish_diagnostics(self) -> None:
+        """One status a period: WARN on drops, notes, a paused JIT, lower-tier losses or
+        degraded mode; ERROR on a tier-1 miss. Drops and losses count in this period only.
+        """
         values = self.diagnostic_values()
-        new_drops = self.drops.total - self._drops_seen
-        self._drops_seen = self.drops.total
+        total_drops = self.drops.total
+        new_drops = total_drops - self._drops_seen
+        self._drops_seen = total_drops
         problems = [self.notes[k] for k in sorted(self._warn_notes)]
         if new_drops:
             problems.append(f"{new_drops} input(s) dropped since the last report")
-        if self.engine.metrics.degraded:
+        if any(engine.metrics.degraded for engine in self.engines()):
             problems.append("JIT specialisation paused (auto-degrade)")
-        level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
+        severity = max(int(bool(problems)), self._report_tiers(values, problems))
         self._diagnostics.publish(
             diagnostic_array(
                 self.get_clock().now().to_msg(),
                 f"{self.get_fully_qualified_name()}: perception",
                 str(self.values["target_profile"]),
-                level,
+                LEVELS[severity],
                 "; ".join(problems) or "ok",
                 values,
             )
         )
+
+    def _report_tiers(self, values: dict[str, object], problems: list[str]) -> int:
+        """Add the executor's counters to ``values``; the level (0-2) of this period."""
+        if self.deadline_executor is None:
+            return 0
+        snapshot = self.deadline_executor.snapshot()
+        period = since(snapshot, self._reported)
+        self._reported = snapshot
+        degraded = bool(period.pop("degraded", False))
+        level, message, _ = diagnostic_status(period)
+        values.update(diagnostic_status(snapshot)[2])
+        values.update(executor_values(snapshot, self.deadline_executor.config))
+        if level:
+            problems.append(f"{message} since the last report")
+        if degraded:
+            problems.append("overload: degraded mode (far field subsampled)")
+        return max(level, int(degraded))
 
 
 class OdometryInput:

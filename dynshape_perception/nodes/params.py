@@ -13,6 +13,9 @@ from dynshape_perception.core.perception.clustering import ClusterParams
 from dynshape_perception.core.perception.pipeline import PipelineParams
 from dynshape_perception.core.perception.tracking import TrackerParams
 from dynshape_perception.core.runtime.policy import COMPILE_MODES, MODES, JitConfig
+from dynshape_perception.core.scheduling.executor import ExecutorOptions
+from dynshape_perception.core.scheduling.streaming import NearField
+from dynshape_perception.core.scheduling.tiers import TierConfig
 from dynshape_perception.errors import ConfigError
 
 Value = bool | int | float | str
@@ -63,6 +66,16 @@ _BOUND_NAMES = {
 _MAX_QOS_DEPTH = 1000
 _MAX_BYTES = 1 << 40
 _MAX_COUNT = 1_000_000
+_NEAR = NearField()
+_MAX_LANES = 16
+_MAX_RT_PRIORITY = 99
+_MAX_SWITCH_INTERVAL_MS = 100.0
+_MAX_RANGE_M = 500.0
+_MIN_CORRIDOR_M = 0.1
+_MAX_GROUND_BAND_M = 10.0
+# Executor options that take None (leave the thread or interpreter as it is) are 0 here:
+# a ROS parameter has one fixed type.
+_OFF = 0
 
 
 def _engine_group() -> tuple[ParamSpec, ...]:
@@ -103,6 +116,123 @@ def _engine_group() -> tuple[ParamSpec, ...]:
             read_only=True,
         ),
         *bounds,
+    )
+
+
+def _tiers_group() -> tuple[ParamSpec, ...]:
+    return tuple(
+        ParamSpec(
+            f"tiers.{spec.name}",
+            spec.default,
+            f"{spec.description} (live; the tiers are checked together)",
+            low=spec.minimum,
+            high=spec.maximum,
+        )
+        for spec in TierConfig.parameter_specs()
+    )
+
+
+def _executor_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "executor.reserved_workers",
+            1,
+            "lanes that run tier-1 (collision) work only",
+            True,
+            low=0,
+            high=_MAX_LANES,
+        ),
+        ParamSpec(
+            "executor.shared_workers",
+            1,
+            "lanes that run every tier, tier 1 first",
+            True,
+            low=1,
+            high=_MAX_LANES,
+        ),
+        ParamSpec(
+            "executor.reserved_rt_priority",
+            10,
+            "SCHED_FIFO priority of the reserved lanes (needs CAP_SYS_NICE or an rtprio "
+            "limit, else a warning); 0: normal scheduling",
+            True,
+            low=_OFF,
+            high=_MAX_RT_PRIORITY,
+        ),
+        ParamSpec(
+            "executor.shared_boost_rt_priority",
+            5,
+            "SCHED_FIFO priority the shared lanes take while tier-1 work waits, below "
+            "reserved_rt_priority; 0: never boosted",
+            True,
+            low=_OFF,
+            high=_MAX_RT_PRIORITY,
+        ),
+        ParamSpec(
+            "executor.switch_interval_ms",
+            0.5,
+            "GIL switch interval while the executor runs, so that lower-tier Python code "
+            "holds tier 1 up briefly; 0: the interpreter's",
+            True,
+            low=float(_OFF),
+            high=_MAX_SWITCH_INTERVAL_MS,
+        ),
+    )
+
+
+def _near_field_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "near_field.ahead_m",
+            _NEAR.ahead_m,
+            "tier-1 collision corridor: its length ahead of the sensor (+x)",
+            low=_MIN_CORRIDOR_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.half_width_m",
+            _NEAR.half_width_m,
+            "tier-1 collision corridor: its half width (|y|)",
+            low=_MIN_CORRIDOR_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.behind_m",
+            _NEAR.behind_m,
+            "tier-1 collision corridor: its length behind the sensor (-x)",
+            low=0.0,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.min_z_m",
+            _NEAR.min_z_m,
+            "tier-1 collision corridor: lowest point height in the sensor frame",
+            low=-_MAX_RANGE_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.max_z_m",
+            _NEAR.max_z_m,
+            "tier-1 collision corridor: highest point height in the sensor frame",
+            low=-_MAX_RANGE_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.max_points",
+            _NEAR.max_points,
+            "nearest corridor points segmented at tier 1 (bounds its cost); the rest are "
+            "left to the full cloud",
+            low=1,
+            high=_BOUNDS.P,
+        ),
+        ParamSpec(
+            "near_field.ground_band_m",
+            _NEAR.ground_band_m,
+            "corridor points this close to the last ground plane are road and left out; 0 "
+            "keeps them",
+            low=0.0,
+            high=_MAX_GROUND_BAND_M,
+        ),
     )
 
 
@@ -338,10 +468,15 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             high=5.0,
         ),
     ),
+    "tiers": _tiers_group(),
+    "executor": _executor_group(),
+    "near_field": _near_field_group(),
 }
 
+_TIERED = ("tiers", "executor", "near_field")
+
 NODE_GROUPS: dict[str, tuple[str, ...]] = {
-    "pointcloud_node": ("engine", "jit", "io", "points", "segmentation"),
+    "pointcloud_node": ("engine", "jit", "io", "points", "segmentation", *_TIERED),
     "tracker_node": ("engine", "jit", "io", "odometry", "tracking", "tracker_input"),
     "prediction_node": ("engine", "jit", "io", "odometry", "prediction", "markers"),
     "perception_pipeline": (
@@ -354,6 +489,7 @@ NODE_GROUPS: dict[str, tuple[str, ...]] = {
         "tracking",
         "prediction",
         "markers",
+        *_TIERED,
     ),
 }
 
@@ -425,6 +561,53 @@ def jit_config(values: Mapping[str, Value]) -> JitConfig:
     return replace(_JIT, **_pick(values, "jit", names))
 
 
+def uses_executor(node: str) -> bool:
+    """Whether ``node`` runs its work through the tiered executor (declares ``tiers.*``)."""
+    return "tiers" in NODE_GROUPS[node]
+
+
+def tier_config(values: Mapping[str, Value]) -> TierConfig:
+    """The ``tiers.*`` values as one checked config (raises ConfigError with the reason)."""
+    return TierConfig.from_mapping(
+        {name.removeprefix("tiers."): v for name, v in values.items() if name.startswith("tiers.")}
+    )
+
+
+def _or_none(value: Value) -> Any:
+    return None if value == _OFF else value
+
+
+def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
+    picked = _pick(
+        values,
+        "executor",
+        (
+            "reserved_workers",
+            "shared_workers",
+            "reserved_rt_priority",
+            "shared_boost_rt_priority",
+            "switch_interval_ms",
+        ),
+    )
+    for name in ("reserved_rt_priority", "shared_boost_rt_priority", "switch_interval_ms"):
+        if name in picked:
+            picked[name] = _or_none(picked[name])
+    return ExecutorOptions(**picked)
+
+
+def near_field(values: Mapping[str, Value]) -> NearField:
+    names = (
+        "ahead_m",
+        "half_width_m",
+        "behind_m",
+        "min_z_m",
+        "max_z_m",
+        "max_points",
+        "ground_band_m",
+    )
+    return replace(_NEAR, **_pick(values, "near_field", names))
+
+
 def optional_path(value: Value) -> Path | None:
     return Path(str(value)).expanduser() if value else None
 
@@ -435,6 +618,9 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
         specs[name].check(value)
     bounds = bounds_from(values)
     jit_config(values)
+    tier_config(values)
+    executor_options(values)
+    near_field(values)
     pipeline = pipeline_params(values)
     if pipeline.min_history_steps > bounds.T:
         raise ConfigError(

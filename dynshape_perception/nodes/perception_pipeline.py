@@ -1,13 +1,22 @@
-"""``perception_pipeline``: points in; obstacles, tracks, predictions, markers out; one process."""
+"""``perception_pipeline``: points in; all outputs from one process, through the tiered executor."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from functools import partial
 
+import numpy as np
 from sensor_msgs.msg import PointCloud2
+from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
-from dynshape_perception.core.perception.pipeline import Pipeline
+from dynshape_perception.core.perception.pipeline import Pipeline, Pose2D, prediction_table
+from dynshape_perception.core.scheduling.executor import Arrival
+from dynshape_perception.core.scheduling.tiers import Tier
+from dynshape_perception.core.tables import PREDICTION_DTYPE
 from dynshape_perception.models import MODEL_NAMES
 from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import (
@@ -17,31 +26,77 @@ from dynshape_perception.nodes.base import (
     STALE_STAMP,
     FixedFrame,
     OdometryInput,
-    PerceptionNode,
     output_header,
     run_node,
 )
 from dynshape_perception.nodes.messages import marker_array, stamp_s, table_msg
+from dynshape_perception.nodes.segmenting import SegmentingNode
+from dynshape_perception.nodes.tiered import (
+    FULL_CLOUD,
+    MARKERS,
+    MS_PER_S,
+    PREDICT,
+    FullCloud,
+)
 
-MS_PER_S = 1000.0
+NOT_TRACKED = "frames_not_tracked"
 
 
-class PerceptionPipelineNode(PerceptionNode):
-    """All stages on the arrays in memory: nothing is serialised between them."""
+@dataclass(frozen=True)
+class Frame:
+    """One cloud on its way through the tiers."""
+
+    sensor: Header
+    fixed: Header
+    stamp_s: float
+    pose: Pose2D
+    arrival: Arrival
+    received_s: float
+    generation: int
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """Tier 2's result: the cloud's obstacles, the tracks (None: not tracked), the histories."""
+
+    cloud: FullCloud
+    tracks: np.ndarray | None
+    ids: np.ndarray
+    histories: list[np.ndarray]
+    track_ms: float
+
+
+class PerceptionPipelineNode(SegmentingNode):
+    """All stages on the arrays in memory: nothing is serialised between them.
+
+    Tier 1 publishes ``near_obstacles``; tier 2 (full cloud, clustering, tracking)
+    ``obstacles`` and ``tracks``; tier 3 ``predictions``; tier 4 ``markers``. Each tier's
+    unit is submitted when the one before it finished, with the frame's arrival, so every
+    deadline counts from the same instant.
+    """
 
     def __init__(self) -> None:
         super().__init__(
             "perception_pipeline", MODEL_NAMES, (*POINT_REASONS, STALE_STAMP, *ODOM_REASONS)
         )
-        self.pipeline = Pipeline(
-            self.engine["segmenter"],
-            self.engine["associator"],
-            self.engine["predictor"],
-            P.pipeline_params(self.values),
-            self.bounds,
+        self.setup_segmentation(
+            Pipeline(
+                self.engine["segmenter"],
+                self.engine["associator"],
+                self.engine["predictor"],
+                P.pipeline_params(self.values),
+                self.bounds,
+            )
         )
         self.counters.update(POINT_COUNTERS)
-        self.frame = FixedFrame(self, self.pipeline.tracker.reset)
+        self.counters[NOT_TRACKED] = 0
+        # The tracker's state is touched by tier 2 (a lane) and reset by a frame change
+        # (the subscription); the history batcher's statistics by tier 3 units.
+        self._track_lock = threading.Lock()
+        self._predict_lock = threading.Lock()
+        self._generation = 0
+        self._last_tracked_s = float("-inf")
+        self.frame = FixedFrame(self, self._reset_tracks)
         self.odometry = OdometryInput(self)
         self.obstacles = self.create_publisher(PointCloud2, "obstacles", self.output_qos)
         self.tracks = self.create_publisher(PointCloud2, "tracks", self.output_qos)
@@ -50,8 +105,14 @@ class PerceptionPipelineNode(PerceptionNode):
         self.create_subscription(PointCloud2, "points", self.on_points, self.input_qos)
 
     def apply_parameters(self, changed: set[str]) -> None:
-        self.pipeline.params = P.pipeline_params(self.values)
+        super().apply_parameters(changed)
         self.pipeline.tracker.params = self.pipeline.params.tracker
+
+    def _reset_tracks(self) -> None:
+        with self._track_lock:
+            self.pipeline.tracker.reset()
+            self._generation += 1
+            self._last_tracked_s = float("-inf")
 
     def on_points(self, msg: PointCloud2) -> None:
         with self.handling("points"):
@@ -61,23 +122,91 @@ class PerceptionPipelineNode(PerceptionNode):
             pose, frame_id = self.odometry.pose_at(stamp, msg.header.frame_id)
             if not self.frame.admit(frame_id, stamp):
                 return
-            t1 = time.perf_counter()
-            result = self.pipeline.process(points, stamp, pose)
-            fixed = output_header(msg.header.stamp, frame_id)
-            self.obstacles.publish(table_msg(result.obstacles, msg.header))
-            self.tracks.publish(table_msg(result.tracks, fixed))
-            self.predictions.publish(table_msg(result.predictions, fixed))
-            self.markers.publish(
-                marker_array(result.tracks, result.predictions, fixed, self.marker_style())
+            arrival = self.scheduler.arrive("points", stamp)
+            self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})
+            frame = Frame(
+                msg.header,
+                output_header(msg.header.stamp, frame_id),
+                stamp,
+                pose,
+                arrival,
+                t0,
+                self._generation,
             )
-            self.counters["frames_out"] += 1
-            self.record_latency(
-                {
-                    "convert": (t1 - t0) * MS_PER_S,
-                    **result.latency_ms,
-                    "total": (time.perf_counter() - t0) * MS_PER_S,
-                }
-            )
+            self.submit_near_field(points, msg.header, arrival)
+            self.scheduler.submit(
+                partial(self._full_cloud, points, frame, self.next_seed()),
+                Tier.PLANNING,
+                arrival=arrival,
+                name=FULL_CLOUD,
+            ).add_done_callback(self.deliver("full cloud", partial(self._publish_tracks, frame)))
+
+    # -- tier 2 ------------------------------------------------------------------------
+    def _full_cloud(
+        self, points: np.ndarray, frame: Frame, seed: int
+    ) -> Generator[None, None, Tracked]:
+        cloud = yield from self.segmentation.full_cloud(points, seed)
+        start = time.perf_counter()
+        pipeline = self.pipeline
+        with self._track_lock:
+            # A frame change since submission restarted the tracks; a newer frame tracked
+            # first (more than one shared lane) makes this one too old to track.
+            if frame.generation != self._generation or frame.stamp_s <= self._last_tracked_s:
+                self.count(NOT_TRACKED)
+                return Tracked(cloud, None, np.zeros(0, np.uint32), [], 0.0)
+            self._last_tracked_s = frame.stamp_s
+            fixed = pipeline.to_fixed_frame(cloud.obstacles, frame.pose)
+            tracks = pipeline.track(fixed, frame.stamp_s)
+            ids, histories = pipeline.agent_histories(tracks, frame.pose)
+        return Tracked(cloud, tracks, ids, histories, (time.perf_counter() - start) * MS_PER_S)
+
+    def _publish_tracks(self, frame: Frame, result: Tracked) -> None:
+        self.obstacles.publish(table_msg(result.cloud.obstacles, frame.sensor))
+        self.count_full_cloud(result.cloud)
+        if result.tracks is None:
+            return
+        self.tracks.publish(table_msg(result.tracks, frame.fixed))
+        self.count("frames_out")
+        self.record_latency({**result.cloud.latency_ms, "track": result.track_ms})
+        self.scheduler.submit(
+            partial(self._predict, result.ids, result.histories),
+            Tier.COMFORT,
+            arrival=frame.arrival,
+            name=PREDICT,
+        ).add_done_callback(
+            self.deliver("prediction", partial(self._publish_predictions, frame, result.tracks))
+        )
+
+    # -- tier 3 ------------------------------------------------------------------------
+    def _predict(
+        self, ids: np.ndarray, histories: list[np.ndarray]
+    ) -> Generator[None, None, tuple[np.ndarray, float]]:
+        if ids.size == 0:
+            return np.zeros(0, dtype=PREDICTION_DTYPE), 0.0
+        start = time.perf_counter()
+        with self._predict_lock:
+            state = self.pipeline.batcher.encode(histories)
+        encode_ms = (time.perf_counter() - start) * MS_PER_S
+        yield
+        start = time.perf_counter()
+        traj, probs = self.engine["predictor"]("decode", *state)
+        table = prediction_table(ids, traj, probs)
+        return table, encode_ms + (time.perf_counter() - start) * MS_PER_S
+
+    def _publish_predictions(
+        self, frame: Frame, tracks: np.ndarray, result: tuple[np.ndarray, float]
+    ) -> None:
+        predictions, predict_ms = result
+        self.predictions.publish(table_msg(predictions, frame.fixed))
+        self.record_latency(
+            {"predict": predict_ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
+        )
+        self.scheduler.submit(
+            partial(marker_array, tracks, predictions, frame.fixed, self.marker_style()),
+            Tier.BEST_EFFORT,
+            arrival=frame.arrival,
+            name=MARKERS,
+        ).add_done_callback(self.deliver("markers", self.markers.publish))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,61 +1,61 @@
-"""``pointcloud_node``: lidar points in, obstacle table (sensor frame) out."""
+"""``pointcloud_node``: lidar points in; near-field (tier 1) and all obstacles (tier 2) out."""
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from sensor_msgs.msg import PointCloud2
+from std_msgs.msg import Header
 
 from dynshape_perception.core.perception.pipeline import Pipeline
+from dynshape_perception.core.scheduling.tiers import Tier
 from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import (
     POINT_COUNTERS,
     POINT_REASONS,
-    PerceptionNode,
     model_not_loaded,
     run_node,
 )
-from dynshape_perception.nodes.messages import table_msg
+from dynshape_perception.nodes.messages import stamp_s, table_msg
+from dynshape_perception.nodes.segmenting import SegmentingNode
+from dynshape_perception.nodes.tiered import FULL_CLOUD, MS_PER_S, FullCloud
 
-MS_PER_S = 1000.0
 
-
-class PointcloudNode(PerceptionNode):
+class PointcloudNode(SegmentingNode):
     def __init__(self) -> None:
         super().__init__("pointcloud_node", ("segmenter",), POINT_REASONS)
-        self.pipeline = Pipeline(
+        pipeline = Pipeline(
             self.engine["segmenter"],
             model_not_loaded("associator"),
             model_not_loaded("predictor"),
             P.pipeline_params(self.values),
             self.bounds,
         )
+        self.setup_segmentation(pipeline)
         self.counters.update(POINT_COUNTERS)
         self.obstacles = self.create_publisher(PointCloud2, "obstacles", self.output_qos)
         self.create_subscription(PointCloud2, "points", self.on_points, self.input_qos)
-
-    def apply_parameters(self, changed: set[str]) -> None:
-        self.pipeline.params = P.pipeline_params(self.values)
 
     def on_points(self, msg: PointCloud2) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
             points = self.points_of(msg, self.pipeline)
-            t1 = time.perf_counter()
-            scores, _, ground = self.pipeline.segment(points)
-            t2 = time.perf_counter()
-            obstacles = self.pipeline.detect(points, scores, ground)
-            t3 = time.perf_counter()
-            self.obstacles.publish(table_msg(obstacles, msg.header))
-            self.counters["frames_out"] += 1
-            self.record_latency(
-                {
-                    "convert": (t1 - t0) * MS_PER_S,
-                    "segment": (t2 - t1) * MS_PER_S,
-                    "cluster": (t3 - t2) * MS_PER_S,
-                    "total": (time.perf_counter() - t0) * MS_PER_S,
-                }
-            )
+            arrival = self.scheduler.arrive("points", stamp_s(msg.header.stamp))
+            self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})
+            self.submit_near_field(points, msg.header, arrival)
+            self.scheduler.submit(
+                partial(self.segmentation.full_cloud, points, self.next_seed()),
+                Tier.PLANNING,
+                arrival=arrival,
+                name=FULL_CLOUD,
+            ).add_done_callback(self.deliver("full cloud", partial(self._publish, msg.header, t0)))
+
+    def _publish(self, head: Header, t0: float, cloud: FullCloud) -> None:
+        self.obstacles.publish(table_msg(cloud.obstacles, head))
+        self.count_full_cloud(cloud)
+        self.count("frames_out")
+        self.record_latency({**cloud.latency_ms, "total": (time.perf_counter() - t0) * MS_PER_S})
 
 
 def main(args: list[str] | None = None) -> int:

@@ -69,8 +69,8 @@ class PredictionNode(PerceptionNode):
             head = output_header(msg.header.stamp, msg.header.frame_id)
             self.predictions.publish(table_msg(predictions, head))
             self.markers.publish(marker_array(tracks, predictions, head, self.marker_style()))
-            self.counters["frames_out"] += 1
-            self.counters["agents_dropped"] = self.histories.dropped_agents
+            self.count("frames_out")
+            self.set_counter("agents_dropped", self.histories.dropped_agents)
             self.record_latency(
                 {
                     "histories": (t1 - t0) * MS_PER_S,

@@ -35,6 +35,7 @@ from dynshape_perception.nodes.messages import (
 )
 
 TABLE_TOPICS: dict[str, np.dtype] = {
+    "near_obstacles": OBSTACLE_DTYPE,
     "obstacles": OBSTACLE_DTYPE,
     "tracks": TRACK_DTYPE,
     "predictions": PREDICTION_DTYPE,

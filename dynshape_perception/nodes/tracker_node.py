@@ -88,7 +88,7 @@ class TrackerNode(PerceptionNode):
         tracks = self.pipeline.track(self.pipeline.to_fixed_frame(obstacles, pose), stamp)
         t1 = time.perf_counter()
         self.tracks.publish(table_msg(tracks, output_header(header.stamp, frame_id)))
-        self.counters["frames_out"] += 1
+        self.count("frames_out")
         self.record_latency(
             {"track": (t1 - t0) * MS_PER_S, "total": (time.perf_counter() - t0) * MS_PER_S}
         )

@@ -5,20 +5,34 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from itertools import count
 
 import numpy as np
 import psutil
 import pytest
 
 from dynshape_perception.core.io.pointcloud2 import points_to_cloud
+from dynshape_perception.core.io.tables_reader import read_table
 from dynshape_perception.core.perception.pipeline import Pose2D
+from dynshape_perception.core.scheduling.executor import DROP_REASONS
+from dynshape_perception.core.tables import OBSTACLE_DTYPE
+from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import NO_ODOMETRY
+from dynshape_perception.nodes.probe import Diagnostics
 from dynshape_perception.nodes.session import NodeSession, node_session
 
 TIMEOUT_S = 15.0
 EGO_SPEED_MPS = 2.0
 FIRST_NS = 50_000_000_000
 STEP_NS = 100_000_000
+NODE = "perception_pipeline"
+TIER_NAMES = {"1": "collision", "2": "planning", "3": "comfort", "4": "best_effort"}
+# Deadlines no frame can meet (a ground-plane fit alone takes longer), and the share of
+# the far field kept while degraded.
+UNREACHABLE_MS = 0.1
+DEGRADED_KEEP = 0.5
+# Stamps after those of the tests above (their last is FIRST_NS + 201 steps).
+_later = count(300)
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +95,119 @@ def test_bad_cloud_then_valid(session: NodeSession, kitti_points: np.ndarray, re
             (s := session.probe.status("perception_pipeline")) is not None and s.values[key] == "1"
         ),
         TIMEOUT_S,
+    )
+
+
+def _frames(session: NodeSession, points: np.ndarray, count: int) -> list[int]:
+    """``count`` frames after every stamp the tests above sent; their stamps."""
+    stamps = []
+    for _ in range(count):
+        ns = FIRST_NS + next(_later) * STEP_NS
+        timing = session.frame(points, ns, Pose2D(EGO_SPEED_MPS * ns / 1e9), TIMEOUT_S)
+        assert timing.after_publish_ms["markers"] is not None, timing
+        stamps.append(ns)
+    return stamps
+
+
+def _watch(session: NodeSession, condition: Callable[[Diagnostics], bool]) -> list[Diagnostics]:
+    """Every status of the node, as each arrives, until one meets ``condition`` (the last)."""
+    seen: list[Diagnostics] = []
+
+    def check() -> bool:
+        status = session.probe.status(NODE)
+        if status is not None and (not seen or seen[-1] is not status):
+            seen.append(status)
+        return bool(seen) and condition(seen[-1])
+
+    assert session.probe.spin_until(check, TIMEOUT_S), seen[-1:]
+    return seen
+
+
+def test_every_tier_reports_in_diagnostics_and_near_obstacles_come_first(
+    session: NodeSession, kitti_points: np.ndarray
+) -> None:
+    stamps = _frames(session, kitti_points, 3)
+    got = session.probe.received
+    for ns in stamps:
+        near, full = got["near_obstacles"][ns], got["obstacles"][ns]
+        assert near.frame_id == full.frame_id == "lidar"
+        assert read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
+        assert near.table is not None and near.table.shape[0] <= full.msg.width
+        assert near.t_s <= full.t_s
+    values = _watch(
+        session, lambda s: int(s.values.get("tier4.best_effort.completed", 0)) >= len(stamps)
+    )[-1].values
+    specs = P.node_specs(NODE)
+    for key, name in TIER_NAMES.items():
+        prefix = f"tier{key}.{name}"
+        deadline = specs[f"tiers.{name}_deadline_ms"].default
+        assert float(values[f"{prefix}.deadline_ms"]) == deadline
+        assert int(values[f"{prefix}.completed"]) >= len(stamps)
+        for counter in ("misses", "dropped", "failed", "queued"):
+            assert int(values[f"{prefix}.{counter}"]) >= 0
+        for reason in DROP_REASONS:
+            assert int(values[f"{prefix}.dropped.{reason}"]) >= 0
+        assert float(values[f"{prefix}.p99_ms"]) > 0.0
+    assert float(values["transport.points.p99_ms"]) > 0.0
+    assert int(values["near_field_out"]) >= len(stamps)
+    assert values["executor.far_field_keep_fraction"] == "1.0"
+
+
+def test_tier_deadlines_change_live_and_bad_values_are_refused(
+    session: NodeSession,
+    kitti_points: np.ndarray,
+    node_overrides: dict[str, bool | int | float | str],
+) -> None:
+    probe = session.probe
+    names = set(probe.remote_parameter_names(NODE, TIMEOUT_S))
+    assert names - P.BUILTIN_PARAMETERS == set(P.node_specs(NODE))
+    before = probe.status(NODE)
+    assert before is not None
+    misses = int(before.values["tier2.planning.misses"])
+    subsampled = int(before.values["frames_far_field_subsampled"])
+    # Set one at a time, in this order, each is checked against the others: tier 1
+    # first, so that no tier's deadline is ever shorter than the one above it.
+    overload = {
+        "tiers.collision_deadline_ms": UNREACHABLE_MS,
+        "tiers.planning_deadline_ms": UNREACHABLE_MS,
+        "tiers.far_field_keep_fraction": DEGRADED_KEEP,
+    }
+    assert all(r.successful for r in probe.set_remote_parameters(NODE, overload, TIMEOUT_S))
+    _frames(session, kitti_points, 2)
+    # The first frame misses both deadlines, so the second runs degraded.
+    seen = _watch(
+        session,
+        lambda s: (
+            s.values["tier2.planning.deadline_ms"] == str(UNREACHABLE_MS)
+            and int(s.values["tier2.planning.misses"]) >= misses + 2
+            and int(s.values["frames_far_field_subsampled"]) >= subsampled + 1
+        ),
+    )
+    assert seen[-1].values["executor.far_field_keep_fraction"] == str(DEGRADED_KEEP)
+    assert any(s.level == 2 and "tier 1 missed" in s.message for s in seen)
+
+    specs = P.node_specs(NODE)
+    restore = {
+        "tiers.planning_deadline_ms": specs["tiers.planning_deadline_ms"].default,
+        "tiers.collision_deadline_ms": specs["tiers.collision_deadline_ms"].default,
+        "tiers.far_field_keep_fraction": node_overrides["tiers.far_field_keep_fraction"],
+    }
+    assert all(r.successful for r in probe.set_remote_parameters(NODE, restore, TIMEOUT_S))
+    refused = {
+        "tiers.collision_deadline_ms": (500.0, "must not decrease"),
+        "tiers.degrade_exit_backlog_ms": (500.0, "must not exceed"),
+        "tiers.far_field_keep_fraction": (0.0, "out of range"),
+        "tiers.max_queue_depth": (2.5, "type"),
+        "executor.shared_workers": (2, "read-only"),
+    }
+    for name, (value, reason) in refused.items():
+        result = probe.set_remote_parameters(NODE, {name: value}, TIMEOUT_S)[0]
+        assert not result.successful and reason in result.reason, (name, result.reason)
+    # Back to the defaults, and a period without tier-1 misses is no longer an error.
+    default_ms = specs["tiers.collision_deadline_ms"].default
+    _watch(
+        session,
+        lambda s: float(s.values["tier1.collision.deadline_ms"]) == default_ms and s.level < 2,
     )
 
 

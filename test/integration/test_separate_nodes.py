@@ -84,6 +84,8 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     got = session.probe.received
     last = timings[-1].stamp_ns
     obstacles, tracks = got["obstacles"][last], got["tracks"][last]
+    near = got["near_obstacles"][last]
+    assert near.frame_id == "lidar" and read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
     predictions, markers = got["predictions"][last], got["markers"][last]
     # The documented layouts, read with the README's reader.
     assert read_table(obstacles.msg).dtype.names == OBSTACLE_DTYPE.names
@@ -286,6 +288,9 @@ def test_tunable_parameters_change_live_and_bad_values_are_refused(
         ("tracker_node", "tracking.gate_distance_m", float("nan")): "out of range",
         ("prediction_node", "prediction.min_history_steps", MAX_HISTORY_STEPS + 1): "ever be",
         ("tracker_node", "jit.mode", "off"): "read-only",
+        ("pointcloud_node", "tiers.collision_deadline_ms", 500.0): "must not decrease",
+        ("pointcloud_node", "near_field.min_z_m", 5.0): "min_z_m < max_z_m",
+        ("pointcloud_node", "executor.reserved_workers", 0): "read-only",
     }
     for (node, name, value), reason in refused.items():
         result = probe.set_remote_parameters(node, {name: value}, TIMEOUT_S)[0]
@@ -295,6 +300,8 @@ def test_tunable_parameters_change_live_and_bad_values_are_refused(
         ("tracker_node", "jit.hotness_threshold", 4),
         ("prediction_node", "jit.max_entries", 16),
         ("prediction_node", "markers.box_alpha", 0.8),
+        ("pointcloud_node", "near_field.ahead_m", 25.0),
+        ("pointcloud_node", "tiers.chunk_budget_ms", 8.0),
     ):
         assert probe.set_remote_parameters(node, {name: value}, TIMEOUT_S)[0].successful, name
 
@@ -313,6 +320,13 @@ def test_diagnostics(session: NodeSession) -> None:
     tracker = session.probe.status("tracker_node")
     assert tracker is not None and tracker.values["odometry"] == "ok (frame odom)"
     assert tracker.values["odometry"] != NO_ODOMETRY
+    # Only the lidar node runs the tiered executor: near field (1) and full cloud (2).
+    lidar = session.probe.status("pointcloud_node")
+    assert lidar is not None
+    for key in ("tier1.collision.completed", "tier2.planning.completed", "near_field_out"):
+        assert int(lidar.values[key]) > 0, key
+    assert int(lidar.values["tier3.comfort.completed"]) == 0
+    assert not any(k.startswith("tier1.") for k in tracker.values)
 
 
 def test_sigint_and_sigterm_exit_0_and_stop_compile_workers(
