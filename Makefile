@@ -14,9 +14,10 @@ export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: demo test venv system-deps lint emu-aarch64 bench-extras clean
 
-$(STAMP): requirements.txt setup.py setup.cfg
+$(STAMP): requirements.txt requirements-dev.txt setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -97,3 +97,12 @@ def default_config() -> ModelsConfig:
 
 def default_bounds() -> Bounds:
     return default_config().bounds
+
+
+def predictor_history_steps(bounds: Bounds | None = None) -> int:
+    """Steps of history fed to the predictor: the fitted window, never above the bound T."""
+    bounds = bounds or default_bounds()
+    steps = int(default_config().section("predictor").get("history_steps", bounds.T))
+    if steps < 1:
+        raise ConfigError(f"predictor.history_steps must be >= 1, got {steps}")
+    return min(steps, bounds.T)

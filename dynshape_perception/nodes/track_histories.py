@@ -6,7 +6,7 @@ from collections import deque
 
 import numpy as np
 
-from dynshape_perception.config import Bounds
+from dynshape_perception.config import Bounds, predictor_history_steps
 from dynshape_perception.core.perception.history import pack_histories, resample_history
 from dynshape_perception.core.perception.pipeline import Pose2D
 
@@ -48,7 +48,10 @@ class TrackHistories:
                 continue
             table = np.asarray(samples, dtype=np.float64)
             hist, length = resample_history(
-                table[:, 0], table[:, 1:], num_steps=self.bounds.T, step_s=self.step_s
+                table[:, 0],
+                table[:, 1:],
+                num_steps=predictor_history_steps(self.bounds),
+                step_s=self.step_s,
             )
             if length < min_steps:
                 continue

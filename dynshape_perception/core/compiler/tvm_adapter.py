@@ -546,7 +546,8 @@ def to_tensor_view(array: np.ndarray) -> Any:
     data = np.ascontiguousarray(array)
     if data.size == 0:
         return tvm.runtime.empty(data.shape, str(data.dtype))
-    if data.ctypes.data % TENSOR_ALIGNMENT:
+    # DLPack refuses read-only buffers (np.frombuffer of a message, a memory-mapped scan).
+    if data.ctypes.data % TENSOR_ALIGNMENT or not data.flags.writeable:
         raw = np.empty(data.nbytes + TENSOR_ALIGNMENT, np.uint8)
         start = -raw.ctypes.data % TENSOR_ALIGNMENT
         aligned = raw[start : start + data.nbytes].view(data.dtype).reshape(data.shape)

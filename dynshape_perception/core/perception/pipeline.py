@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dynshape_perception.config import Bounds, default_bounds, default_config
+from dynshape_perception.config import (
+    Bounds,
+    default_bounds,
+    default_config,
+    predictor_history_steps,
+)
 from dynshape_perception.core.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.core.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.core.perception.history import resample_history
@@ -88,6 +93,7 @@ class Pipeline:
         self._predictor = predictor
         pred = default_config().section("predictor")
         self.step_s = float(pred.get("step_s", 0.4))
+        self.history_steps = predictor_history_steps(self.bounds)
         self.tracker = Tracker(self._affinity, self.params.tracker, self.bounds)
         self.batcher = HistoryBatcher(predictor)
         self.dropped_detections = 0
@@ -141,7 +147,9 @@ class Pipeline:
             stamps, xy = self.tracker.history(int(row["id"]))
             if len(stamps) == 0:
                 continue
-            hist, length = resample_history(stamps, xy, num_steps=self.bounds.T, step_s=self.step_s)
+            hist, length = resample_history(
+                stamps, xy, num_steps=self.history_steps, step_s=self.step_s
+            )
             if length < self.params.min_history_steps:
                 continue
             ids.append(int(row["id"]))
