@@ -182,9 +182,7 @@ def _read_scene(path: Path) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 # Measured: ETH 362 windows, CV ADE/FDE 1.078/2.288, CV-6 minADE/FDE 0.631/1.102 (41.5 %);
 # HOTEL 1197 windows, CV 0.319/0.614, CV-6 0.186/0.327 (41.7 %).
-@pytest.mark.parametrize(
-    ("fixture", "expected_windows"), [("eth_file", 362), ("hotel_file", 1197)]
-)
+@pytest.mark.parametrize(("fixture", "expected_windows"), [("eth_file", 362), ("hotel_file", 1197)])
 def test_real_scenes_cv6_beats_cv(
     fixture: str, expected_windows: int, request: pytest.FixtureRequest
 ) -> None:

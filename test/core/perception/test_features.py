@@ -27,9 +27,7 @@ def test_layout_and_values() -> None:
     feats = obstacle_features(_rows(OBSTACLE_DTYPE, [0.0, np.pi / 4]))
     assert ASSOC_FEATURES == 8
     assert feats.shape == (2, ASSOC_FEATURES) and feats.dtype == np.float32
-    np.testing.assert_allclose(
-        feats[:, :6], [[1, -2, 0.5, 4, 1.8, 1.5], [2, -2, 0.5, 4, 1.8, 1.5]]
-    )
+    np.testing.assert_allclose(feats[:, :6], [[1, -2, 0.5, 4, 1.8, 1.5], [2, -2, 0.5, 4, 1.8, 1.5]])
     np.testing.assert_allclose(feats[:, 6:], [[1.0, 0.0], [0.0, 1.0]], atol=1e-6)
 
 
