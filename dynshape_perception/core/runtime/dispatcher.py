@@ -111,7 +111,7 @@ class Dispatcher:
         self.pool = pool
         self.dims = config.dim_policy(model.name)
         self.cache = SpecialisationCache(config.max_entries, config.max_bytes, metrics)
-        self.cost = CostModel(config.prior_speedup, config.prior_compile_s)
+        self.cost = CostModel(config.prior_speedup, config.prior_compile_s, config.horizon_s)
         self.degrade = DegradeGuard(config)
         self.profile: Counter[Signature] = Counter()
         self._keys: dict[Signature, KeyState] = {}
@@ -170,6 +170,10 @@ class Dispatcher:
         with self._lock:
             state = self._keys.setdefault(key, KeyState())
             state.calls += 1
+            now = time.monotonic()
+            if state.calls == 1:
+                state.first_seen_s = now
+            state.last_seen_s = now
             state.generic_ms = (
                 generic_ms if state.calls == 1 else 0.8 * state.generic_ms + 0.2 * generic_ms
             )

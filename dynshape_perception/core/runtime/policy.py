@@ -67,6 +67,8 @@ class JitConfig:
     accept_ratio: float = 1.0
     prior_speedup: float = 0.8
     prior_compile_s: float = 1.5
+    # How far ahead a key's observed call rate is trusted when amortising a compile.
+    horizon_s: float = 600.0
     validate_rtol: float = 1e-4
     validate_atol: float = 1e-5
 
@@ -80,6 +82,8 @@ class JitConfig:
                 raise ConfigError(f"jit {name} must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 <= self.degrade_completion_rate <= 1.0:
             raise ConfigError("degrade_completion_rate must lie in [0, 1]")
+        if self.horizon_s <= 0:
+            raise ConfigError(f"jit horizon_s must be > 0, got {self.horizon_s!r}")
         if self.compile_timeout_s <= 0 or self.degrade_cooldown_s < 0:
             raise ConfigError("compile_timeout_s must be > 0 and degrade_cooldown_s >= 0")
 
@@ -111,6 +115,8 @@ class KeyState:
     """What the policy knows about one specialisation key."""
 
     calls: int = 0
+    first_seen_s: float = 0.0
+    last_seen_s: float = 0.0
     generic_ms: float = 0.0
     strikes: int = 0
     blacklisted: bool = False
@@ -122,12 +128,14 @@ class KeyState:
 class CostModel:
     """benefit = expected calls x (generic - specialised ms) - compile cost, all measured.
 
-    Expected future calls are the calls seen so far (a shape that was hot stays hot); the
+    Expected future calls are the key's observed call rate times ``horizon_s`` (a shape that
+    was hot stays hot for the horizon), and never fewer than the calls seen so far; the
     specialised latency is the generic one times the measured speedup of earlier
     specialisations; the compile cost is the measured mean compile time.
     """
 
-    def __init__(self, prior_speedup: float, prior_compile_s: float) -> None:
+    def __init__(self, prior_speedup: float, prior_compile_s: float, horizon_s: float) -> None:
+        self.horizon_s = horizon_s
         self.speedup = prior_speedup
         self.compile_s = prior_compile_s
         self._speedups = 0
@@ -141,9 +149,15 @@ class CostModel:
         self._compiles += 1
         self.compile_s += (seconds - self.compile_s) / min(self._compiles, 10)
 
+    def expected_calls(self, state: KeyState) -> float:
+        span = state.last_seen_s - state.first_seen_s
+        if state.calls < 2 or span <= 0.0:
+            return float(state.calls)
+        return max(float(state.calls), (state.calls - 1) / span * self.horizon_s)
+
     def benefit_ms(self, state: KeyState) -> float:
         saved = state.generic_ms * (1.0 - self.speedup)
-        return state.calls * saved - self.compile_s * 1000.0
+        return self.expected_calls(state) * saved - self.compile_s * 1000.0
 
 
 class DegradeGuard:

@@ -1,0 +1,44 @@
+"""The cost model: amortise a measured compile over the calls a key's rate predicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynshape_perception.core.runtime.policy import CostModel, JitConfig, KeyState
+from dynshape_perception.errors import ConfigError
+
+
+def key(calls: int, span_s: float, generic_ms: float) -> KeyState:
+    return KeyState(
+        calls=calls, first_seen_s=100.0, last_seen_s=100.0 + span_s, generic_ms=generic_ms
+    )
+
+
+def test_expected_calls_follow_the_observed_rate() -> None:
+    model = CostModel(prior_speedup=0.5, prior_compile_s=1.0, horizon_s=60.0)
+    assert model.expected_calls(key(11, 10.0, 1.0)) == pytest.approx(60.0)
+    assert model.expected_calls(key(1, 0.0, 1.0)) == 1.0
+    assert model.expected_calls(key(500, 10.0, 1.0)) == pytest.approx(2994.0)
+
+
+def test_benefit_is_positive_only_when_the_compile_pays_for_itself() -> None:
+    model = CostModel(prior_speedup=0.5, prior_compile_s=1.0, horizon_s=60.0)
+    assert model.benefit_ms(key(11, 10.0, 40.0)) == pytest.approx(60 * 20.0 - 1000.0)
+    assert model.benefit_ms(key(11, 10.0, 0.05)) < 0.0
+
+
+def test_measurements_replace_the_priors() -> None:
+    model = CostModel(prior_speedup=0.5, prior_compile_s=1.0, horizon_s=60.0)
+    model.observe_speedup(1.2)
+    model.observe_compile(3.0)
+    assert model.speedup == pytest.approx(1.2) and model.compile_s == pytest.approx(3.0)
+    assert model.benefit_ms(key(11, 10.0, 40.0)) < 0.0, "a slower specialisation never pays"
+
+
+def test_bad_jit_settings_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="horizon_s must be > 0"):
+        JitConfig(horizon_s=0.0)
+    with pytest.raises(ConfigError, match="jit mode must be one of"):
+        JitConfig(mode="eager")
+    with pytest.raises(ConfigError, match="unknown jit settings"):
+        JitConfig.from_mapping({"hotnes_threshold": 3})
