@@ -14,6 +14,7 @@ from dynshape_perception.errors import ConfigError
 log = logging.getLogger(__name__)
 
 MODES = ("off", "frozen", "adaptive")
+DEGRADE_MIN_REQUESTS = 5
 COMPILE_MODES = ("process", "thread")
 
 # Bucket edges of the weak dims: point counts never repeat, so P is bucketed; the others
@@ -182,6 +183,9 @@ class DegradeGuard:
         """Count a miss of an accepted key; True when this miss starts a degrade episode."""
         self.consecutive_misses += 1
         if self.active or self.consecutive_misses < self.config.degrade_min_misses:
+            return False
+        # A compile or two still in flight at start-up is not a storm; judge a backlog.
+        if self.requested < DEGRADE_MIN_REQUESTS:
             return False
         rate = self.completed / self.requested if self.requested else 1.0
         if rate >= self.config.degrade_completion_rate:

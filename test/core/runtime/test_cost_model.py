@@ -42,3 +42,13 @@ def test_bad_jit_settings_are_rejected() -> None:
         JitConfig(mode="eager")
     with pytest.raises(ConfigError, match="unknown jit settings"):
         JitConfig.from_mapping({"hotnes_threshold": 3})
+
+
+def test_compiles_in_flight_at_start_up_do_not_degrade() -> None:
+    from dynshape_perception.core.runtime.policy import DegradeGuard
+
+    guard = DegradeGuard(JitConfig(degrade_min_misses=20))
+    guard.requested = 2
+    assert not any(guard.on_miss() for _ in range(100)), "two compiles in flight are no storm"
+    guard.requested = 6
+    assert guard.on_miss() and guard.active, "a backlog with nothing completed is"
