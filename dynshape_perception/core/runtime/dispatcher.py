@@ -276,6 +276,7 @@ class Dispatcher:
         return special / max(generic, 1e-9)
 
     def _fail(self, key: Signature, state: KeyState, compile_s: float, reason: str) -> None:
+        self.degrade.failed += 1
         with self._lock:
             newly = strike(state, key, self.config)
             if state.blacklisted:

@@ -14,7 +14,7 @@ from dynshape_perception.errors import ConfigError
 log = logging.getLogger(__name__)
 
 MODES = ("off", "frozen", "adaptive")
-DEGRADE_MIN_REQUESTS = 5
+DEGRADE_MIN_FINISHED = 3
 COMPILE_MODES = ("process", "thread")
 
 # Bucket edges of the weak dims: point counts never repeat, so P is bucketed; the others
@@ -169,6 +169,7 @@ class DegradeGuard:
         self.consecutive_misses = 0
         self.requested = 0
         self.completed = 0
+        self.failed = 0
         self.until = 0.0
         self.episodes = 0
 
@@ -184,16 +185,18 @@ class DegradeGuard:
         self.consecutive_misses += 1
         if self.active or self.consecutive_misses < self.config.degrade_min_misses:
             return False
-        # A compile or two still in flight at start-up is not a storm; judge a backlog.
-        if self.requested < DEGRADE_MIN_REQUESTS:
+        # Judge finished compiles only: a queue still being worked off is not a failure, but
+        # compiles that keep failing or timing out make every miss futile.
+        finished = self.completed + self.failed
+        if finished < DEGRADE_MIN_FINISHED:
             return False
-        rate = self.completed / self.requested if self.requested else 1.0
+        rate = self.completed / finished
         if rate >= self.config.degrade_completion_rate:
             return False
         self.until = time.monotonic() + self.config.degrade_cooldown_s
         self.episodes += 1
         self.consecutive_misses = 0
-        self.requested = self.completed = 0
+        self.requested = self.completed = self.failed = 0
         log.warning(
             "JIT auto-degrade: %d consecutive misses with compile completion %.0f%%; "
             "specialisation paused for %.0f s",
