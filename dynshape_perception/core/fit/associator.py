@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dynshape_perception.core.fit.data import GENERATED_LICENCE, SYNTHETIC, Source
-from dynshape_perception.core.fit.schedule import cosine_share, set_learning_rate
+from dynshape_perception.core.fit.schedule import train_binary_logit
 from dynshape_perception.core.fit.torch_env import configure
 from dynshape_perception.core.fit.torch_models import Associator, load_numpy, to_numpy
 from dynshape_perception.core.perception.features import obstacle_features
@@ -81,9 +81,7 @@ def _observe(rng: np.random.Generator, boxes: np.ndarray, fit: AssociatorFitConf
     return seen
 
 
-def scene_pairs(
-    seed: int, fit: AssociatorFitConfig
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scene_pairs(seed: int, fit: AssociatorFitConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Detection features ``[Q, 8]``, track features ``[Q, 8]`` and same-object labels ``[Q]``."""
     rng = np.random.default_rng(seed)
     # Boxes are placed before any ray is cast; a coarse scan keeps the generation cheap.
@@ -134,22 +132,7 @@ def fit_associator(
     labels = torch.from_numpy(labels_np.astype(np.float32))
     net = Associator(model.config)
     load_numpy(net, init_weights(parameter_shapes(model), seed))
-    opt = torch.optim.Adam(net.parameters(), lr=fit.learning_rate)
-    gen = torch.Generator().manual_seed(seed)
-    loss_value = float("nan")
-    for step in range(fit.steps):
-        share = cosine_share(step, fit.steps, fit.final_lr_share)
-        set_learning_rate(opt, fit.learning_rate * share)
-        pick = torch.randint(diffs.shape[0], (fit.batch_size,), generator=gen)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            net.logit(diffs[pick]), labels[pick]
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss_value = float(loss.detach())
-        if step % 500 == 0 or step == fit.steps - 1:
-            log.info("associator step %d/%d loss %.5f", step, fit.steps, loss_value)
+    loss_value = train_binary_logit("associator", net, net.parameters(), diffs, labels, fit, seed)
     held_diffs, held_labels = training_pairs(seed, fit, first_scene=VALIDATION_SEED_OFFSET)
     with torch.no_grad():
         held = net.logit(torch.from_numpy(held_diffs)).numpy() > 0

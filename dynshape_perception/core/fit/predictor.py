@@ -99,9 +99,7 @@ def training_windows(
     )
 
 
-def _sample(
-    real: Tensor, synth: Tensor, fit: PredictorFitConfig, gen: torch.Generator
-) -> Tensor:
+def _sample(real: Tensor, synth: Tensor, fit: PredictorFitConfig, gen: torch.Generator) -> Tensor:
     """One batch of windows, ``real_share`` of them real where both kinds exist."""
     if real.shape[0] == 0 or synth.shape[0] == 0:
         pool = real if real.shape[0] else synth
@@ -129,9 +127,7 @@ def _augment(windows: Tensor, fit: PredictorFitConfig, gen: torch.Generator) -> 
     )
 
 
-def _shorten(
-    obs: Tensor, fit: PredictorFitConfig, gen: torch.Generator
-) -> tuple[Tensor, Tensor]:
+def _shorten(obs: Tensor, fit: PredictorFitConfig, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     """Keep only the last L observed steps of ``short_share`` of the windows, left-aligned.
 
     Returns the histories ``[B, OBS_STEPS, 2]`` (rows past L repeat the last point and are

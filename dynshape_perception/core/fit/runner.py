@@ -82,9 +82,7 @@ def fit_command(model: str, sources: tuple[str, ...], seed: int) -> str:
     return f"dynshape-perception fit --model {model} --data {','.join(sources)} --seed {seed}"
 
 
-def fit_and_save(
-    model: str, data: str | None, seed: int, out_dir: Path | None = None
-) -> FitReport:
+def fit_and_save(model: str, data: str | None, seed: int, out_dir: Path | None = None) -> FitReport:
     """Fit ``model`` on the named sources and write ``<model>.npz`` and its manifest entry."""
     if model not in PLANS:
         raise ConfigError(f"unknown model {model!r}; expected one of {', '.join(MODEL_NAMES)}")

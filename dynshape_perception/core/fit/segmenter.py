@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dynshape_perception.core.fit.data import GENERATED_LICENCE, SYNTHETIC, Source
-from dynshape_perception.core.fit.schedule import cosine_share, set_learning_rate
+from dynshape_perception.core.fit.schedule import train_binary_logit
 from dynshape_perception.core.fit.torch_env import configure
 from dynshape_perception.core.fit.torch_models import Segmenter, load_numpy, to_numpy
 from dynshape_perception.core.perception.ground import fit_ground_plane
@@ -109,22 +109,7 @@ def fit_segmenter(
     net = Segmenter(model.config)
     load_numpy(net, init_weights(parameter_shapes(model), seed))
     trainable = [p for name, p in net.named_parameters() if name not in UNFITTED]
-    opt = torch.optim.Adam(trainable, lr=fit.learning_rate)
-    gen = torch.Generator().manual_seed(seed)
-    loss_value = float("nan")
-    for step in range(fit.steps):
-        share = cosine_share(step, fit.steps, fit.final_lr_share)
-        set_learning_rate(opt, fit.learning_rate * share)
-        pick = torch.randint(feats.shape[0], (fit.batch_size,), generator=gen)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            net.logit(feats[pick]), labels[pick]
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss_value = float(loss.detach())
-        if step % 500 == 0 or step == fit.steps - 1:
-            log.info("segmenter step %d/%d loss %.5f", step, fit.steps, loss_value)
+    loss_value = train_binary_logit("segmenter", net, trainable, feats, labels, fit, seed)
     with torch.no_grad():
         predicted = net.logit(feats) > 0
     accuracy = float((predicted == labels.bool()).float().mean())
