@@ -14,6 +14,8 @@ from dynshape_perception.core.scenes import (
     CAR_SIZE_M,
     CAR_SIZE_SPREAD_M,
     INTENSITY_NOISE,
+    LANE_MARKING_WIDTH_M,
+    MARKING_INTENSITY,
     PEDESTRIAN_INTENSITY,
     PEDESTRIAN_SIZE_M,
     PEDESTRIAN_SIZE_SPREAD_M,
@@ -21,6 +23,7 @@ from dynshape_perception.core.scenes import (
     POLE_INTENSITY,
     POLE_WIDTH_M,
     SENSOR_HEIGHT_M,
+    SIDEWALK_Y_M,
     UPSAMPLE_JITTER_M,
     beam_elevations_rad,
     pedestrian_scene,
@@ -37,7 +40,6 @@ from dynshape_perception.errors import ConfigError
 # Street layout (metres, in the frame where each segment starts): the ego lane is y = 0.
 LANE_Y_M = 3.5
 PARKED_Y_M = 7.0
-SIDEWALK_Y_M = (9.0, 12.0)
 EGO_CORRIDOR_M = 1.75
 ROW_SPREAD_M = 0.3
 PLACE_MARGIN_M = 8.0
@@ -63,9 +65,7 @@ GROUND_NOISE_M = 0.02
 DROPOUT = 0.02
 MAX_RANGE_M = 80.0
 FOV_DEG = 180.0
-MARKING_WIDTH_M = 0.15
 MARKING_Y_M = (-LANE_Y_M / 2.0, LANE_Y_M / 2.0)
-MARKING_INTENSITY = (0.6, 0.9)
 
 
 @dataclass(frozen=True)
@@ -368,7 +368,7 @@ def _intensity(
     ground = hit < 0
     marking = ground & (
         np.abs(world_y[:, None] - np.asarray(MARKING_Y_M)[None, :]).min(axis=1)
-        < MARKING_WIDTH_M / 2.0
+        < LANE_MARKING_WIDTH_M / 2.0
     )
     low[marking], high[marking] = MARKING_INTENSITY
     point_label = np.r_[labels, 0][hit]
