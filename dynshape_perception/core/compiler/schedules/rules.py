@@ -11,6 +11,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
@@ -58,21 +59,29 @@ def _work(sch: s_tir.Schedule, loops: list[s_tir.schedule.LoopRV]) -> int:
     return math.prod(_extent(sch, loop) or 1 for loop in loops)
 
 
-def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
-    """A matmul with fused elementwise epilogue: row tiles in parallel, register
-    accumulators of ``tile_rows x lanes``, the epilogue computed per tile while it is hot."""
-    sch = s_tir.Schedule(func)
+def _reduction_with_epilogue(sch: s_tir.Schedule) -> list[Any] | None:
+    """The blocks of a single reduction followed only by injective epilogue blocks, or None."""
     infos = normalize_prim_func(sch)
     if infos is None:
         return None
     reductions = [b for b in infos if b.is_reduction()]
     if len(reductions) != 1 or infos[0] is not reductions[0]:
         return None
-    mm = reductions[0].block_rv
     if any(not b.is_injective() for b in infos[1:]):
         return None
+    return list(infos)
+
+
+def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
+    """A matmul with fused elementwise epilogue: row tiles in parallel, register
+    accumulators of ``tile_rows x lanes``, the epilogue computed per tile while it is hot."""
+    sch = s_tir.Schedule(func)
+    infos = _reduction_with_epilogue(sch)
+    if infos is None:
+        return None
+    mm = infos[0].block_rv
     loops = sch.get_loops(mm)
-    kinds = reductions[0].dom_kind()
+    kinds = infos[0].dom_kind()
     # Only [rows, cols, k]: compute-at over fused symbolic axes over-approximates regions.
     if len(loops) != 3 or kinds != "SSR":
         return None
@@ -102,17 +111,12 @@ def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc |
     vector lanes run across rows, so each k step is one gather and one FMA for ``lanes`` rows,
     instead of a serial dependency chain per row."""
     sch = s_tir.Schedule(func)
-    infos = normalize_prim_func(sch)
+    infos = _reduction_with_epilogue(sch)
     if infos is None:
         return None
-    reductions = [b for b in infos if b.is_reduction()]
-    if len(reductions) != 1 or infos[0] is not reductions[0]:
-        return None
-    if any(not b.is_injective() for b in infos[1:]):
-        return None
-    mm = reductions[0].block_rv
+    mm = infos[0].block_rv
     loops = sch.get_loops(mm)
-    kinds = reductions[0].dom_kind()
+    kinds = infos[0].dom_kind()
     if kinds == "SSR":
         row, col, red = loops
         col_ext = _extent(sch, col)
