@@ -271,6 +271,13 @@ class PerceptionNode(Node):
             trace = "".join(traceback.format_exception(err, limit=-3))
             self.drops.drop(INTERNAL_ERROR, f"{what}: {err!r}\n{trace}")
 
+    def log_shed(self, what: str, reason: str) -> None:
+        """Shed work is counted per tier in /diagnostics; say so in the log too, throttled."""
+        self.get_logger().warning(
+            f"{what}: shed by the deadline executor ({reason})",
+            throttle_duration_sec=float(self.values["warn_throttle_s"]),
+        )
+
     def deliver(self, what: str, publish: Callable[[T], None]) -> Callable[[Future[T]], None]:
         """A done-callback of an executor unit: hand its result to ``publish``.
 
@@ -280,10 +287,14 @@ class PerceptionNode(Node):
         """
 
         def done(future: Future[T]) -> None:
-            if self._closing or future.cancelled():
+            if self._closing:
+                return
+            if future.cancelled():
+                self.log_shed(what, "cancelled")
                 return
             err = future.exception()
             if isinstance(err, CancelledError):
+                self.log_shed(what, str(err))
                 return
             if isinstance(err, Exception):
                 self.count_failure(what, err)

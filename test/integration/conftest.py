@@ -51,6 +51,11 @@ def node_overrides(
         # which would subsample the far field of the next frames: the tests that compare
         # tracks across frames need the whole cloud whatever the timing.
         "tiers.far_field_keep_fraction": FULL_FAR_FIELD,
+        # Likewise a loaded CI machine may shed a frame's tier-2 work, and the tests that
+        # wait for every frame's outputs would then time out. Shedding itself is tested in
+        # test/core/scheduling and test/nodes/test_tiered.py.
+        "tiers.shed_expired": False,
+        "tiers.shed_infeasible": False,
     }
 
 
