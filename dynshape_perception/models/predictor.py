@@ -116,6 +116,13 @@ class Predictor(nn.Module):
         )
         return traj, op.softmax(self.logits(z), axis=1)
 
+    def step_decode(
+        self, hidden: nn.Tensor, last_pos: nn.Tensor, last_disp: nn.Tensor, new_pos: nn.Tensor
+    ) -> tuple[nn.Tensor, ...]:
+        """``step`` then ``decode`` in one call: the incremental per-frame path."""
+        state = self.step(hidden, last_pos, last_disp, new_pos)
+        return (*state, *self.decode(*state))
+
     def forward(self, history: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
         hidden, last_pos, last_disp = self.encode(history, lengths)
         return self.decode(hidden, last_pos, last_disp)
@@ -211,6 +218,9 @@ def reference(
         return [_cell_ref(h, disp, d_new, w), new.astype(np.float32), d_new]
     if function == "decode":
         return decode_ref(w, cfg, *inputs)
+    if function == "step_decode":
+        state = reference("step", w, inputs, cfg)
+        return [*state, *decode_ref(w, cfg, *state)]
     if function == "forward":
         return decode_ref(w, cfg, *encode_ref(w, inputs[0], inputs[1], cfg.hidden))
     raise KeyError(function)
@@ -259,6 +269,11 @@ def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:
             FunctionSpec("encode_packed", packed, state_shapes),
             FunctionSpec("step", (*state, TensorSpec("new_pos", ("A", 2))), state_shapes),
             FunctionSpec("decode", state, hypotheses),
+            FunctionSpec(
+                "step_decode",
+                (*state, TensorSpec("new_pos", ("A", 2))),
+                (*state_shapes, *hypotheses),
+            ),
         ),
     )
 

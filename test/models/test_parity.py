@@ -124,3 +124,20 @@ def test_predictor_step_t_times_equals_full_sequence(cache_root: Path) -> None:
     traj_full = compiled.runner("forward", walk, lengths)
     for a, b in zip(traj_inc, traj_full, strict=True):
         np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_predictor_step_decode_equals_step_then_decode(cache_root: Path) -> None:
+    """The fused per-frame entry of incremental prediction is ``step`` followed by ``decode``."""
+    compiled = Compiled("predictor", cache_root)
+    rng = np.random.default_rng(12)
+    for agents in (0, 1, 5, 64):
+        walk = np.cumsum(rng.normal(0.0, 0.4, size=(agents, 6, 2)), axis=1).astype(np.float32)
+        state = compiled.runner("encode", walk[:, :5].copy(), np.full(agents, 5, np.int32))
+        new_pos = walk[:, 5].copy()
+        fused = compiled.runner("step_decode", *state, new_pos)
+        stepped = compiled.runner("step", *state, new_pos)
+        want = [*stepped, *compiled.runner("decode", *stepped)]
+        assert len(fused) == len(want) == 5
+        for got, ref in zip(fused, want, strict=True):
+            assert got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,7 +17,6 @@ from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 ModelFn = Callable[..., list[np.ndarray]]
 # Track id -> its positions [L, 2] on the tick grid, oldest first, ending at this tick.
 HistoryFn = Callable[[int], np.ndarray]
-StateRow = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,7 @@ class Prediction:
 @dataclass
 class EncoderCounters:
     step_calls: int = 0
+    step_decode_calls: int = 0
     encode_calls: int = 0
     decode_calls: int = 0
     stepped: int = 0
@@ -47,14 +47,26 @@ class EncoderCounters:
     installed: int = 0
     evicted: int = 0
 
+    @property
+    def calls(self) -> int:
+        """Model calls made, of every kind."""
+        return self.step_calls + self.step_decode_calls + self.encode_calls + self.decode_calls
 
-@dataclass
-class _Track:
+
+@dataclass(frozen=True)
+class Promoted:
+    """Ready next-tick outputs for some agents of a tick (a verified speculation).
+
+    ``rows`` index the tick's ``ids``; the other arrays are aligned with ``rows``: the state
+    that ``step`` gives on the agent's observation, and what ``decode`` gives on that state.
+    """
+
+    rows: np.ndarray
     hidden: np.ndarray
     last_pos: np.ndarray
     last_disp: np.ndarray
-    tick: int
-    steps: int = field(default=1)
+    traj: np.ndarray
+    probs: np.ndarray
 
 
 def _batches(count: int, size: int) -> Iterable[slice]:
@@ -71,10 +83,35 @@ def _check_ids(ids: np.ndarray, positions: np.ndarray) -> tuple[list[int], np.nd
         raise ShapeError(f"positions must be [{ids.shape[0]}, 2], got {positions.shape}")
     if not np.isfinite(positions).all():
         raise InputValueError("positions hold NaN or Inf values")
-    id_list = [int(i) for i in ids]
+    id_list = ids.tolist()
     if len(set(id_list)) != len(id_list):
         raise InputValueError("ids must be unique within a tick")
     return id_list, positions.astype(np.float32)
+
+
+def _empty_prediction(ids: np.ndarray) -> Prediction:
+    return Prediction(ids, np.zeros((0, 0, 0, 2), np.float32), np.zeros((0, 0), np.float32))
+
+
+class _Outputs:
+    """The prediction of a tick's rows, filled in pieces as the calls return."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.traj: np.ndarray | None = None
+        self.probs: np.ndarray | None = None
+
+    def put(self, rows: np.ndarray, traj: np.ndarray, probs: np.ndarray) -> None:
+        if self.traj is None or self.probs is None:
+            self.traj = np.empty((self.rows, *traj.shape[1:]), np.float32)
+            self.probs = np.empty((self.rows, *probs.shape[1:]), np.float32)
+        self.traj[rows] = traj
+        self.probs[rows] = probs
+
+    def prediction(self, ids: np.ndarray) -> Prediction:
+        if self.traj is None or self.probs is None:
+            return _empty_prediction(ids)
+        return Prediction(ids, self.traj, self.probs)
 
 
 class IncrementalEncoder:
@@ -85,6 +122,9 @@ class IncrementalEncoder:
     skipped a tick, is encoded from its history (one batched ``encode`` call); a track not
     seen at this tick is evicted. The result equals ``encode`` over the full history while
     that history fits the bound T; beyond T the full path keeps the last T steps only.
+
+    The state lives in arrays aligned with the last tick's ids (every stored track was
+    seen at that tick), so a frame gathers and scatters rows without per-track objects.
     """
 
     def __init__(
@@ -101,45 +141,71 @@ class IncrementalEncoder:
         self.max_history = int(max_history or bounds.T)
         if self.hidden < 1 or self.max_batch < 1 or self.max_history < 1:
             raise ConfigError("hidden, max_batch and max_history must be positive")
-        self._tracks: dict[int, _Track] = {}
+        self._set(
+            np.zeros(0, np.int64),
+            np.zeros((0, self.hidden), np.float32),
+            np.zeros((0, 2), np.float32),
+            np.zeros((0, 2), np.float32),
+            np.zeros(0, np.int64),
+        )
         self.tick: int | None = None
         self.counters = EncoderCounters()
 
+    def _set(
+        self,
+        ids: np.ndarray,
+        hidden: np.ndarray,
+        last_pos: np.ndarray,
+        last_disp: np.ndarray,
+        steps: np.ndarray,
+    ) -> None:
+        self._ids, self._hidden, self._pos, self._disp, self._steps = (
+            ids,
+            hidden,
+            last_pos,
+            last_disp,
+            steps,
+        )
+        self._index = {int(i): k for k, i in enumerate(ids.tolist())}
+
     def __contains__(self, track_id: object) -> bool:
-        return track_id in self._tracks
+        return track_id in self._index
 
     def __len__(self) -> int:
-        return len(self._tracks)
+        return len(self._index)
 
     def ids(self) -> list[int]:
-        return list(self._tracks)
+        return [int(i) for i in self._ids.tolist()]
 
     def continues(self, track_id: int, tick: int) -> bool:
         """Whether ``track_id`` was seen at ``tick - 1`` and can advance by one step."""
-        track = self._tracks.get(int(track_id))
-        return track is not None and track.tick == tick - 1
+        return self.tick is not None and self.tick == tick - 1 and int(track_id) in self._index
 
-    def state(self, ids: Sequence[int]) -> AgentState:
-        rows = [self._tracks[int(i)] for i in ids]
-        if not rows:
-            empty = np.zeros((0, 2), np.float32)
-            return AgentState(
-                np.zeros(0, np.int64), np.zeros((0, self.hidden), np.float32), empty, empty
-            )
+    def state(self, ids: Sequence[int] | None = None) -> AgentState:
+        """The state of ``ids`` (every stored track, in stored order, when None)."""
+        if ids is None:
+            return AgentState(self._ids.copy(), self._hidden, self._pos, self._disp)
+        rows = np.fromiter((self._index[int(i)] for i in ids), np.int64)
         return AgentState(
-            ids=np.asarray(list(ids), dtype=np.int64),
-            hidden=np.stack([r.hidden for r in rows]),
-            last_pos=np.stack([r.last_pos for r in rows]),
-            last_disp=np.stack([r.last_disp for r in rows]),
+            np.asarray(list(ids), dtype=np.int64).reshape(-1),
+            self._hidden[rows],
+            self._pos[rows],
+            self._disp[rows],
         )
 
     def evict(self, ids: Iterable[int]) -> int:
-        gone = 0
-        for track_id in ids:
-            if self._tracks.pop(int(track_id), None) is not None:
-                gone += 1
-        self.counters.evicted += gone
-        return gone
+        gone = {int(i) for i in ids} & self._index.keys()
+        if gone:
+            keep = np.fromiter((int(i) not in gone for i in self._ids.tolist()), bool)
+            self._set(
+                self._ids[keep],
+                self._hidden[keep],
+                self._pos[keep],
+                self._disp[keep],
+                self._steps[keep],
+            )
+        self.counters.evicted += len(gone)
+        return len(gone)
 
     def update(
         self,
@@ -147,62 +213,121 @@ class IncrementalEncoder:
         ids: np.ndarray,
         positions: np.ndarray,
         history_of: HistoryFn,
-        given: Mapping[int, StateRow] | None = None,
+        promoted: Promoted | None = None,
     ) -> AgentState:
         """Advance to ``tick`` with this tick's observations; returns the state of ``ids``.
 
-        ``given`` supplies ready states for some continuing tracks (verified speculation);
-        they are installed as they are, without a call.
+        ``promoted`` supplies ready states for some continuing tracks (verified
+        speculation); they are installed as they are, without a call.
         """
+        state, _ = self._advance(tick, ids, positions, history_of, promoted, decode=False)
+        return state
+
+    def advance(
+        self,
+        tick: int,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        history_of: HistoryFn,
+        promoted: Promoted | None = None,
+    ) -> Prediction:
+        """``update`` and the prediction of ``ids``: continuing tracks take one fused
+        ``step_decode`` call, new ones ``encode`` and ``decode``, promoted ones none."""
+        _, prediction = self._advance(tick, ids, positions, history_of, promoted, decode=True)
+        assert prediction is not None
+        return prediction
+
+    def _advance(
+        self,
+        tick: int,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        history_of: HistoryFn,
+        promoted: Promoted | None,
+        decode: bool,
+    ) -> tuple[AgentState, Prediction | None]:
         if self.tick is not None and tick <= self.tick:
             raise InputValueError(f"ticks must increase: {tick} after {self.tick}")
         id_list, pos = _check_ids(ids, positions)
-        given = given or {}
-        self.evict([i for i in self._tracks if i not in set(id_list)])
-        stepping: list[int] = []
-        fresh: list[int] = []
-        for row, track_id in enumerate(id_list):
-            if track_id in given:
-                if not self.continues(track_id, tick):
-                    raise InputValueError(
-                        f"a given state needs track {track_id} at tick {tick - 1}"
-                    )
-                hidden, last_pos, last_disp = given[track_id]
-                steps = self._tracks[track_id].steps + 1
-                self._tracks[track_id] = _Track(hidden, last_pos, last_disp, tick, steps)
-                self.counters.installed += 1
-            elif self.continues(track_id, tick):
-                stepping.append(row)
-            else:
-                fresh.append(row)
-        self._step(tick, [id_list[r] for r in stepping], pos[stepping])
-        self._encode(tick, [id_list[r] for r in fresh], pos[fresh], history_of)
-        self.tick = tick
-        return self.state(id_list)
-
-    def _step(self, tick: int, ids: list[int], new_pos: np.ndarray) -> None:
-        if not ids:
-            return
-        before = self.state(ids)
-        for part in _batches(len(ids), self.max_batch):
-            hidden, last_pos, last_disp = self._predictor(
-                "step",
-                before.hidden[part],
-                before.last_pos[part],
-                before.last_disp[part],
-                np.ascontiguousarray(new_pos[part]),
+        n = len(id_list)
+        index = self._index
+        seen = np.fromiter((index.get(i, -1) for i in id_list), np.int64, n)
+        kept = int((seen >= 0).sum())
+        # Rows of the previous tick that this tick continues (-1: none).
+        prev = seen if self.tick is not None and tick == self.tick + 1 else np.full(n, -1)
+        given = np.zeros(n, bool)
+        if promoted is not None and promoted.rows.size:
+            if (prev[promoted.rows] < 0).any():
+                bad = id_list[int(promoted.rows[prev[promoted.rows] < 0][0])]
+                raise InputValueError(f"a promoted state needs track {bad} at tick {tick - 1}")
+            given[promoted.rows] = True
+        stepping = np.flatnonzero((prev >= 0) & ~given)
+        fresh = np.flatnonzero(prev < 0)
+        hidden = np.empty((n, self.hidden), np.float32)
+        last_pos = np.empty((n, 2), np.float32)
+        last_disp = np.empty((n, 2), np.float32)
+        steps = np.empty(n, np.int64)
+        out = _Outputs(n) if decode else None
+        if given.any():
+            assert promoted is not None
+            rows = promoted.rows
+            hidden[rows], last_pos[rows], last_disp[rows] = (
+                promoted.hidden,
+                promoted.last_pos,
+                promoted.last_disp,
             )
-            self.counters.step_calls += 1
-            for k, track_id in enumerate(ids[part]):
-                steps = self._tracks[track_id].steps + 1
-                self._tracks[track_id] = _Track(hidden[k], last_pos[k], last_disp[k], tick, steps)
-        self.counters.stepped += len(ids)
+            steps[rows] = self._steps[prev[rows]] + 1
+            if out is not None:
+                out.put(rows, promoted.traj, promoted.probs)
+            self.counters.installed += int(rows.size)
+        if stepping.size:
+            self._step(prev[stepping], stepping, pos, (hidden, last_pos, last_disp), out)
+            steps[stepping] = self._steps[prev[stepping]] + 1
+        if fresh.size:
+            f_hidden, f_pos, f_disp, lengths = self._encode(
+                tick, [id_list[r] for r in fresh], pos[fresh], history_of
+            )
+            hidden[fresh], last_pos[fresh], last_disp[fresh] = f_hidden, f_pos, f_disp
+            steps[fresh] = lengths
+            if out is not None:
+                state = AgentState(fresh, f_hidden, f_pos, f_disp)  # rows stand in for ids
+                decoded = decode_state(self._predictor, state, self.max_batch, self.counters)
+                out.put(fresh, decoded.traj, decoded.probs)
+        self.counters.evicted += len(index) - kept
+        id_array = np.asarray(id_list, dtype=np.int64)
+        self._set(id_array, hidden, last_pos, last_disp, steps)
+        self.tick = tick
+        state = AgentState(id_array, hidden, last_pos, last_disp)
+        return state, (out.prediction(id_array) if out is not None else None)
+
+    def _step(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        pos: np.ndarray,
+        into: tuple[np.ndarray, np.ndarray, np.ndarray],
+        out: _Outputs | None,
+    ) -> None:
+        """One step of stored rows ``src`` onto ``pos[dst]``, written to rows ``dst``."""
+        function = "step" if out is None else "step_decode"
+        for part in _batches(src.size, self.max_batch):
+            rows, to = src[part], dst[part]
+            result = self._predictor(
+                function, self._hidden[rows], self._pos[rows], self._disp[rows], pos[to]
+            )
+            for target, value in zip(into, result[:3], strict=True):
+                target[to] = value
+            if out is None:
+                self.counters.step_calls += 1
+            else:
+                out.put(to, result[3], result[4])
+                self.counters.step_decode_calls += 1
+        self.counters.stepped += int(src.size)
 
     def _encode(
         self, tick: int, ids: list[int], positions: np.ndarray, history_of: HistoryFn
-    ) -> None:
-        if not ids:
-            return
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``encode`` over the histories of ``ids``: their state rows and history lengths."""
         histories = []
         for track_id, position in zip(ids, positions, strict=True):
             history = np.asarray(history_of(track_id), dtype=np.float32)
@@ -216,16 +341,17 @@ class IncrementalEncoder:
                     f"{position} of tick {tick}"
                 )
             histories.append(history[-self.max_history :])
+        parts: list[list[np.ndarray]] = [[], [], [], []]
         for part in _batches(len(ids), self.max_batch):
             chunk = histories[part]
             batch, lengths = pack_histories(chunk, max(len(h) for h in chunk))
-            hidden, last_pos, last_disp = self._predictor("encode", batch, lengths)
+            state = self._predictor("encode", batch, lengths)
+            for target, value in zip(parts, [*state, lengths.astype(np.int64)], strict=True):
+                target.append(value)
             self.counters.encode_calls += 1
-            for k, track_id in enumerate(ids[part]):
-                self._tracks[track_id] = _Track(
-                    hidden[k], last_pos[k], last_disp[k], tick, int(lengths[k])
-                )
         self.counters.encoded += len(ids)
+        hidden, last_pos, last_disp, lengths = (np.concatenate(p) for p in parts)
+        return hidden, last_pos, last_disp, lengths
 
     def decode(self, state: AgentState) -> Prediction:
         """Trajectories ``[A, K, H, 2]`` and probabilities ``[A, K]`` of a state."""
@@ -248,9 +374,7 @@ def decode_state(
         if counters is not None:
             counters.decode_calls += 1
     if not trajs:
-        return Prediction(
-            state.ids, np.zeros((0, 0, 0, 2), np.float32), np.zeros((0, 0), np.float32)
-        )
+        return _empty_prediction(state.ids)
     return Prediction(state.ids, np.concatenate(trajs), np.concatenate(probs))
 
 
@@ -269,8 +393,7 @@ class IncrementalPredictor:
     def observe(
         self, tick: int, ids: np.ndarray, positions: np.ndarray, history_of: HistoryFn
     ) -> Prediction:
-        state = self.encoder.update(tick, ids, positions, history_of)
-        return self.encoder.decode(state)
+        return self.encoder.advance(tick, ids, positions, history_of)
 
 
 def full_recompute(
@@ -290,7 +413,7 @@ def full_recompute(
         probs.append(prob)
     ids = np.asarray(ids, dtype=np.int64)
     if not trajs:
-        return Prediction(ids, np.zeros((0, 0, 0, 2), np.float32), np.zeros((0, 0), np.float32))
+        return _empty_prediction(ids)
     return Prediction(ids, np.concatenate(trajs), np.concatenate(probs))
 
 

@@ -10,13 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dynshape_perception.core.scheduling.incremental import (
-    AgentState,
     HistoryFn,
     IncrementalEncoder,
     ModelFn,
     Prediction,
-    StateRow,
-    decode_state,
+    Promoted,
 )
 from dynshape_perception.errors import ConfigError
 
@@ -103,25 +101,28 @@ class _Speculation:
     traj: np.ndarray
     probs: np.ndarray
 
-    def __post_init__(self) -> None:
-        # Plain ints: the lookup runs on the critical path, once per agent.
-        self._centres: list[list[tuple[int, int]]] = [
-            [(int(x), int(y)) for x, y in agent] for agent in self.centres
-        ]
+    def match(self, ids: list[int], cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Verify a tick's snapped observations against the tables (vectorised).
 
-    def lookup(self, agent: int, cell: tuple[int, int]) -> tuple[int, int] | None:
-        """Row and hypothesis rank that hold ``cell`` for ``agent``, likeliest first."""
-        index = self.agents.get(agent)
-        if index is None:
-            return None
+        Returns the rows of ``ids`` whose cell a table holds, the table rows that hold
+        them and the hypothesis ranks, and how many of ``ids`` had a table at all.
+        """
+        index = np.fromiter((self.agents.get(i, -1) for i in ids), np.int64, len(ids))
+        has = np.flatnonzero(index >= 0)
+        if not has.size:
+            return has, has, 0
         r = self.radius
         side = 2 * r + 1
-        centres = self._centres[index]
-        for rank, (cx, cy) in enumerate(centres):
-            dx, dy = cell[0] - cx, cell[1] - cy
-            if abs(dx) <= r and abs(dy) <= r:
-                return ((index * len(centres) + rank) * side + dx + r) * side + dy + r, rank
-        return None
+        m = self.centres.shape[1]
+        offset = cells[has, None, :] - self.centres[index[has]]
+        inside = (np.abs(offset) <= r).all(axis=-1)
+        hit = inside.any(axis=1)
+        # The likeliest square that holds the cell: a likelier one never held it otherwise.
+        rank = inside.argmax(axis=1)[hit]
+        rows, agent = has[hit], index[has][hit]
+        dx, dy = offset[hit, rank, 0], offset[hit, rank, 1]
+        table = ((agent * m + rank) * side + dx + r) * side + dy + r
+        return rows, np.stack([table, rank]), int(has.size)
 
 
 class SpeculativePredictor:
@@ -135,10 +136,12 @@ class SpeculativePredictor:
     grid, so the default quantum loses nothing there.
 
     ``observe`` is the critical path: agents whose snapped observation lies in their
-    speculation table are promoted without any call; the rest take one batched ``step``
-    (or ``encode``) and one ``decode``. ``speculate`` (or ``speculate_chunks`` for a
-    chunked executor) uses idle time to run ``step`` and ``decode`` on the grid cells
-    around the likeliest hypotheses' first predicted step.
+    speculation table are promoted without any call; the rest take one batched
+    ``step_decode`` (new agents ``encode`` and ``decode``), as in the plain path. A frame
+    saves time only when every agent is promoted, since a call costs mostly its fixed
+    overhead. ``speculate`` (or ``speculate_chunks`` for a chunked executor) uses idle time
+    to run ``step_decode`` on the grid cells around the likeliest hypotheses' first
+    predicted step.
     """
 
     def __init__(
@@ -152,7 +155,7 @@ class SpeculativePredictor:
         self.config = config or SpeculationConfig()
         self._predictor = predictor
         self.encoder = IncrementalEncoder(predictor, hidden, max_batch, max_history)
-        self._last: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._last: Prediction | None = None
         self._spec: _Speculation | None = None
         self._generation = 0
         self._lock = threading.Lock()
@@ -170,41 +173,39 @@ class SpeculativePredictor:
             return snap(history_of(track_id), q)[1]
 
         with self._lock:
+            encoder = self.encoder
+            id_list = np.asarray(ids).tolist()
             spec = self._spec if self._spec is not None and self._spec.tick == tick else None
-            given: dict[int, StateRow] = {}
-            ready: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-            id_list = [int(i) for i in np.asarray(ids)]
-            for row, track_id in enumerate(id_list):
-                if not self.encoder.continues(track_id, tick):
-                    continue
-                if spec is None or track_id not in spec.agents:
-                    self.stats.unspeculated += 1
-                    continue
-                self.stats.verified += 1
-                hit = spec.lookup(track_id, (int(cells[row, 0]), int(cells[row, 1])))
-                if hit is None:
-                    continue
-                k, rank = hit
-                given[track_id] = (spec.hidden[k], spec.last_pos[k], spec.last_disp[k])
-                ready[track_id] = (spec.traj[k], spec.probs[k])
-                self.stats.accepted += 1
-                self.stats.promoted_rank[rank] = self.stats.promoted_rank.get(rank, 0) + 1
-            state = self.encoder.update(
-                tick, np.asarray(id_list, np.int64), snapped, snapped_history, given
+            promoted = None
+            continuing = (
+                sum(1 for i in id_list if i in encoder)
+                if encoder.tick is not None and encoder.tick == tick - 1
+                else 0
             )
-            rest = [k for k, track_id in enumerate(id_list) if track_id not in ready]
-            computed = decode_state(
-                self._predictor,
-                AgentState(
-                    state.ids[rest], state.hidden[rest], state.last_pos[rest], state.last_disp[rest]
-                ),
-                self.encoder.max_batch,
-                self.encoder.counters,
+            verified = 0
+            if spec is not None and continuing:
+                rows, (table, rank), verified = spec.match(id_list, cells)
+                if rows.size:
+                    promoted = Promoted(
+                        rows,
+                        spec.hidden[table],
+                        spec.last_pos[table],
+                        spec.last_disp[table],
+                        spec.traj[table],
+                        spec.probs[table],
+                    )
+                    self.stats.accepted += int(rows.size)
+                    for j, count in zip(*np.unique(rank, return_counts=True), strict=True):
+                        key = int(j)
+                        self.stats.promoted_rank[key] = self.stats.promoted_rank.get(key, 0) + int(
+                            count
+                        )
+            self.stats.verified += verified
+            self.stats.unspeculated += continuing - verified
+            prediction = encoder.advance(
+                tick, np.asarray(id_list, np.int64), snapped, snapped_history, promoted
             )
-            prediction = self._assemble(state.ids, ready, rest, computed)
-            self._last = {
-                int(i): (prediction.traj[k], prediction.probs[k]) for k, i in enumerate(state.ids)
-            }
+            self._last = prediction
             # The old tables are pruned; a speculation still running is discarded on arrival.
             self._spec = None
             self._generation += 1
@@ -212,27 +213,6 @@ class SpeculativePredictor:
         self.stats.observations += len(id_list)
         self.stats.critical_ms.append((time.perf_counter() - started) * 1000.0)
         return prediction
-
-    @staticmethod
-    def _assemble(
-        ids: np.ndarray,
-        ready: dict[int, tuple[np.ndarray, np.ndarray]],
-        rest: list[int],
-        computed: Prediction,
-    ) -> Prediction:
-        if not ready:
-            return Prediction(ids, computed.traj, computed.probs)
-        sample_traj, sample_probs = next(iter(ready.values()))
-        traj = np.empty((ids.shape[0], *sample_traj.shape), np.float32)
-        probs = np.empty((ids.shape[0], *sample_probs.shape), np.float32)
-        for k, track_id in enumerate(ids):
-            hit = ready.get(int(track_id))
-            if hit is not None:
-                traj[k], probs[k] = hit
-        if rest:
-            traj[rest] = computed.traj
-            probs[rest] = computed.probs
-        return Prediction(ids, traj, probs)
 
     def speculate(self) -> int:
         """Precompute the next tick's candidates now; returns how many were computed."""
@@ -244,44 +224,42 @@ class SpeculativePredictor:
                 return int(stop.value)
 
     def speculate_chunks(self) -> Generator[None, None, int]:
-        """``speculate`` split into one ``step`` + ``decode`` call per chunk (for an executor)."""
+        """``speculate`` split into one ``step_decode`` call per chunk (for an executor)."""
         started = time.perf_counter()
         with self._lock:
             tick = self.encoder.tick
             generation = self._generation
-            agents = [i for i in self.encoder.ids() if i in self._last]
-            state = self.encoder.state(agents)
-            last = [self._last[i] for i in agents]
-        if tick is None or not agents:
+            state = self.encoder.state()
+            last = self._last
+        if tick is None or last is None or not state.ids.size or last.probs.shape[0] == 0:
             return 0
         centres, cells, compute = self._candidates(last)
-        rows = np.repeat(np.arange(len(agents)), cells.shape[0] // len(agents))[compute]
+        per_agent = cells.shape[0] // state.ids.size
+        rows = compute // per_agent
         new_pos = cells_to_positions(cells[compute], self.config.quantum_m)
         total = cells.shape[0]
         out_hidden = np.zeros((total, state.hidden.shape[1]), np.float32)
         out_pos = np.zeros((total, 2), np.float32)
         out_disp = np.zeros((total, 2), np.float32)
-        traj_shape = last[0][0].shape
-        out_traj = np.zeros((total, *traj_shape), np.float32)
-        out_probs = np.zeros((total, last[0][1].shape[0]), np.float32)
+        out_traj = np.zeros((total, *last.traj.shape[1:]), np.float32)
+        out_probs = np.zeros((total, last.probs.shape[1]), np.float32)
         size = self.encoder.max_batch
         for start in range(0, rows.size, size):
             part = rows[start : start + size]
             target = compute[start : start + size]
-            hidden, last_pos, last_disp = self._predictor(
-                "step",
+            hidden, last_pos, last_disp, traj, probs = self._predictor(
+                "step_decode",
                 state.hidden[part],
                 state.last_pos[part],
                 state.last_disp[part],
-                np.ascontiguousarray(new_pos[start : start + size]),
+                new_pos[start : start + size],
             )
-            traj, probs = self._predictor("decode", hidden, last_pos, last_disp)
             out_hidden[target], out_pos[target], out_disp[target] = hidden, last_pos, last_disp
             out_traj[target], out_probs[target] = traj, probs
             yield None
         speculation = _Speculation(
             tick=tick + 1,
-            agents={agent: k for k, agent in enumerate(agents)},
+            agents={agent: k for k, agent in enumerate(state.ids.tolist())},
             centres=centres,
             radius=self.config.radius_cells,
             hidden=out_hidden,
@@ -298,14 +276,13 @@ class SpeculativePredictor:
         self.stats.speculate_ms.append((time.perf_counter() - started) * 1000.0)
         return int(rows.size)
 
-    def _candidates(
-        self, last: list[tuple[np.ndarray, np.ndarray]]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _candidates(self, last: Prediction) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Hypothesis cells ``[A, m, 2]``, every square's cells ``[A * m * side**2, 2]`` in row
         order, and the indices of the cells to compute (not held by a likelier square)."""
         r = self.config.radius_cells
-        m = min(self.config.top_hypotheses, last[0][1].shape[0])
-        first = np.stack([traj[np.argsort(-probs, kind="stable")[:m], 0] for traj, probs in last])
+        m = min(self.config.top_hypotheses, last.probs.shape[1])
+        order = np.argsort(-last.probs, axis=1, kind="stable")[:, :m]
+        first = last.traj[np.arange(order.shape[0])[:, None], order, 0]
         centres, _ = snap(first, self.config.quantum_m)
         span = np.arange(-r, r + 1)
         offsets = np.stack(np.meshgrid(span, span, indexing="ij"), axis=-1).reshape(-1, 2)

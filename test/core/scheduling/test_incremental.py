@@ -69,8 +69,10 @@ def test_incremental_equals_full_recompute(engine: Engine, ticks: int) -> None:
     encoder, checked = run_world(engine, walk, visible)
     counters = encoder.counters
     assert checked == int(visible.sum())
-    # One step call per tick, whatever the history length (24 agents fit one batch).
-    assert counters.step_calls <= ticks and counters.stepped > counters.encoded
+    # One fused step_decode call per tick, whatever the history length (24 agents fit one
+    # batch); observe never needs a separate step.
+    assert counters.step_decode_calls <= ticks and counters.step_calls == 0
+    assert counters.stepped > counters.encoded
     assert counters.evicted > 0 and counters.encoded > 24
 
 
@@ -91,7 +93,7 @@ def test_hidden_state_equals_encode_over_the_whole_history(engine: Engine) -> No
 def test_batches_above_the_agent_bound_are_split(engine: Engine) -> None:
     walk, visible = synthetic_world(seed=5, agents=20, ticks=12)
     encoder, _ = run_world(engine, walk, visible, max_batch=7)
-    assert encoder.counters.step_calls > 11
+    assert encoder.counters.step_decode_calls > 11
 
 
 def test_ticks_must_increase_and_histories_must_end_at_the_observation(engine: Engine) -> None:
@@ -158,3 +160,34 @@ def test_a_tick_skipped_by_the_caller_re_encodes_from_the_history(engine: Engine
         np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
     counters = predictor.encoder.counters
     assert (counters.encoded, counters.stepped) == (6 * 3, 6 * 3)
+
+
+def test_a_frame_of_continuing_tracks_costs_one_call(engine: Engine) -> None:
+    """Steady state: one fused step_decode per frame, not a step and a decode."""
+    walk, _ = synthetic_world(seed=2, agents=16, ticks=40)
+    predictor = IncrementalPredictor(engine["predictor"])
+    ids = np.arange(16)
+    predictor.observe(0, ids, walk[:, 0], lambda a: walk[a, :1])
+    counters = predictor.encoder.counters
+    for tick in range(1, 40):
+        before = counters.calls
+        got = predictor.observe(tick, ids, walk[:, tick], lambda a, t=tick: walk[a, : t + 1])
+        assert counters.calls == before + 1
+    want = full_recompute(engine["predictor"], ids, [walk[a] for a in ids])
+    np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
+
+
+def test_evicting_some_tracks_keeps_the_others(engine: Engine) -> None:
+    walk, _ = synthetic_world(seed=4, agents=6, ticks=6)
+    predictor = IncrementalPredictor(engine["predictor"])
+    ids = np.arange(6)
+    for tick in range(3):
+        predictor.observe(tick, ids, walk[:, tick], lambda a, t=tick: walk[a, : t + 1])
+    assert predictor.encoder.evict([1, 4, 99]) == 2
+    assert predictor.encoder.ids() == [0, 2, 3, 5]
+    keep = np.array([0, 2, 3, 5])
+    got = predictor.observe(3, keep, walk[keep, 3], lambda a: walk[a, :4])
+    want = full_recompute(engine["predictor"], keep, [walk[a, :4] for a in keep])
+    np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
+    assert predictor.encoder.counters.encoded == 6
