@@ -263,13 +263,49 @@ class IncrementalEncoder:
             given[promoted.rows] = True
         stepping = np.flatnonzero((prev >= 0) & ~given)
         fresh = np.flatnonzero(prev < 0)
+        id_array = np.asarray(id_list, dtype=np.int64)
+        prediction: Prediction | None
+        if n and not fresh.size and not given.any() and n <= self.max_batch:
+            # Steady state: one call over every track, whose outputs become the state.
+            result = self._call_step(prev, pos, decode)
+            hidden, last_pos, last_disp = result[:3]
+            steps = self._steps[prev] + 1
+            prediction = Prediction(id_array, result[3], result[4]) if decode else None
+        elif n and promoted is not None and promoted.rows.tolist() == list(range(n)):
+            # Every track promoted, in order: no call and nothing to scatter.
+            hidden, last_pos, last_disp = promoted.hidden, promoted.last_pos, promoted.last_disp
+            steps = self._steps[prev] + 1
+            self.counters.installed += n
+            prediction = Prediction(id_array, promoted.traj, promoted.probs) if decode else None
+        else:
+            hidden, last_pos, last_disp, steps, prediction = self._assemble(
+                tick, id_list, pos, history_of, promoted, prev, stepping, fresh, decode
+            )
+        self.counters.evicted += len(index) - kept
+        self._set(id_array, hidden, last_pos, last_disp, steps)
+        self.tick = tick
+        return AgentState(id_array, hidden, last_pos, last_disp), prediction
+
+    def _assemble(
+        self,
+        tick: int,
+        id_list: list[int],
+        pos: np.ndarray,
+        history_of: HistoryFn,
+        promoted: Promoted | None,
+        prev: np.ndarray,
+        stepping: np.ndarray,
+        fresh: np.ndarray,
+        decode: bool,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Prediction | None]:
+        """The general case: promoted, stepped and encoded rows of one tick, scattered."""
+        n = len(id_list)
         hidden = np.empty((n, self.hidden), np.float32)
         last_pos = np.empty((n, 2), np.float32)
         last_disp = np.empty((n, 2), np.float32)
         steps = np.empty(n, np.int64)
         out = _Outputs(n) if decode else None
-        if given.any():
-            assert promoted is not None
+        if promoted is not None and promoted.rows.size:
             rows = promoted.rows
             hidden[rows], last_pos[rows], last_disp[rows] = (
                 promoted.hidden,
@@ -293,12 +329,9 @@ class IncrementalEncoder:
                 state = AgentState(fresh, f_hidden, f_pos, f_disp)  # rows stand in for ids
                 decoded = decode_state(self._predictor, state, self.max_batch, self.counters)
                 out.put(fresh, decoded.traj, decoded.probs)
-        self.counters.evicted += len(index) - kept
-        id_array = np.asarray(id_list, dtype=np.int64)
-        self._set(id_array, hidden, last_pos, last_disp, steps)
-        self.tick = tick
-        state = AgentState(id_array, hidden, last_pos, last_disp)
-        return state, (out.prediction(id_array) if out is not None else None)
+        ids = np.asarray(id_list, dtype=np.int64)
+        prediction = out.prediction(ids) if out is not None else None
+        return hidden, last_pos, last_disp, steps, prediction
 
     def _step(
         self,
@@ -309,20 +342,26 @@ class IncrementalEncoder:
         out: _Outputs | None,
     ) -> None:
         """One step of stored rows ``src`` onto ``pos[dst]``, written to rows ``dst``."""
-        function = "step" if out is None else "step_decode"
         for part in _batches(src.size, self.max_batch):
-            rows, to = src[part], dst[part]
-            result = self._predictor(
-                function, self._hidden[rows], self._pos[rows], self._disp[rows], pos[to]
-            )
+            to = dst[part]
+            result = self._call_step(src[part], pos[to], out is not None)
             for target, value in zip(into, result[:3], strict=True):
                 target[to] = value
-            if out is None:
-                self.counters.step_calls += 1
-            else:
+            if out is not None:
                 out.put(to, result[3], result[4])
-                self.counters.step_decode_calls += 1
-        self.counters.stepped += int(src.size)
+
+    def _call_step(self, rows: np.ndarray, new_pos: np.ndarray, decode: bool) -> list[np.ndarray]:
+        """One ``step`` (or fused ``step_decode``) call over stored ``rows`` (one batch)."""
+        function = "step_decode" if decode else "step"
+        result = self._predictor(
+            function, self._hidden[rows], self._pos[rows], self._disp[rows], new_pos
+        )
+        if decode:
+            self.counters.step_decode_calls += 1
+        else:
+            self.counters.step_calls += 1
+        self.counters.stepped += int(rows.size)
+        return result
 
     def _encode(
         self, tick: int, ids: list[int], positions: np.ndarray, history_of: HistoryFn

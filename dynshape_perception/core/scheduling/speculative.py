@@ -58,6 +58,10 @@ class SpeculationStats:
     # Continuing agents for which a speculation for this tick was ready.
     verified: int = 0
     accepted: int = 0
+    # Accepted agents installed without a call, and the frames where that removed the
+    # step_decode call (every continuing agent accepted).
+    promoted: int = 0
+    promoted_frames: int = 0
     # Continuing agents whose speculation was not ready (idle time did not come).
     unspeculated: int = 0
     candidates: int = 0
@@ -75,6 +79,8 @@ class SpeculationStats:
             "observations": self.observations,
             "verified": self.verified,
             "accepted": self.accepted,
+            "promoted": self.promoted,
+            "promoted_frames": self.promoted_frames,
             "unspeculated": self.unspeculated,
             "acceptance_rate": round(self.acceptance_rate, 4),
             "candidates": self.candidates,
@@ -101,28 +107,43 @@ class _Speculation:
     traj: np.ndarray
     probs: np.ndarray
 
-    def match(self, ids: list[int], cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        """Verify a tick's snapped observations against the tables (vectorised).
+    def __post_init__(self) -> None:
+        # Plain ints: verification runs on the critical path, over a handful of agents,
+        # where Python arithmetic beats a dozen small array operations.
+        self._centres: list[list[tuple[int, int]]] = [
+            [(int(x), int(y)) for x, y in agent] for agent in self.centres.tolist()
+        ]
 
-        Returns the rows of ``ids`` whose cell a table holds, the table rows that hold
-        them and the hypothesis ranks, and how many of ``ids`` had a table at all.
+    def match(
+        self, ids: list[int], cells: list[list[int]]
+    ) -> tuple[list[int], list[int], list[int], int]:
+        """Verify a tick's snapped observations against the tables.
+
+        Returns the rows of ``ids`` whose cell a table holds, the table rows that hold them,
+        the hypothesis ranks (the likeliest square that holds the cell: a likelier one was
+        never computed there), and how many of ``ids`` had a table at all.
         """
-        index = np.fromiter((self.agents.get(i, -1) for i in ids), np.int64, len(ids))
-        has = np.flatnonzero(index >= 0)
-        if not has.size:
-            return has, has, 0
         r = self.radius
         side = 2 * r + 1
-        m = self.centres.shape[1]
-        offset = cells[has, None, :] - self.centres[index[has]]
-        inside = (np.abs(offset) <= r).all(axis=-1)
-        hit = inside.any(axis=1)
-        # The likeliest square that holds the cell: a likelier one never held it otherwise.
-        rank = inside.argmax(axis=1)[hit]
-        rows, agent = has[hit], index[has][hit]
-        dx, dy = offset[hit, rank, 0], offset[hit, rank, 1]
-        table = ((agent * m + rank) * side + dx + r) * side + dy + r
-        return rows, np.stack([table, rank]), int(has.size)
+        rows: list[int] = []
+        table: list[int] = []
+        ranks: list[int] = []
+        verified = 0
+        for row, track_id in enumerate(ids):
+            agent = self.agents.get(track_id)
+            if agent is None:
+                continue
+            verified += 1
+            x, y = cells[row]
+            centres = self._centres[agent]
+            for rank, (cx, cy) in enumerate(centres):
+                dx, dy = x - cx, y - cy
+                if -r <= dx <= r and -r <= dy <= r:
+                    rows.append(row)
+                    table.append(((agent * len(centres) + rank) * side + dx + r) * side + dy + r)
+                    ranks.append(rank)
+                    break
+        return rows, table, ranks, verified
 
 
 class SpeculativePredictor:
@@ -135,11 +156,12 @@ class SpeculativePredictor:
     moves a position by at most ``quantum_m / sqrt(2)``; ETH/UCY annotations come on a 1 cm
     grid, so the default quantum loses nothing there.
 
-    ``observe`` is the critical path: agents whose snapped observation lies in their
-    speculation table are promoted without any call; the rest take one batched
-    ``step_decode`` (new agents ``encode`` and ``decode``), as in the plain path. A frame
-    saves time only when every agent is promoted, since a call costs mostly its fixed
-    overhead. ``speculate`` (or ``speculate_chunks`` for a chunked executor) uses idle time
+    ``observe`` is the critical path: when every continuing agent's snapped observation
+    lies in its speculation table, they are promoted without the ``step_decode`` call (new
+    agents still take ``encode`` and ``decode``); otherwise continuing agents take one
+    batched ``step_decode`` as in the plain path, accepted ones included, since a call
+    costs mostly its fixed overhead and promoting part of a frame would save nothing.
+    ``speculate`` (or ``speculate_chunks`` for a chunked executor) uses idle time
     to run ``step_decode`` on the grid cells around the likeliest hypotheses' first
     predicted step.
     """
@@ -184,22 +206,24 @@ class SpeculativePredictor:
             )
             verified = 0
             if spec is not None and continuing:
-                rows, (table, rank), verified = spec.match(id_list, cells)
-                if rows.size:
+                rows, table, ranks, verified = spec.match(id_list, cells.tolist())
+                self.stats.accepted += len(rows)
+                for rank in ranks:
+                    self.stats.promoted_rank[rank] = self.stats.promoted_rank.get(rank, 0) + 1
+                # A call costs mostly its fixed overhead: promoting some agents of a frame
+                # that calls step_decode for others saves nothing and costs a scatter, so
+                # those rows ride along in the call (with the same result).
+                if rows and len(rows) == continuing:
                     promoted = Promoted(
-                        rows,
+                        np.asarray(rows, np.int64),
                         spec.hidden[table],
                         spec.last_pos[table],
                         spec.last_disp[table],
                         spec.traj[table],
                         spec.probs[table],
                     )
-                    self.stats.accepted += int(rows.size)
-                    for j, count in zip(*np.unique(rank, return_counts=True), strict=True):
-                        key = int(j)
-                        self.stats.promoted_rank[key] = self.stats.promoted_rank.get(key, 0) + int(
-                            count
-                        )
+                    self.stats.promoted += len(rows)
+                    self.stats.promoted_frames += 1
             self.stats.verified += verified
             self.stats.unspeculated += continuing - verified
             prediction = encoder.advance(
