@@ -32,6 +32,16 @@ DROP_REASONS = ("stale", "admission", "expired", "degraded", "shutdown", "cancel
 # Sheds that mean overload (stale replacement and skipped speculation do not).
 _TROUBLE = frozenset({"admission", "expired"})
 COST_SMOOTHING = 0.2
+CostKey = tuple[str, int | None]
+
+
+def size_bucket(size: int | None) -> int | None:
+    """The power of two at or above ``size``: units within a factor of two share a cost."""
+    if size is None:
+        return None
+    if size < 0:
+        raise ConfigError(f"a unit's size must be >= 0, got {size}")
+    return 1 << max(0, int(size) - 1).bit_length()
 
 
 class PoolControl(Protocol):
@@ -107,6 +117,8 @@ class Work:
     speculative: bool
     est_ms: float | None
     future: Future[Any]
+    # Input size (points, agents): the cost is estimated per (name, size bucket).
+    size: int | None = None
     gen: Generator[Any, None, Any] | None = None
     state: str = "queued"
     chunks: int = 0
@@ -161,7 +173,7 @@ class _ExecutorBase:
         self._running = 0
         self._stats = {t: _TierStats(self.options.latency_window) for t in TIERS}
         self._transport: dict[str, deque[float]] = {}
-        self._cost_ms: dict[str, float] = {}
+        self._cost_ms: dict[CostKey, float] = {}
         self._threads: list[threading.Thread] = []
         self._saved_switch: float | None = None
         self._rt_lanes = 0
@@ -227,13 +239,16 @@ class _ExecutorBase:
         stream: str | None = None,
         speculative: bool = False,
         est_ms: float | None = None,
+        size: int | None = None,
     ) -> Future[Any]:
         """Queue ``fn`` at ``tier``; its deadline is the arrival plus the tier's deadline.
 
         With an ``arrival`` on a topic, the stream defaults to ``topic/name``: a newer unit of
-        the same stream replaces a queued older one (the newest frame wins).
+        the same stream replaces a queued older one (the newest frame wins). ``size`` (points,
+        agents) keys the cost estimate: work of one name costs what its input size costs.
         """
         tier = as_tier(tier)
+        size_bucket(size)
         now = self._clock()
         arrival = arrival or Arrival("", now)
         if stream is None and arrival.topic:
@@ -253,6 +268,7 @@ class _ExecutorBase:
                 speculative=speculative,
                 est_ms=est_ms,
                 future=future,
+                size=size,
             )
             self._stats[tier].submitted += 1
             refused, displaced = self._admit_locked(work, now)
@@ -275,17 +291,23 @@ class _ExecutorBase:
             self.config = config
             self._cv.notify_all()
 
-    def set_estimate(self, name: str, ms: float) -> None:
-        """Seed the service-time estimate of work called ``name`` (e.g. from a calibration)."""
+    def set_estimate(self, name: str, ms: float, size: int | None = None) -> None:
+        """Seed the service-time estimate of work called ``name`` (e.g. from a calibration),
+        for units of about ``size`` (its size bucket) or, without a size, for any size."""
         if not (np.isfinite(ms) and ms >= 0.0):
             raise ConfigError(f"an estimate must be a finite number >= 0 ms, got {ms!r}")
         with self._cv:
-            self._cost_ms[name] = float(ms)
+            self._cost_ms[(name, size_bucket(size))] = float(ms)
 
-    def estimate_ms(self, name: str) -> float:
-        """The smoothed measured service time of work called ``name`` (0 before any)."""
+    def estimate_ms(self, name: str, size: int | None = None) -> float:
+        """The smoothed measured service time of work called ``name`` of about ``size``;
+        the estimate of any size of that name when its bucket has none yet (0 before any)."""
         with self._cv:
-            return self._cost_ms.get(name, 0.0)
+            return self._cost_locked(name, size_bucket(size))
+
+    def _cost_locked(self, name: str, bucket: int | None) -> float:
+        cost = self._cost_ms.get((name, bucket))
+        return cost if cost is not None else self._cost_ms.get((name, None), 0.0)
 
     @property
     def degraded(self) -> bool:
@@ -550,10 +572,13 @@ class _ExecutorBase:
         if finished > work.deadline_s:
             st.misses += 1
             self._on_trouble_locked(work.tier, finished)
-        old = self._cost_ms.get(work.name)
-        self._cost_ms[work.name] = (
-            work.service_ms if old is None else old + COST_SMOOTHING * (work.service_ms - old)
-        )
+        # The unit's size bucket, and the name over any size (the fallback of a new bucket).
+        keys = {(work.name, size_bucket(work.size)), (work.name, None)}
+        for key in keys:
+            old = self._cost_ms.get(key)
+            self._cost_ms[key] = (
+                work.service_ms if old is None else old + COST_SMOOTHING * (work.service_ms - old)
+            )
 
     def _count_drop_locked(self, work: Work, reason: str, now: float) -> None:
         self._leave_locked(work)
@@ -581,7 +606,7 @@ class _ExecutorBase:
     def _est_locked(self, work: Work) -> float:
         if work.est_ms is not None:
             return work.est_ms
-        return self._cost_ms.get(work.name, 0.0)
+        return self._cost_locked(work.name, size_bucket(work.size))
 
 
 class TieredExecutor(_ExecutorBase):

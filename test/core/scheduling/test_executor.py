@@ -141,6 +141,29 @@ def test_work_longer_than_its_whole_budget_still_runs_and_misses() -> None:
     assert ex.estimate_ms("plan") == pytest.approx(150.0 + 0.2 * (120.0 - 150.0))
 
 
+def test_costs_are_estimated_per_input_size() -> None:
+    """A large scan's cost must not be judged by a small one's: estimates per size bucket."""
+    clock, log = FakeClock(), []
+    ex = tiered(clock)
+    for size, ms in ((1000, 4.0), (120_000, 60.0)):
+        ex.submit(slow_stage_fault_injector(clock, ms, log, "cloud"), 2, name="cloud", size=size)
+        assert ex.run_one()
+    assert ex.estimate_ms("cloud", 1000) == pytest.approx(4.0)
+    assert ex.estimate_ms("cloud", 900) == pytest.approx(4.0)
+    assert ex.estimate_ms("cloud", 120_000) == pytest.approx(60.0)
+    # A size never seen yet falls back to the name's estimate over every size.
+    assert ex.estimate_ms("cloud", 10) == pytest.approx(4.0 + 0.2 * (60.0 - 4.0))
+    # After 50 ms of backlog, a small scan still fits its 100 ms and a large one does not.
+    ex.submit(slow_stage_fault_injector(clock, 50, log, "busy"), 2, est_ms=50.0)
+    ex.submit(slow_stage_fault_injector(clock, 4, log, "small"), 3, name="cloud", size=1000)
+    ex.submit(slow_stage_fault_injector(clock, 60, log, "big"), 2, name="cloud", size=120_000)
+    assert drops(ex, "2")["admission"] == 1 and drops(ex, "3")["admission"] == 0
+    ex.set_estimate("cloud", 1.0, size=64)
+    assert ex.estimate_ms("cloud", 50) == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="size must be >= 0"):
+        ex.submit(lambda: None, 2, name="cloud", size=-1)
+
+
 def test_backlog_ahead_makes_later_work_infeasible() -> None:
     clock, log = FakeClock(), []
     ex = tiered(clock)
