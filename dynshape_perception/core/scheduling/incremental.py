@@ -181,6 +181,12 @@ class IncrementalEncoder:
         """Whether ``track_id`` was seen at ``tick - 1`` and can advance by one step."""
         return self.tick is not None and self.tick == tick - 1 and int(track_id) in self._index
 
+    def continuing(self, ids: Iterable[int], tick: int) -> int:
+        """How many of ``ids`` were seen at ``tick - 1``."""
+        if self.tick is None or self.tick != tick - 1:
+            return 0
+        return len(self._index.keys() & set(ids))
+
     def state(self, ids: Sequence[int] | None = None) -> AgentState:
         """The state of ``ids`` (every stored track, in stored order, when None)."""
         if ids is None:

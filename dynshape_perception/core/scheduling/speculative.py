@@ -114,6 +114,27 @@ class _Speculation:
             [(int(x), int(y)) for x, y in agent] for agent in self.centres.tolist()
         ]
 
+    def promote(self, ids: list[int], cells: list[list[int]]) -> list[int] | None:
+        """Table rows for every agent of ``ids`` that has a table, in order; None as soon as
+        one of them misses (the frame then steps every agent, so nothing is promoted)."""
+        r = self.radius
+        side = 2 * r + 1
+        table: list[int] = []
+        for row, track_id in enumerate(ids):
+            agent = self.agents.get(track_id)
+            if agent is None:
+                continue
+            x, y = cells[row]
+            centres = self._centres[agent]
+            for rank, (cx, cy) in enumerate(centres):
+                dx, dy = x - cx, y - cy
+                if -r <= dx <= r and -r <= dy <= r:
+                    table.append(((agent * len(centres) + rank) * side + dx + r) * side + dy + r)
+                    break
+            else:
+                return None
+        return table
+
     def match(
         self, ids: list[int], cells: list[list[int]]
     ) -> tuple[list[int], list[int], list[int], int]:
@@ -181,7 +202,8 @@ class SpeculativePredictor:
         self._spec: _Speculation | None = None
         self._generation = 0
         self._lock = threading.Lock()
-        self.stats = SpeculationStats()
+        self._stats = SpeculationStats()
+        self._unsettled: tuple[_Speculation, list[int], list[list[int]]] | None = None
 
     def observe(
         self, tick: int, ids: np.ndarray, positions: np.ndarray, history_of: HistoryFn
@@ -199,21 +221,20 @@ class SpeculativePredictor:
             id_list = np.asarray(ids).tolist()
             spec = self._spec if self._spec is not None and self._spec.tick == tick else None
             promoted = None
-            continuing = (
-                sum(1 for i in id_list if i in encoder)
-                if encoder.tick is not None and encoder.tick == tick - 1
-                else 0
-            )
-            verified = 0
-            if spec is not None and continuing:
-                rows, table, ranks, verified = spec.match(id_list, cells.tolist())
-                self.stats.accepted += len(rows)
-                for rank in ranks:
-                    self.stats.promoted_rank[rank] = self.stats.promoted_rank.get(rank, 0) + 1
+            continuing = encoder.continuing(id_list, tick)
+            stats = self._stats
+            if spec is None:
+                stats.unspeculated += continuing
+            elif continuing:
+                cell_list = cells.tolist()
+                # The acceptance count is taken off the critical path (``_settle_locked``).
+                self._unsettled = (spec, id_list, cell_list)
                 # A call costs mostly its fixed overhead: promoting some agents of a frame
                 # that calls step_decode for others saves nothing and costs a scatter, so
-                # those rows ride along in the call (with the same result).
-                if rows and len(rows) == continuing:
+                # the frame is promoted only when every continuing agent verifies.
+                table = spec.promote(id_list, cell_list)
+                if table is not None:
+                    rows = [k for k, i in enumerate(id_list) if i in spec.agents]
                     promoted = Promoted(
                         np.asarray(rows, np.int64),
                         spec.hidden[table],
@@ -222,10 +243,8 @@ class SpeculativePredictor:
                         spec.traj[table],
                         spec.probs[table],
                     )
-                    self.stats.promoted += len(rows)
-                    self.stats.promoted_frames += 1
-            self.stats.verified += verified
-            self.stats.unspeculated += continuing - verified
+                    stats.promoted += len(rows)
+                    stats.promoted_frames += 1
             prediction = encoder.advance(
                 tick, np.asarray(id_list, np.int64), snapped, snapped_history, promoted
             )
@@ -233,10 +252,29 @@ class SpeculativePredictor:
             # The old tables are pruned; a speculation still running is discarded on arrival.
             self._spec = None
             self._generation += 1
-        self.stats.frames += 1
-        self.stats.observations += len(id_list)
-        self.stats.critical_ms.append((time.perf_counter() - started) * 1000.0)
+            stats.frames += 1
+            stats.observations += len(id_list)
+            stats.critical_ms.append((time.perf_counter() - started) * 1000.0)
         return prediction
+
+    @property
+    def stats(self) -> SpeculationStats:
+        with self._lock:
+            self._settle_locked()
+            return self._stats
+
+    def _settle_locked(self) -> None:
+        """Count the last verified frame's accepted agents and hypothesis ranks (idle time)."""
+        if self._unsettled is None:
+            return
+        spec, id_list, cells = self._unsettled
+        self._unsettled = None
+        rows, _, ranks, verified = spec.match(id_list, cells)
+        stats = self._stats
+        stats.verified += verified
+        stats.accepted += len(rows)
+        for rank in ranks:
+            stats.promoted_rank[rank] = stats.promoted_rank.get(rank, 0) + 1
 
     def speculate(self) -> int:
         """Precompute the next tick's candidates now; returns how many were computed."""
@@ -251,6 +289,7 @@ class SpeculativePredictor:
         """``speculate`` split into one ``step_decode`` call per chunk (for an executor)."""
         started = time.perf_counter()
         with self._lock:
+            self._settle_locked()
             tick = self.encoder.tick
             generation = self._generation
             state = self.encoder.state()
@@ -296,8 +335,8 @@ class SpeculativePredictor:
             if self._generation != generation:
                 return 0
             self._spec = speculation
-        self.stats.candidates += int(rows.size)
-        self.stats.speculate_ms.append((time.perf_counter() - started) * 1000.0)
+            self._stats.candidates += int(rows.size)
+            self._stats.speculate_ms.append((time.perf_counter() - started) * 1000.0)
         return int(rows.size)
 
     def _candidates(self, last: Prediction) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
