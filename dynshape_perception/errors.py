@@ -45,3 +45,7 @@ class MessageError(DynshapeError):
 
 class SchedulingError(DynshapeError):
     """Work cannot be admitted or scheduled."""
+
+
+class ValidationError(CompileError):
+    """A specialisation built, but does not match the generic build on a recorded call."""

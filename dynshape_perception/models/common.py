@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +58,19 @@ class ModelSpec:
                 return fn
         raise KeyError(f"{self.model} has no function {name!r}")
 
-    def tvm_spec(self, dims: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
-        """The ``export_tvm`` spec; ``dims`` pins symbolic dims to ints (a specialisation)."""
+    def tvm_spec(
+        self, dims: Mapping[str, int] | None = None, functions: Sequence[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The ``export_tvm`` spec; ``dims`` pins symbolic dims to ints (a specialisation) and
+        ``functions`` keeps only those entry points (a specialisation serves one function)."""
+        if functions is not None:
+            unknown = set(functions) - {fn.name for fn in self.functions}
+            if unknown or not functions:
+                raise ShapeError(f"{self.model} has no functions {sorted(unknown)}")
         return {
             fn.name: {t.name: nn.spec.Tensor(list(t.resolve(dims)), t.dtype) for t in fn.inputs}
             for fn in self.functions
+            if functions is None or fn.name in functions
         }
 
     def bind_dims(self, function: str, arrays: list[np.ndarray]) -> dict[str, int]:

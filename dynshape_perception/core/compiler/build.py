@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ class BuildResult:
     schedule: dict[str, str] = field(default_factory=dict)
     compile_s: float = 0.0
     planned_bytes: dict[str, int] = field(default_factory=dict)
+    functions: tuple[str, ...] = ()
 
 
 def bound_module(
@@ -55,13 +56,14 @@ def bound_module(
     weights: Mapping[str, np.ndarray],
     dims: Mapping[str, int] | None = None,
     gpu: bool = False,
+    functions: Sequence[str] | None = None,
 ) -> tuple[tvmx.IRModule, dict[str, int]]:
     """Steps 1-2: export the Relax module (symbolic, or pinned to ``dims``) and bind weights.
 
     Weights become constants, so the library is self-contained and weight layouts are fixed at
     compile time rather than per call.
     """
-    mod, params = tvmx.export_module(model.build_module(gpu), model.spec.tvm_spec(dims))
+    mod, params = tvmx.export_module(model.build_module(gpu), model.spec.tvm_spec(dims, functions))
     names = [name for name, _ in params]
     missing = set(names) - set(weights)
     if missing:
@@ -76,12 +78,13 @@ def compile_model(
     weights: Mapping[str, np.ndarray],
     profile: TargetProfile,
     dims: Mapping[str, int] | None = None,
+    functions: Sequence[str] | None = None,
 ) -> BuildResult:
-    """(model, target profile[, pinned dims]) -> executable, through five numbered steps."""
+    """(model, target profile[, pinned dims][, entry points]) -> executable, in five steps."""
     started = time.perf_counter()
     target = profile.target()
     # Step 1-2: export and bind weights.
-    mod, bounds = bound_module(model, weights, dims, profile.is_cuda)
+    mod, bounds = bound_module(model, weights, dims, profile.is_cuda, functions)
     ir_hash = tvmx.structural_hash(mod)
     # Step 3: upper bounds for memory planning of the symbolic dims left.
     mod = tvmx.set_upper_bounds(mod, bounds)
@@ -115,4 +118,5 @@ def compile_model(
         schedule=report,
         compile_s=elapsed,
         planned_bytes=planned,
+        functions=tuple(functions or (fn.name for fn in model.spec.functions)),
     )

@@ -8,7 +8,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -89,9 +89,10 @@ def cache_key(
     weights: Mapping[str, np.ndarray],
     profile: TargetProfile,
     dims: Mapping[str, int] | None = None,
+    functions: Sequence[str] | None = None,
 ) -> tuple[str, str]:
     """(key, IR hash): IR structural hash + exact target + TVM version + weights + pipeline."""
-    mod, _ = bound_module(model, weights, dims, profile.is_cuda)
+    mod, _ = bound_module(model, weights, dims, profile.is_cuda, functions)
     ir_hash = tvmx.structural_hash(mod)
     parts = [
         model.name,
@@ -141,14 +142,15 @@ class ArtefactCache:
         weights: Mapping[str, np.ndarray],
         profile: TargetProfile,
         dims: Mapping[str, int] | None = None,
+        functions: Sequence[str] | None = None,
     ) -> Artefact:
-        key, _ = cache_key(model, weights, profile, dims)
+        key, _ = cache_key(model, weights, profile, dims, functions)
         found = self.lookup(key)
         if found is not None:
             self.hits += 1
             return found
         self.misses += 1
-        result = compile_model(model, weights, profile, dims)
+        result = compile_model(model, weights, profile, dims, functions)
         return self.store(key, model, weights, result)
 
     def store(
@@ -189,7 +191,7 @@ def make_sidecar(
         weights_checksum=weights_checksum(weights),
         symbolic_vars=dict(result.bounds),
         pinned_dims=dict(result.dims),
-        functions=[fn.name for fn in model.spec.functions],
+        functions=list(result.functions),
         library_sha256=lib_sha,
         schedule=dict(result.schedule),
         compile_s=round(result.compile_s, 3),

@@ -8,44 +8,89 @@ import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from dynshape_perception.core.runtime.policy import InterferenceMeter
 from dynshape_perception.core.runtime.shapes import Signature
+from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult, validate
 from dynshape_perception.errors import CompileError
 
 log = logging.getLogger(__name__)
 
-# (model, weights, profile, dims, cache root) -> (library path, compile seconds)
-CompileFn = Callable[
-    [str, Mapping[str, np.ndarray], str, Mapping[str, int], str], tuple[str, float]
-]
+CompileFn = Callable[[CompileRequest, Mapping[str, np.ndarray]], CompileResult]
+OnDone = Callable[[Signature, CompileResult | None, float, str], None]
 # Compiles run at lower CPU priority so that the frame loop keeps its cores.
 WORKER_NICENESS = 10
+STALL_S = 3.0
+# Per worker: the generic build each specialisation is validated against, loaded once.
+_GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
 
-def compile_to_cache(
-    model: str,
-    weights: Mapping[str, np.ndarray],
-    profile: str,
-    dims: Mapping[str, int],
-    cache_root: str,
-) -> tuple[str, float]:
-    """Build (or fetch) a specialisation into the artefact cache; runs in a worker."""
+def compile_to_cache(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> CompileResult:
+    """Build (or fetch) a specialisation of one function into the artefact cache, then
+    validate and time it against the generic build; runs in a worker.
+
+    Building only the called entry point keeps compiles short and libraries small, and
+    validating here keeps that work off the process whose threads serve calls.
+    """
+    started = time.perf_counter()
+    path = build_specialisation(request, weights)
+    compile_s = time.perf_counter() - started
+    return CompileResult(str(path), compile_s, validate_in_worker(request, weights, path))
+
+
+def build_specialisation(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> Path:
     from dynshape_perception.core.compiler.cache import ArtefactCache
     from dynshape_perception.core.compiler.targets import load_profile
     from dynshape_perception.models import model_definition
 
-    started = time.perf_counter()
-    artefact = ArtefactCache(Path(cache_root)).get_or_build(
-        model_definition(model), weights, load_profile(profile), dims
+    artefact = ArtefactCache(Path(request.cache_root)).get_or_build(
+        model_definition(request.model),
+        weights,
+        load_profile(request.profile),
+        request.key.as_dict(),
+        (request.key.function,),
     )
-    return str(artefact.library_path), time.perf_counter() - started
+    return artefact.library_path
+
+
+def validate_in_worker(
+    request: CompileRequest, weights: Mapping[str, np.ndarray], library: Path
+) -> float:
+    """Phase one against the generic build of ``weights``; returns specialised/generic time."""
+    from dynshape_perception.core.compiler.cache import ArtefactCache
+    from dynshape_perception.core.compiler.targets import load_profile
+    from dynshape_perception.core.runtime.executable import LoadedModel
+    from dynshape_perception.models import model_definition
+    from dynshape_perception.models.weights import weights_checksum
+
+    model = model_definition(request.model)
+    slot = (request.model, request.profile, request.cache_root, weights_checksum(weights))
+    if slot not in _GENERIC:
+        cache = ArtefactCache(Path(request.cache_root))
+        generic = cache.get_or_build(model, weights, load_profile(request.profile))
+        _GENERIC[slot] = LoadedModel(model, generic.library_path)
+    special = LoadedModel(model, library, functions=(request.key.function,))
+    return validate(model, _GENERIC[slot], special, request)
+
+
+def _start_worker() -> None:
+    """Worker initialiser: lower priority, and import the compiler before the first job."""
+    _lower_priority()
+    import dynshape_perception.core.compiler.cache  # noqa: F401
+
+
+def _ready() -> bool:
+    return True
 
 
 def _lower_priority() -> None:
@@ -61,7 +106,8 @@ class CompileJob:
     seq: int
     model: str = field(compare=False)
     key: Signature = field(compare=False)
-    on_done: Callable[[Signature, str | None, float, str], None] = field(compare=False)
+    request: CompileRequest = field(compare=False)
+    on_done: OnDone = field(compare=False)
 
 
 class CompilePool:
@@ -76,10 +122,12 @@ class CompilePool:
         mode: str = "process",
         timeout_s: float = 120.0,
         compile_fn: CompileFn = compile_to_cache,
+        meter: InterferenceMeter | None = None,
     ) -> None:
         self._weights = weights
-        self._profile = profile
-        self._cache_root = str(cache_root)
+        self.meter = meter or InterferenceMeter(prior_weight=1.0)
+        self.profile = profile
+        self.cache_root = str(cache_root)
         self._size = size
         self._mode = mode
         self._timeout_s = timeout_s
@@ -91,7 +139,15 @@ class CompilePool:
         self._paused = 0
         self._closed = False
         self._busy = 0
+        self._yielding = 0
+        self._stopped: list[int] = []
+        self.yield_s = 0.0
+        self.yields = 0
+        self._yield_started = 0.0
         self._executor = self._new_executor()
+        if mode == "process":
+            # Start the worker now: importing TVM would otherwise delay the first compile.
+            self._executor.submit(_ready)
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)
             for i in range(size)
@@ -105,24 +161,20 @@ class CompilePool:
             return cf.ProcessPoolExecutor(
                 max_workers=self._size,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_lower_priority,
+                initializer=_start_worker,
             )
         return cf.ThreadPoolExecutor(max_workers=self._size, thread_name_prefix="jit-build")
 
-    def submit(
-        self,
-        model: str,
-        key: Signature,
-        benefit_ms: float,
-        on_done: Callable[[Signature, str | None, float, str], None],
-    ) -> bool:
+    def submit(self, request: CompileRequest, benefit_ms: float, on_done: OnDone) -> bool:
         """Queue a compile unless the same (model, key) is queued or running."""
+        model, key = request.model, request.key
         with self._cv:
             if self._closed or (model, key) in self._pending:
                 return False
             self._pending.add((model, key))
             heapq.heappush(
-                self._heap, CompileJob(-benefit_ms, next(self._seq), model, key, on_done)
+                self._heap,
+                CompileJob(-benefit_ms, next(self._seq), model, key, request, on_done),
             )
             self._cv.notify()
             return True
@@ -141,6 +193,68 @@ class CompilePool:
             self._paused = max(0, self._paused - 1)
             self._cv.notify_all()
 
+    def compiling_now(self) -> bool:
+        """A compile is running and not suspended: calls now may feel it."""
+        return self._busy > 0 and not self._stopped
+
+    @property
+    def can_yield(self) -> bool:
+        """Only worker processes can be suspended; a compiling thread runs on regardless."""
+        return self._mode == "process"
+
+    @contextmanager
+    def yielding(self) -> Iterator[None]:
+        """Suspend running compile processes for the duration of a heavy call; nestable.
+
+        On two cores a compile on the second core still slows a call that wants both, so the
+        compile gets the idle time between calls rather than a share of each one.
+        """
+        self._enter_yield()
+        try:
+            yield
+        finally:
+            self._leave_yield()
+
+    def _enter_yield(self) -> None:
+        with self._cv:
+            self._yielding += 1
+            if self._yielding > 1 or not self.can_yield or self._busy == 0:
+                return
+            self._stopped = self._signal_workers(signal.SIGSTOP)
+            if self._stopped:
+                self.yields += 1
+                self._yield_started = time.perf_counter()
+
+    def _leave_yield(self) -> None:
+        with self._cv:
+            self._yielding = max(0, self._yielding - 1)
+            if self._yielding:
+                return
+            self._cv.notify_all()
+            if self._stopped:
+                self._resume_stopped()
+
+    def _resume_stopped(self) -> None:
+        for pid in self._stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._stopped = []
+        self.yield_s += time.perf_counter() - self._yield_started
+
+    def _signal_workers(self, sig: signal.Signals) -> list[int]:
+        sent = []
+        for proc in list(getattr(self._executor, "_processes", {}).values()):
+            if proc.pid is None or not proc.is_alive():
+                continue
+            try:
+                os.kill(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+            sent.append(proc.pid)
+        return sent
+
     def idle(self) -> bool:
         with self._cv:
             return not self._heap and self._busy == 0
@@ -156,7 +270,7 @@ class CompilePool:
     def _serve(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and (not self._heap or self._paused):
+                while not self._closed and (not self._heap or self._paused or self._yielding):
                     self._cv.wait()
                 if self._closed:
                     return
@@ -170,15 +284,8 @@ class CompilePool:
     def _run(self, job: CompileJob) -> None:
         started = time.perf_counter()
         try:
-            future = self._executor.submit(
-                self._compile_fn,
-                job.model,
-                self._weights[job.model],
-                self._profile,
-                job.key.as_dict(),
-                self._cache_root,
-            )
-            path, compile_s = future.result(timeout=self._timeout_s)
+            future = self._executor.submit(self._compile_fn, job.request, self._weights[job.model])
+            result = future.result(timeout=self._timeout_s)
         except cf.TimeoutError:
             self._restart_executor()
             job.on_done(job.key, None, time.perf_counter() - started, "timeout")
@@ -187,10 +294,13 @@ class CompilePool:
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return
-        job.on_done(job.key, path, compile_s, "")
+        job.on_done(job.key, result, result.compile_s, "")
 
     def _restart_executor(self) -> None:
         """A timed-out compile may never return: replace the workers."""
+        with self._cv:
+            if self._stopped:
+                self._resume_stopped()
         old = self._executor
         self._executor = self._new_executor()
         if isinstance(old, cf.ProcessPoolExecutor):
@@ -202,6 +312,9 @@ class CompilePool:
         with self._cv:
             self._closed = True
             self._heap.clear()
+            # A stopped worker would ignore the terminate below until continued.
+            if self._stopped:
+                self._resume_stopped()
             self._cv.notify_all()
         for worker in self._workers:
             worker.join(timeout=5.0 if wait else 0.0)
@@ -211,12 +324,18 @@ class CompilePool:
         self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
+def stalling_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: a compile that burns a core for ``STALL_S``, then fails."""
+    until = time.monotonic() + STALL_S
+    while time.monotonic() < until:
+        pass
+    raise CompileError(f"injected stall for {request.model} {request.key}")
+
+
 def failing_compiler_fault_injector(
-    model: str,
-    weights: Mapping[str, np.ndarray],
-    profile: str,
-    dims: Mapping[str, int],
-    cache_root: str,
-) -> tuple[str, float]:
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
     """Fault injector for tests and drills: every compile fails like a broken toolchain."""
-    raise CompileError(f"injected compile failure for {model} {dict(dims)}")
+    raise CompileError(f"injected compile failure for {request.model} {request.key}")

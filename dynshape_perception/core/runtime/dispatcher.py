@@ -7,11 +7,13 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar
 from dynshape_perception.core.runtime.compile_pool import CompilePool
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.metrics import CompileEvent, JitMetrics
@@ -28,11 +30,12 @@ from dynshape_perception.core.runtime.shapes import (
     pad_inputs,
     sample_inputs,
 )
+from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
+from dynshape_perception.errors import ValidationError
 from dynshape_perception.models.common import ModelDef
 
 log = logging.getLogger(__name__)
 
-VALIDATION_REPEATS = 3
 HIT_LOG_LENGTH = 4096
 
 
@@ -88,6 +91,15 @@ class SpecialisationCache:
         return len(self._entries)
 
 
+def check_sidecar(library: Path, model: str, key: Signature) -> None:
+    """The library beside this sidecar is the specialisation of ``key``, and nothing else."""
+    side = Sidecar.from_json((library.parent / SIDECAR).read_text())
+    if side.model != model or side.pinned_dims != key.as_dict():
+        raise ValidationError(f"{library} holds {side.model} {side.pinned_dims}, not {key}")
+    if side.functions != [key.function]:
+        raise ValidationError(f"{library} holds functions {side.functions}, not {key.function}")
+
+
 class Dispatcher:
     """Calls one model: a specialisation when its guard admits the call, else the generic build.
 
@@ -102,23 +114,34 @@ class Dispatcher:
         config: JitConfig,
         metrics: JitMetrics,
         pool: CompilePool | None,
-        validator: LoadedModel | None = None,
     ) -> None:
         self.model = model
         self.generic = generic
         self.config = config
         self.metrics = metrics
         self.pool = pool
-        self.dims = config.dim_policy(model.name)
+        policy = config.dim_policy(model.name)
+        self._dims = {fn.name: policy.for_function(fn) for fn in model.spec.functions}
         self.cache = SpecialisationCache(config.max_entries, config.max_bytes, metrics)
-        self.cost = CostModel(config.prior_speedup, config.prior_compile_s, config.horizon_s)
+        self._costs = {
+            fn.name: CostModel(
+                config.prior_speedup,
+                config.prior_compile_s,
+                config.horizon_s,
+                (lambda: pool.meter.weight) if pool is not None else (lambda: 1.0),
+            )
+            for fn in model.spec.functions
+        }
+        # Compiles queued or running per function: until one specialisation of a function has
+        # been timed, its speedup is a guess, so only one compile at a time tests the guess.
+        self._outstanding: Counter[str] = Counter()
         self.degrade = DegradeGuard(config)
         self.profile: Counter[Signature] = Counter()
         self._keys: dict[Signature, KeyState] = {}
+        # Mean generic latency per function: the yield decision for a key not seen before.
+        self._function_ms: dict[str, float] = {}
         self._lock = threading.Lock()
         self._frozen = config.mode == "frozen"
-        # A second VM over the generic library, so validation never contends with callers.
-        self._validator = validator or generic
         self.on_event: Callable[[CompileEvent], None] | None = None
         # Which specialisation served which call, newest last: for diagnostics and audits.
         self.hit_log: deque[tuple[Signature, Signature]] = deque(maxlen=HIT_LOG_LENGTH)
@@ -135,22 +158,36 @@ class Dispatcher:
             out = self.generic.run_unchecked(function, args)
             self._finish(sig, started, hit=False, accepted=False)
             return out
-        key = self.dims.key(sig)
+        dim_policy = self._dims[function]
+        key = dim_policy.key(sig)
         entry = self.cache.get(key)
-        if entry is not None and self.dims.admits(key, sig):
-            out = self._run_specialised(entry, function, args, dims)
-            self.hit_log.append((key, sig))
-            self.degrade.on_hit()
-            self._finish(sig, started, hit=True, accepted=True)
-            return out
-        out = self.generic.run_unchecked(function, args)
+        with self._yielding(function, key):
+            if entry is not None and dim_policy.admits(key, sig):
+                out = self._run_specialised(entry, function, args, dims)
+                self.hit_log.append((key, sig))
+                self.degrade.on_hit()
+                self._finish(sig, started, hit=True, accepted=True)
+                return out
+            compiling = self.pool is not None and self.pool.compiling_now()
+            out = self.generic.run_unchecked(function, args)
+            compiling = compiling and self.pool is not None and self.pool.compiling_now()
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        accepted = self._consider(key, elapsed_ms, args, out)
+        accepted = self._consider(key, elapsed_ms, args, compiling)
         if accepted and self.degrade.on_miss():
             self.metrics.bump("degraded_episodes")
         self.metrics.degraded = self.degrade.active
         self._finish(sig, started, hit=False, accepted=accepted)
         return out
+
+    def _yielding(self, function: str, key: Signature) -> AbstractContextManager[None]:
+        """Heavy calls suspend running compiles; light ones are not worth two signals."""
+        if self.pool is None or not self.pool.can_yield:
+            return nullcontext()
+        state = self._keys.get(key)
+        expected = state.generic_ms if state is not None else self._function_ms.get(function, 0.0)
+        if expected < self.config.yield_min_ms:
+            return nullcontext()
+        return self.pool.yielding()
 
     def _run_specialised(
         self, entry: Specialisation, function: str, args: list[np.ndarray], dims: Mapping[str, int]
@@ -164,7 +201,7 @@ class Dispatcher:
         self.metrics.record_call(self.model.name, sig, ms, hit=hit, accepted=accepted)
 
     def _consider(
-        self, key: Signature, generic_ms: float, args: list[np.ndarray], out: list[np.ndarray]
+        self, key: Signature, generic_ms: float, args: list[np.ndarray], compiling: bool
     ) -> bool:
         """Update the key's measurements; queue a compile when the cost model says it pays."""
         with self._lock:
@@ -177,41 +214,79 @@ class Dispatcher:
             state.generic_ms = (
                 generic_ms if state.calls == 1 else 0.8 * state.generic_ms + 0.2 * generic_ms
             )
+            seen = self._function_ms.get(key.function)
+            self._function_ms[key.function] = (
+                generic_ms if seen is None else 0.8 * seen + 0.2 * generic_ms
+            )
+            self._observe_interference(state, generic_ms, compiling)
             if state.blacklisted or state.rejected or self._frozen or self.pool is None:
                 return state.accepted
             if state.calls < self.config.threshold or self.degrade.active:
                 return state.accepted
-            if not state.accepted and self.cost.benefit_ms(state) <= self.config.min_benefit_ms:
-                return False
-            if not state.accepted and any(v == 0 for _, v in key.dims):
-                return False
+            cost = self._costs[key.function]
+            if not state.accepted:
+                if cost.benefit_ms(state) <= self.config.min_benefit_ms:
+                    return False
+                if any(v == 0 for _, v in key.dims):
+                    return False
+                if not cost.measured and self._outstanding[key.function]:
+                    return False
             state.accepted = True
             if state.sample is None:
                 state.sample = [np.array(a, copy=True) for a in args]
-            benefit = self.cost.benefit_ms(state)
-        if self.pool.submit(self.model.name, key, benefit, self._compiled):
+            benefit = cost.benefit_ms(state)
+            request = self._request(key, state.sample)
+        if self.pool.submit(request, benefit, self._compiled):
+            with self._lock:
+                self._outstanding[key.function] += 1
             self.degrade.requested += 1
         return True
 
+    def _observe_interference(self, state: KeyState, generic_ms: float, compiling: bool) -> None:
+        """Feed the interference meter: this call's time against the key's idle baseline."""
+        if self.pool is None:
+            return
+        if state.idle_ms > 0.0:
+            self.pool.meter.observe(generic_ms / state.idle_ms, compiling, generic_ms / 1000.0)
+        if not compiling:
+            state.idle_ms = (
+                generic_ms if state.idle_ms == 0.0 else 0.8 * state.idle_ms + 0.2 * generic_ms
+            )
+
+    def _request(self, key: Signature, sample: list[np.ndarray] | None) -> CompileRequest:
+        assert self.pool is not None
+        return CompileRequest(
+            model=self.model.name,
+            profile=self.pool.profile,
+            key=key,
+            cache_root=self.pool.cache_root,
+            weak_edges=dict(self._dims[key.function].weak_edges),
+            sample=sample,
+            rtol=self.config.validate_rtol,
+            atol=self.config.validate_atol,
+        )
+
     # -- background path ----------------------------------------------------------------
-    def _compiled(self, key: Signature, path: str | None, compile_s: float, reason: str) -> None:
-        """Runs on a compile-pool thread: validate, measure, then publish (or strike)."""
+    def _compiled(
+        self, key: Signature, result: CompileResult | None, compile_s: float, reason: str
+    ) -> None:
+        """Runs on a compile-pool thread once the worker built and validated: publish or strike.
+
+        The worker checked outputs and timed both builds (phase one); here the library is
+        loaded and switched in only if it is faster (phase two).
+        """
         now = time.monotonic()
+        cost = self._costs[key.function]
         with self._lock:
             state = self._keys.setdefault(key, KeyState())
-            sample = state.sample
-        if path is None:
+            self._outstanding[key.function] = max(0, self._outstanding[key.function] - 1)
+        if result is None:
             self._fail(key, state, compile_s, reason)
             return
         self.degrade.completed += 1
-        self.cost.observe_compile(compile_s)
-        try:
-            loaded = LoadedModel(self.model, Path(path))
-            speedup = self._validate(key, loaded, sample)
-        except Exception as err:  # noqa: BLE001 - a specialisation that fails validation stays out
-            self._fail(key, state, compile_s, f"validation failed: {err}")
-            return
-        self.cost.observe_speedup(speedup)
+        cost.observe_compile(compile_s)
+        speedup = result.speedup
+        cost.observe_speedup(speedup)
         if speedup >= self.config.accept_ratio:
             with self._lock:
                 state.rejected = True
@@ -228,52 +303,15 @@ class Dispatcher:
                 rejected=True,
             )
             return
-        nbytes = Path(path).stat().st_size
+        try:
+            check_sidecar(Path(result.path), self.model.name, key)
+            loaded = LoadedModel(self.model, Path(result.path), functions=(key.function,))
+        except Exception as err:  # noqa: BLE001 - a library that fails to load stays out
+            self._fail(key, state, compile_s, f"load failed: {err}")
+            return
+        nbytes = Path(result.path).stat().st_size
         self.cache.put(Specialisation(key, loaded, nbytes, speedup))
         self._emit(CompileEvent(now, self.model.name, str(key), True, compile_s))
-
-    def _validate(
-        self, key: Signature, loaded: LoadedModel, sample: list[np.ndarray] | None
-    ) -> float:
-        """Check pinned dims, outputs against the generic build, and the measured speedup."""
-        if loaded.model.name != self.model.name:
-            raise ValueError("library is for another model")
-        if sample is None:
-            raise ValueError("no recorded call to validate against")
-        args = sample
-        function = key.function
-        dims = self.model.spec.bind_dims(function, args)
-        if not self.dims.admits(key, Signature.of(function, dims)):
-            raise ValueError(f"recorded call {dims} is outside the guard of {key}")
-        spec = self.model.spec.function(function)
-        padded = pad_inputs(spec, args, key.as_dict())
-        for arr, tspec in zip(padded, spec.inputs, strict=True):
-            want = tspec.resolve(key.as_dict())
-            if tuple(arr.shape) != tuple(want):
-                raise ValueError(f"padded {tspec.name} is {arr.shape}, specialisation wants {want}")
-        got = crop_outputs(spec, loaded.run_unchecked(function, padded), dims)
-        ref = self._validator.run_unchecked(function, args)
-        for g, r in zip(got, ref, strict=True):
-            if g.shape != r.shape or not np.allclose(
-                g, r, rtol=self.config.validate_rtol, atol=self.config.validate_atol
-            ):
-                raise ValueError("specialised outputs differ from the generic build")
-        return self._speedup(loaded, function, args, padded)
-
-    def _speedup(
-        self, loaded: LoadedModel, function: str, args: list[np.ndarray], padded: list[np.ndarray]
-    ) -> float:
-        def best(fn: Callable[[], object]) -> float:
-            times = []
-            for _ in range(VALIDATION_REPEATS):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
-
-        generic = best(lambda: self._validator.run_unchecked(function, args))
-        special = best(lambda: loaded.run_unchecked(function, padded))
-        return special / max(generic, 1e-9)
 
     def _fail(self, key: Signature, state: KeyState, compile_s: float, reason: str) -> None:
         self.degrade.failed += 1
@@ -307,7 +345,14 @@ class Dispatcher:
                     continue
                 state.accepted = True
                 state.sample = sample_inputs(self.model, key.function, key.as_dict(), seed)
-            self.pool.submit(self.model.name, key, float("inf"), self._compiled)
+                request = self._request(key, state.sample)
+            if self.pool.submit(request, float("inf"), self._compiled):
+                with self._lock:
+                    self._outstanding[key.function] += 1
+
+    def key_of(self, signature: Signature) -> Signature:
+        """The specialisation key a call of ``signature`` is served by."""
+        return self._dims[signature.function].key(signature)
 
     def accepted_keys(self) -> list[Signature]:
         with self._lock:

@@ -16,7 +16,7 @@ from dynshape_perception.core.runtime.compile_pool import CompileFn, CompilePool
 from dynshape_perception.core.runtime.dispatcher import Dispatcher
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.metrics import JitMetrics
-from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.core.runtime.policy import InterferenceMeter, JitConfig
 from dynshape_perception.core.runtime.profile import dump_profile, load_profile
 from dynshape_perception.core.runtime.shapes import Signature
 from dynshape_perception.errors import ConfigError
@@ -68,15 +68,13 @@ class Engine:
                 mode=self.jit.compile_mode,
                 timeout_s=self.jit.compile_timeout_s,
                 compile_fn=compile_fn,
+                meter=InterferenceMeter(self.jit.prior_compile_weight),
             )
         for name in models:
             model = model_definition(name)
             artefact = self.cache.get_or_build(model, self.weights[name], self.target)
             generic = LoadedModel(model, artefact.library_path)
-            validator = LoadedModel(model, artefact.library_path)
-            self.dispatchers[name] = Dispatcher(
-                model, generic, self.jit, self.metrics, self.pool, validator
-            )
+            self.dispatchers[name] = Dispatcher(model, generic, self.jit, self.metrics, self.pool)
             self.planned[name] = artefact.sidecar.planned_bytes
 
     def __getitem__(self, name: str) -> Dispatcher:
@@ -99,7 +97,7 @@ class Engine:
             for sig, calls in counter.most_common(top):
                 if calls < self.jit.threshold:
                     continue
-                key = dispatcher.dims.key(sig)
+                key = dispatcher.key_of(sig)
                 if key not in keys and all(v > 0 for _, v in key.dims):
                     keys.append(key)
             dispatcher.warm(keys)

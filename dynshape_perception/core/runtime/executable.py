@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +30,22 @@ VALUE_CHECKS: Mapping[str, ValueCheck] = {"predictor": _predictor_check}
 class LoadedModel:
     """Validates every call against the model spec, then runs it on the TVM VM."""
 
-    def __init__(self, model: ModelDef, library: Path | Any, device: Any = None) -> None:
+    def __init__(
+        self,
+        model: ModelDef,
+        library: Path | Any,
+        device: Any = None,
+        functions: Sequence[str] | None = None,
+    ) -> None:
         self.model = model
         self.device = device if device is not None else tvmx.cpu_device()
         self._on_cpu = device is None
         self.library_path = library if isinstance(library, Path) else None
         lib = tvmx.load_library(library) if isinstance(library, Path) else library
         self._vm = tvmx.make_vm(lib, self.device)
-        self._functions = {
-            fn.name: tvmx.vm_function(self._vm, fn.name) for fn in model.spec.functions
-        }
+        # A specialisation holds only the function it was built for.
+        names = functions if functions is not None else [fn.name for fn in model.spec.functions]
+        self._functions = {name: tvmx.vm_function(self._vm, name) for name in names}
         # The Relax VM keeps per-call state; calls on one VM must not interleave.
         self._lock = threading.Lock()
         self._check = VALUE_CHECKS.get(model.name)

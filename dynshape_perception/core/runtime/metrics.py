@@ -49,7 +49,10 @@ class JitMetrics:
     degraded_episodes: int = 0
     degraded: bool = False
     events: list[CompileEvent] = field(default_factory=list)
-    latency: dict[str, dict[str, LatencyStats]] = field(default_factory=lambda: defaultdict(dict))
+    # Keyed by Signature, not its text: formatting a key on every call costs more than a hit.
+    latency: dict[str, dict[Signature, LatencyStats]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_call(
@@ -63,7 +66,9 @@ class JitMetrics:
                 self.generic_calls += 1
                 if accepted:
                     self.misses += 1
-            stats = self.latency[model].setdefault(str(signature), LatencyStats())
+            stats = self.latency[model].get(signature)
+            if stats is None:
+                stats = self.latency[model][signature] = LatencyStats()
             stats.add(ms)
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
@@ -108,7 +113,7 @@ class JitMetrics:
         with self._lock:
             return {
                 model: {
-                    sig: {
+                    str(sig): {
                         "calls": s.calls,
                         "mean_ms": round(s.mean_ms, 4),
                         "max_ms": round(s.max_ms, 4),

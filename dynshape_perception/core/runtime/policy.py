@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,12 @@ DEFAULT_WEAK_EDGES: dict[str, dict[str, tuple[int, ...]]] = {
         ),
     },
     "associator": {},
-    "predictor": {"T": (8, 12, 16, 20, 32, 48, 64, 96, 128)},
+    # Agents are independent rows, so A pads exactly; small counts keep exact edges, where
+    # padding one agent would cost a large share of a call.
+    "predictor": {
+        "A": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+        "T": (8, 12, 16, 20, 32, 48, 64, 96, 128),
+    },
 }
 
 
@@ -64,12 +70,17 @@ class JitConfig:
     degrade_cooldown_s: float = 30.0
     # Specialise only when the cost model's expected benefit exceeds this.
     min_benefit_ms: float = 0.0
-    # A specialisation serves only if it runs in under this fraction of the generic time.
-    accept_ratio: float = 1.0
+    # A specialisation serves only if it runs in under this fraction of the generic time: a
+    # smaller gain is within timing noise and does not pay for padding.
+    accept_ratio: float = 0.95
     prior_speedup: float = 0.8
     prior_compile_s: float = 1.5
+    # Calling-path seconds per compile-second until the interference meter has measured it.
+    prior_compile_weight: float = 0.5
     # How far ahead a key's observed call rate is trusted when amortising a compile.
     horizon_s: float = 600.0
+    # Calls expected to take at least this long suspend running compile processes.
+    yield_min_ms: float = 1.0
     validate_rtol: float = 1e-4
     validate_atol: float = 1e-5
 
@@ -81,6 +92,8 @@ class JitConfig:
         for name in ("hotness_threshold", "max_entries", "max_bytes", "pool_size", "max_strikes"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"jit {name} must be >= 1, got {getattr(self, name)!r}")
+        if self.prior_compile_weight < 0:
+            raise ConfigError("prior_compile_weight must be >= 0")
         if not 0.0 <= self.degrade_completion_rate <= 1.0:
             raise ConfigError("degrade_completion_rate must lie in [0, 1]")
         if self.horizon_s <= 0:
@@ -119,11 +132,76 @@ class KeyState:
     first_seen_s: float = 0.0
     last_seen_s: float = 0.0
     generic_ms: float = 0.0
+    # Generic latency while no compile runs: the baseline that interference is measured by.
+    idle_ms: float = 0.0
     strikes: int = 0
     blacklisted: bool = False
     rejected: bool = False
     accepted: bool = False
     sample: list[Any] | None = None
+
+
+class InterferenceMeter:
+    """What a background compile costs the calling path, measured on live calls.
+
+    Each generic call is timed against its key's idle baseline; the mean ratio while a compile
+    runs over the mean ratio while none does is the slowdown. Times the share of wall time
+    the calling path is busy, it gives the calling-path seconds one compile-second costs.
+    Until both sides have ``min_samples`` calls, the prior stands.
+    """
+
+    def __init__(self, prior_weight: float, min_samples: int = 20) -> None:
+        self.prior_weight = prior_weight
+        self.min_samples = min_samples
+        self._sum = {True: 0.0, False: 0.0}
+        self._n = {True: 0, False: 0}
+        self._busy_s = 0.0
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+
+    def observe(self, ratio: float, compiling: bool, call_s: float) -> None:
+        with self._lock:
+            self._busy_s += call_s
+            # Ratios past 10x are preemption by other processes, not compile interference.
+            if 0.0 < ratio < 10.0:
+                self._sum[compiling] += ratio
+                self._n[compiling] += 1
+
+    @property
+    def measured(self) -> bool:
+        return min(self._n.values()) >= self.min_samples
+
+    @property
+    def slowdown(self) -> float | None:
+        with self._lock:
+            if min(self._n.values()) < self.min_samples:
+                return None
+            busy = self._sum[True] / self._n[True]
+            idle = self._sum[False] / self._n[False]
+            return max(0.0, busy / idle - 1.0)
+
+    @property
+    def utilisation(self) -> float:
+        with self._lock:
+            return min(1.0, self._busy_s / max(time.monotonic() - self._started, 1e-3))
+
+    @property
+    def weight(self) -> float:
+        """Calling-path seconds per compile-second."""
+        slowdown = self.slowdown
+        if slowdown is None:
+            return self.prior_weight
+        return slowdown * self.utilisation
+
+    def snapshot(self) -> dict[str, Any]:
+        slowdown = self.slowdown
+        return {
+            "compile_slowdown": None if slowdown is None else round(slowdown, 4),
+            "calls_while_compiling": self._n[True],
+            "calls_while_idle": self._n[False],
+            "utilisation": round(self.utilisation, 4),
+            "compile_cost_weight": round(self.weight, 4),
+        }
 
 
 class CostModel:
@@ -132,15 +210,29 @@ class CostModel:
     Expected future calls are the key's observed call rate times ``horizon_s`` (a shape that
     was hot stays hot for the horizon), and never fewer than the calls seen so far; the
     specialised latency is the generic one times the measured speedup of earlier
-    specialisations; the compile cost is the measured mean compile time.
+    specialisations of the same function; the compile cost is the measured mean compile time
+    times what a compile-second costs the calling path (``compile_weight``, measured by an
+    ``InterferenceMeter``; 1.0 charges background compiles as if they ran on the caller).
     """
 
-    def __init__(self, prior_speedup: float, prior_compile_s: float, horizon_s: float) -> None:
+    def __init__(
+        self,
+        prior_speedup: float,
+        prior_compile_s: float,
+        horizon_s: float,
+        compile_weight: Callable[[], float] = lambda: 1.0,
+    ) -> None:
         self.horizon_s = horizon_s
         self.speedup = prior_speedup
         self.compile_s = prior_compile_s
+        self.compile_weight = compile_weight
         self._speedups = 0
         self._compiles = 0
+
+    @property
+    def measured(self) -> bool:
+        """True once a specialisation of this function has been timed."""
+        return self._speedups > 0
 
     def observe_speedup(self, ratio: float) -> None:
         self._speedups += 1
@@ -158,7 +250,7 @@ class CostModel:
 
     def benefit_ms(self, state: KeyState) -> float:
         saved = state.generic_ms * (1.0 - self.speedup)
-        return self.expected_calls(state) * saved - self.compile_s * 1000.0
+        return self.expected_calls(state) * saved - self.compile_s * 1000.0 * self.compile_weight()
 
 
 class DegradeGuard:

@@ -50,6 +50,21 @@ class DimPolicy:
         i = bisect.bisect_left(edges, value)
         return edges[i] if i < len(edges) else value
 
+    def for_function(self, spec: FunctionSpec) -> DimPolicy:
+        """The policy for one entry point: dims tied to packed lengths stay strong.
+
+        Padding repeats the last slice, which keeps padded agents and rows independent, but
+        it cannot keep packed lengths summing to the padded row count.
+        """
+        tied: set[str] = set()
+        for tspec in spec.inputs:
+            if tspec.sums_to is not None:
+                tied.add(tspec.sums_to)
+                tied.update(d for d in tspec.shape if isinstance(d, str))
+        if not tied & set(self.weak_edges):
+            return self
+        return DimPolicy({d: e for d, e in self.weak_edges.items() if d not in tied})
+
     def key(self, signature: Signature) -> Signature:
         return Signature(
             signature.function, tuple((d, self.bucket(d, v)) for d, v in signature.dims)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from dynshape_perception.core.runtime.policy import CostModel, JitConfig, KeyState
+from dynshape_perception.core.runtime.policy import (
+    CostModel,
+    InterferenceMeter,
+    JitConfig,
+    KeyState,
+)
 from dynshape_perception.errors import ConfigError
 
 
@@ -54,3 +59,34 @@ def test_degrade_judges_finished_compiles() -> None:
     assert not guard.on_miss(), "one success in three finished compiles is above 30 %"
     guard.failed = 3
     assert guard.on_miss() and guard.active, "compiles that keep failing pause specialising"
+
+
+def test_compile_cost_is_charged_at_its_calling_path_weight() -> None:
+    weight = [1.0]
+    model = CostModel(0.5, 1.0, 60.0, compile_weight=lambda: weight[0])
+    state = key(11, 10.0, 2.0)
+    assert model.benefit_ms(state) == pytest.approx(60 * 1.0 - 1000.0)
+    weight[0] = 0.05
+    assert model.benefit_ms(state) == pytest.approx(60 * 1.0 - 50.0)
+
+
+def test_interference_meter_keeps_its_prior_until_both_sides_are_measured() -> None:
+    meter = InterferenceMeter(prior_weight=0.5, min_samples=5)
+    for _ in range(50):
+        meter.observe(1.0, compiling=False, call_s=0.001)
+    assert meter.slowdown is None and meter.weight == 0.5
+    for _ in range(5):
+        meter.observe(1.3, compiling=True, call_s=0.001)
+    assert meter.slowdown == pytest.approx(0.3)
+    assert meter.weight == pytest.approx(0.3 * meter.utilisation)
+    assert 0.0 < meter.utilisation <= 1.0
+
+
+def test_interference_meter_ignores_preemption_outliers_and_never_goes_negative() -> None:
+    meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
+    for _ in range(3):
+        meter.observe(1.2, compiling=False, call_s=0.0)
+        meter.observe(1.0, compiling=True, call_s=0.0)
+    meter.observe(80.0, compiling=True, call_s=0.0)
+    assert meter.slowdown == 0.0 and meter.weight == 0.0
+    assert meter.snapshot()["calls_while_compiling"] == 3

@@ -21,6 +21,7 @@ from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -32,7 +33,10 @@ WEIGHTS = {
     "associator": init_weights(parameter_shapes(ASSOC), seed=8),
     "predictor": init_weights(parameter_shapes(PRED), seed=8),
 }
-EDGES = {"associator": {"N": (4, 16, 128), "M": (4, 16, 128)}, "predictor": {"T": (8, 32, 128)}}
+EDGES = {
+    "associator": {"N": (4, 16, 128), "M": (4, 16, 128)},
+    "predictor": {"A": (2, 4, 8), "T": (8, 32, 128)},
+}
 
 
 def eager_config(**overrides: object) -> JitConfig:
@@ -245,11 +249,11 @@ def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
 
 
 def slow_compiler_fault_injector(
-    model: str, weights: Mapping[str, np.ndarray], profile: str, dims: Mapping[str, int], root: str
-) -> tuple[str, float]:
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
     """Fault injector: a compiler that takes far longer than the frame loop tolerates."""
     time.sleep(0.5)
-    return failing_compiler_fault_injector(model, weights, profile, dims, root)
+    return failing_compiler_fault_injector(request, weights)
 
 
 def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -266,15 +270,48 @@ def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixt
         caplog.at_level(logging.WARNING),
     ):
         dispatcher = eng["associator"]
-        for i in range(30):
-            dims = {"N": 1 + i % 20, "M": 1 + (7 * i) % 40}
+        # Shapes of one bucket: every call after the first is a miss of an accepted key.
+        for i in range(60):
+            dims = {"N": 1 + i % 3, "M": 2 + i % 3}
             dispatcher("forward", *call_inputs("associator", dims, seed=i))
+            if eng.metrics.degraded_episodes:
+                break
             time.sleep(0.1)  # a frame period: the failing compiles finish meanwhile
         assert eng.metrics.degraded_episodes == 1 and eng.metrics.degraded
         assert "auto-degrade" in caplog.text
         time.sleep(0.4)
         dispatcher("forward", *call_inputs("associator", {"N": 3, "M": 3}, seed=99))
         assert not dispatcher.degrade.active, "specialisation resumes after the cool-down"
+
+
+def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) -> None:
+    with Engine(
+        "x86_64",
+        eager_config(),
+        cache_dir=cache_root,
+        models=("associator",),
+        weights=WEIGHTS,
+        compile_fn=slow_compiler_fault_injector,
+    ) as eng:
+        for n in (3, 10, 50):
+            for _ in range(3):
+                eng["associator"]("forward", *call_inputs("associator", {"N": n, "M": 2}, n))
+        assert eng["associator"].accepted_keys() == [Signature.of("forward", {"N": 4, "M": 4})]
+    with Engine(
+        "x86_64",
+        eager_config(),
+        cache_dir=cache_root,
+        models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        inputs = call_inputs("associator", {"N": 3, "M": 2}, seed=1)
+        for _ in range(2):
+            eng["associator"]("forward", *inputs)
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+        for n in (10, 50):
+            for _ in range(2):
+                eng["associator"]("forward", *call_inputs("associator", {"N": n, "M": 2}, n))
+        assert len(eng["associator"].accepted_keys()) == 3, "once measured, compiles may queue"
 
 
 def test_process_pool_compiles_off_thread(cache_root: Path) -> None:

@@ -1,0 +1,194 @@
+"""The compile pool and its worker: yielding to heavy calls, one-function builds, validation."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynshape_perception.core.compiler.cache import SIDECAR
+from dynshape_perception.core.runtime.compile_pool import (
+    STALL_S,
+    CompilePool,
+    build_specialisation,
+    compile_to_cache,
+    stalling_compiler_fault_injector,
+    validate_in_worker,
+)
+from dynshape_perception.core.runtime.engine import Engine
+from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
+from dynshape_perception.errors import ValidationError
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+
+ASSOC = model_definition("associator")
+PRED = model_definition("predictor")
+WEIGHTS = {
+    "associator": init_weights(parameter_shapes(ASSOC), seed=8),
+    "predictor": init_weights(parameter_shapes(PRED), seed=8),
+}
+
+
+def process_state(pid: int) -> str:
+    """The scheduler state letter of a process: R, S, D, T (stopped), ..."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def settles_to(pid: int, states: str, within_s: float = 0.5) -> bool:
+    """Signals land asynchronously: poll briefly for the process to reach ``states``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if process_state(pid) in states:
+            return True
+        time.sleep(0.001)
+    return process_state(pid) in states
+
+
+def worker_pids(pool: CompilePool) -> list[int]:
+    return [p.pid for p in getattr(pool._executor, "_processes", {}).values() if p.pid]
+
+
+def request(key: Signature, cache_root: Path, model: str = "associator") -> CompileRequest:
+    definition = model_definition(model)
+    sample = sample_inputs(definition, key.function, key.as_dict(), seed=1)
+    return CompileRequest(model, "x86_64", key, str(cache_root), sample=sample)
+
+
+def test_a_heavy_call_suspends_the_running_compile_process(tmp_path: Path) -> None:
+    done = threading.Event()
+    results: list[str] = []
+
+    def on_done(key: Signature, result: CompileResult | None, s: float, reason: str) -> None:
+        results.append(reason)
+        done.set()
+
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="process",
+        compile_fn=stalling_compiler_fault_injector,
+    )
+    try:
+        key = Signature.of("forward", {"N": 4, "M": 4})
+        assert pool.submit(request(key, tmp_path), 1.0, on_done)
+        deadline = time.monotonic() + 60
+        while not pool.compiling_now() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.compiling_now()
+        (pid,) = worker_pids(pool)
+        time.sleep(0.2)
+        assert process_state(pid) in "RS"
+        with pool.yielding():
+            assert settles_to(pid, "T"), "the compile is stopped while the call runs"
+            assert not pool.compiling_now()
+            with pool.yielding():
+                assert process_state(pid) == "T"
+            assert process_state(pid) == "T", "nested yields resume only at the outermost"
+            time.sleep(STALL_S + 0.5)
+            assert not done.is_set(), "a stopped compile makes no progress"
+        assert settles_to(pid, "RS")
+        assert done.wait(STALL_S + 30), "the compile resumes and finishes after the call"
+        assert results and "injected stall" in results[0]
+        assert pool.yields == 1 and pool.yield_s >= STALL_S
+    finally:
+        pool.shutdown()
+
+
+def test_shutdown_while_suspended_does_not_hang(tmp_path: Path) -> None:
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="process", compile_fn=stalling_compiler_fault_injector
+    )
+    key = Signature.of("forward", {"N": 4, "M": 4})
+    pool.submit(request(key, tmp_path), 1.0, lambda *a: None)
+    deadline = time.monotonic() + 60
+    while not pool.compiling_now() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (pid,) = worker_pids(pool)
+    ctx = pool.yielding()
+    ctx.__enter__()
+    assert settles_to(pid, "T")
+    started = time.monotonic()
+    pool.shutdown()
+    assert time.monotonic() - started < 15
+    time.sleep(0.5)
+    assert not Path(f"/proc/{pid}").exists() or process_state(pid) in "ZX"
+
+
+def test_thread_pools_cannot_yield(tmp_path: Path) -> None:
+    pool = CompilePool(WEIGHTS, "x86_64", tmp_path, mode="thread")
+    try:
+        assert not pool.can_yield
+        with pool.yielding():
+            assert pool.yields == 0
+    finally:
+        pool.shutdown()
+
+
+def test_a_specialisation_holds_only_its_function(cache_root: Path) -> None:
+    key = Signature.of("decode", {"A": 3})
+    result = compile_to_cache(request(key, cache_root, "predictor"), WEIGHTS["predictor"])
+    side = json.loads((Path(result.path).parent / SIDECAR).read_text())
+    assert side["functions"] == ["decode"] and side["pinned_dims"] == {"A": 3}
+    assert result.speedup > 0
+
+
+def wrong_weights_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: the build comes out with other numbers than the generic one."""
+    wrong = {name: (w * 1.5 + 0.1).astype(w.dtype) for name, w in weights.items()}
+    path = build_specialisation(request, wrong)
+    return CompileResult(str(path), 0.0, validate_in_worker(request, weights, path))
+
+
+def test_a_specialisation_that_differs_from_generic_is_a_strike(cache_root: Path) -> None:
+    key = Signature.of("forward", {"N": 4, "M": 4})
+    with pytest.raises(ValidationError, match="differ from the generic build"):
+        wrong_weights_compiler_fault_injector(request(key, cache_root), WEIGHTS["associator"])
+    config = JitConfig(
+        mode="adaptive",
+        hotness_threshold=2,
+        compile_mode="thread",
+        min_benefit_ms=-1e12,
+        accept_ratio=100.0,
+        weak_edges={"associator": {"N": (4,), "M": (4,)}},
+    )
+    with Engine(
+        "x86_64",
+        config,
+        cache_dir=cache_root,
+        models=("associator",),
+        weights={"associator": WEIGHTS["associator"]},
+        compile_fn=wrong_weights_compiler_fault_injector,
+    ) as eng:
+        inputs = sample_inputs(ASSOC, "forward", {"N": 3, "M": 2}, seed=4)
+        want = eng["associator"].generic.run_unchecked("forward", inputs)
+        for _ in range(3):
+            got = eng["associator"]("forward", *inputs)
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+            assert eng.pool is not None and eng.pool.wait_idle(120)
+        assert eng.metrics.hits == 0 and eng.metrics.compiles_failed >= 1
+        assert "differ from the generic build" in eng.metrics.events[0].reason
+
+
+def test_a_library_for_another_key_is_refused(cache_root: Path) -> None:
+    from dynshape_perception.core.runtime.dispatcher import check_sidecar
+
+    built = compile_to_cache(
+        request(Signature.of("forward", {"N": 4, "M": 4}), cache_root), WEIGHTS["associator"]
+    )
+    check_sidecar(Path(built.path), "associator", Signature.of("forward", {"N": 4, "M": 4}))
+    with pytest.raises(ValidationError, match="not forward"):
+        check_sidecar(Path(built.path), "associator", Signature.of("forward", {"N": 8, "M": 4}))
+    with pytest.raises(ValidationError, match="holds"):
+        check_sidecar(Path(built.path), "predictor", Signature.of("forward", {"N": 4, "M": 4}))
