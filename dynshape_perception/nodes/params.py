@@ -177,6 +177,15 @@ def _executor_group() -> tuple[ParamSpec, ...]:
             low=float(_OFF),
             high=_MAX_SWITCH_INTERVAL_MS,
         ),
+        ParamSpec(
+            "executor.blas_threads",
+            1,
+            "threads of NumPy's OpenBLAS while the executor runs: with more, a lane's BLAS "
+            "call waits on BLAS workers that other lanes pre-empt; 0: left as it is",
+            True,
+            low=_OFF,
+            high=_MAX_LANES,
+        ),
     )
 
 
@@ -587,9 +596,15 @@ def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
             "reserved_rt_priority",
             "shared_boost_rt_priority",
             "switch_interval_ms",
+            "blas_threads",
         ),
     )
-    for name in ("reserved_rt_priority", "shared_boost_rt_priority", "switch_interval_ms"):
+    for name in (
+        "reserved_rt_priority",
+        "shared_boost_rt_priority",
+        "switch_interval_ms",
+        "blas_threads",
+    ):
         if name in picked:
             picked[name] = _or_none(picked[name])
     return ExecutorOptions(**picked)

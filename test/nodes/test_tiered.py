@@ -125,17 +125,19 @@ def test_executor_options_take_zero_for_off() -> None:
         reserved_rt_priority=10,
         shared_boost_rt_priority=5,
         switch_interval_ms=0.5,
+        blas_threads=1,
     )
     values.update(
         {
             "executor.reserved_rt_priority": 0,
             "executor.shared_boost_rt_priority": 0,
             "executor.switch_interval_ms": 0.0,
+            "executor.blas_threads": 0,
         }
     )
     off = P.executor_options(values)
     assert off.reserved_rt_priority is None and off.shared_boost_rt_priority is None
-    assert off.switch_interval_ms is None
+    assert off.switch_interval_ms is None and off.blas_threads is None
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,9 @@ INCREMENTAL_FRAMES = 40
 SWEEP_RADII = (3, 10, 20)
 SWEEP_FRAMES = 200
 SWITCH_INTERVAL_MS = 0.5
+# NumPy's OpenBLAS on one thread while an executor runs: its workers would make a lane's
+# BLAS call wait on threads that other lanes pre-empt, and spin for a core after each call.
+BLAS_THREADS = 1
 # When permitted: the tier-1 lane and the load generator under SCHED_FIFO; shared lanes
 # boosted to SCHED_FIFO only while tier-1 work is pending, so that no other process
 # preempts a thread holding the GIL that tier 1 waits for.
@@ -419,6 +422,7 @@ def make_executor(kind: str, bench: Bench, estimates: Estimates) -> Executor:
         reserved_workers=1,
         shared_workers=1,
         switch_interval_ms=SWITCH_INTERVAL_MS,
+        blas_threads=BLAS_THREADS,
         reserved_rt_priority=bench.reserved_rt,
         shared_boost_rt_priority=bench.shared_boost_rt,
     )
@@ -842,6 +846,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 "shared_boost_rt_priority": bench.shared_boost_rt,
                 "generator_rt_priority": bench.reserved_rt,
                 "switch_interval_ms": SWITCH_INTERVAL_MS,
+                "blas_threads": BLAS_THREADS,
             },
             "tiers": tiers.as_dict(),
             "near_field": {

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
+from dynshape_perception.core.scheduling.blas import set_blas_threads
 from dynshape_perception.core.scheduling.tiers import TIERS, Tier, TierConfig, as_tier
 from dynshape_perception.errors import ConfigError, SchedulingError
 
@@ -83,6 +84,10 @@ class ExecutorOptions:
     # sys.setswitchinterval while the executor runs: the default 5 ms GIL slice would let a
     # lower-tier thread's Python code hold tier-1 work up for half its budget.
     switch_interval_ms: float | None = None
+    # OpenBLAS threads while the executor runs (NumPy's BLAS, process-wide): with more
+    # than one, a lane's BLAS call waits on BLAS worker threads that any lane pre-empts,
+    # and they spin after each call, taking a core from the lanes. None: left as it is.
+    blas_threads: int | None = None
     latency_window: int = 100_000
 
     def __post_init__(self) -> None:
@@ -94,6 +99,8 @@ class ExecutorOptions:
             raise ConfigError("switch_interval_ms must lie in (0, 100]")
         if self.latency_window < 1:
             raise ConfigError("latency_window must be >= 1")
+        if self.blas_threads is not None and self.blas_threads < 1:
+            raise ConfigError(f"blas_threads must be >= 1, got {self.blas_threads}")
         for name in ("reserved_rt_priority", "shared_boost_rt_priority"):
             value = getattr(self, name)
             if value is not None and not 1 <= value <= 99:
@@ -176,6 +183,7 @@ class _ExecutorBase:
         self._cost_ms: dict[CostKey, float] = {}
         self._threads: list[threading.Thread] = []
         self._saved_switch: float | None = None
+        self._saved_blas: int | None = None
         self._rt_lanes = 0
         self._shared_tids: list[int] = []
         self._tier1_active = 0
@@ -186,6 +194,10 @@ class _ExecutorBase:
             if self.options.switch_interval_ms is not None:
                 self._saved_switch = sys.getswitchinterval()
                 sys.setswitchinterval(self.options.switch_interval_ms / 1000.0)
+            if self.options.blas_threads is not None:
+                self._saved_blas = set_blas_threads(self.options.blas_threads)
+                if self._saved_blas is None:
+                    log.warning("no OpenBLAS whose threads can be set: BLAS keeps its threads")
             for i, lane in enumerate(self._lanes()):
                 thread = threading.Thread(
                     target=self._serve, args=(lane,), name=f"{self.kind}-{lane}-{i}", daemon=True
@@ -364,6 +376,9 @@ class _ExecutorBase:
         if self._saved_switch is not None:
             sys.setswitchinterval(self._saved_switch)
             self._saved_switch = None
+        if self._saved_blas is not None:
+            set_blas_threads(self._saved_blas)
+            self._saved_blas = None
         if alive:
             log.warning("executor workers still running a unit after %.1f s: %s", timeout_s, alive)
 
@@ -396,6 +411,7 @@ class _ExecutorBase:
                 "running": self._running,
                 "realtime_lanes": self._rt_lanes,
                 "shared_boosts": self._boosts,
+                "blas_threads": self.options.blas_threads if self._saved_blas else None,
             }
             extra = self._extra_snapshot_locked()
             deadlines = {tier: self.config.deadline_ms(tier) for tier in TIERS}
