@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ def col_block(width: int, cols: int, lanes: int) -> int:
     return max(vector or divisors)
 
 
+@functools.cache
 def point_mlp_kernel(
     hidden: tuple[int, int, int],
     range_scale: float,

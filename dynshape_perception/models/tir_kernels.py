@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from tvm import s_tir
 from tvm.script import tirx as T
 
@@ -16,6 +18,7 @@ TURN_EPS = 1e-6
 GPU_THREADS = 64
 
 
+@functools.cache
 def point_features_kernel(range_scale: float, height_scale: float) -> object:
     inv_range = 1.0 / range_scale
     inv_height = 1.0 / height_scale
@@ -52,6 +55,7 @@ def point_features_kernel(range_scale: float, height_scale: float) -> object:
     return point_features
 
 
+@functools.cache
 def max_pool_relu_kernel(width: int, gpu: bool = False) -> object:
     # Inputs are ReLU outputs (>= 0), so starting the max at 0 is exact for P >= 1 and gives
     # the documented all-zero feature at P = 0.
@@ -94,6 +98,7 @@ def max_pool_relu_kernel(width: int, gpu: bool = False) -> object:
     return sch.mod["main"]
 
 
+@functools.cache
 def predictor_kernels(
     hd: int, k_hyp: int, horizon: int, gpu: bool = False
 ) -> tuple[object, object, object, object]:

@@ -86,6 +86,7 @@ class Outcome:
     calling_thread_compile_s: float = 0.0
     total_s: float = 0.0
     wall_s: float = 0.0
+    busy_by_model_s: dict[str, float] = field(default_factory=dict)
     served_calls: int = 0
     extrapolated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -117,6 +118,9 @@ def open_loop(
         special, accepted = run(call, inputs[i])
         finished = time.perf_counter()
         out.total_s += finished - began
+        out.busy_by_model_s[call.model] = out.busy_by_model_s.get(call.model, 0.0) + (
+            finished - began
+        )
         done = finished - start
         out.latencies_ms.append((done - arrivals[i]) * 1000.0)
         out.served_special.append(special)
@@ -135,6 +139,7 @@ def run_benchmark(
     budget_s: float,
     pool_size: int,
     strategies: tuple[str, ...] = STRATEGIES,
+    compile_mode: str = "auto",
 ) -> dict[str, Any]:
     profile = load_profile("x86_64")
     stream = shape_stream(calls, seed)
@@ -143,7 +148,16 @@ def run_benchmark(
     work = Path(tempfile.mkdtemp(prefix="dynshape-bench-jit-"))
     try:
         return _run(
-            stream, inputs, models, profile, work, rate_fraction, budget_s, pool_size, strategies
+            stream,
+            inputs,
+            models,
+            profile,
+            work,
+            rate_fraction,
+            budget_s,
+            pool_size,
+            strategies,
+            compile_mode,
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -159,6 +173,7 @@ def _run(
     budget_s: float,
     pool_size: int,
     strategies: tuple[str, ...] = STRATEGIES,
+    compile_mode: str = "auto",
 ) -> dict[str, Any]:
     generic_cache = ArtefactCache(work / "generic")
     generic = {
@@ -254,7 +269,7 @@ def _run(
 
     if "jit" not in strategies:
         return results
-    jit_config = JitConfig(mode="adaptive", compile_mode="process", pool_size=pool_size)
+    jit_config = JitConfig(mode="adaptive", compile_mode=compile_mode, pool_size=pool_size)
     shutil.copytree(work / "generic", work / "jit")
     with Engine(
         "x86_64",
@@ -278,7 +293,8 @@ def _run(
             "background_compile_s": snap["compile_time_s"],
             "compile_yields": engine.pool.yields if engine.pool else 0,
             "compile_suspended_s": round(engine.pool.yield_s, 3) if engine.pool else 0.0,
-            "interference": engine.pool.meter.snapshot() if engine.pool else {},
+            "interference": engine.pool.meter.snapshot(engine.pool.mode) if engine.pool else {},
+            "compile_mode_choice": engine.pool.choice if engine.pool else {},
             "metrics": snap,
             "compile_summary": compile_summary(engine.metrics.events),
             "compile_events": [e.__dict__ for e in engine.metrics.events],
@@ -338,6 +354,7 @@ def summarise(outcome: Outcome, jit: bool) -> dict[str, Any]:
         "max_ms": round(float(lat.max()), 3),
         "total_s": round(outcome.total_s, 3),
         "wall_s": round(outcome.wall_s, 3),
+        "busy_by_model_s": {m: round(v, 3) for m, v in outcome.busy_by_model_s.items()},
         "compiles": outcome.compiles,
         "calling_thread_compile_s": round(outcome.calling_thread_compile_s, 3),
         "hit_rate": round(hit_rate, 4),
@@ -359,6 +376,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--pool-size", type=int, default=1)
     parser.add_argument(
+        "--compile-mode",
+        choices=("auto", "process", "thread"),
+        default="auto",
+        help="the runtime's compile pool; auto measures both on the live stream",
+    )
+    parser.add_argument(
         "--strategies",
         default=",".join(STRATEGIES),
         help="comma-separated subset to run (the report compares all four by default)",
@@ -372,7 +395,13 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not strategies:
         raise ConfigError(f"--strategies must name some of {STRATEGIES}, got {args.strategies!r}")
     results = run_benchmark(
-        args.calls, args.seed, args.rate, args.budget_s, args.pool_size, strategies
+        args.calls,
+        args.seed,
+        args.rate,
+        args.budget_s,
+        args.pool_size,
+        strategies,
+        args.compile_mode,
     )
     print(json.dumps(results["stream"]))
     print(

@@ -79,12 +79,16 @@ def compile_model(
     profile: TargetProfile,
     dims: Mapping[str, int] | None = None,
     functions: Sequence[str] | None = None,
+    bound: tuple[tvmx.IRModule, dict[str, int]] | None = None,
 ) -> BuildResult:
-    """(model, target profile[, pinned dims][, entry points]) -> executable, in five steps."""
+    """(model, target profile[, pinned dims][, entry points]) -> executable, in five steps.
+
+    ``bound`` is steps 1-2 already done (the cache exports once to compute its key).
+    """
     started = time.perf_counter()
     target = profile.target()
     # Step 1-2: export and bind weights.
-    mod, bounds = bound_module(model, weights, dims, profile.is_cuda, functions)
+    mod, bounds = bound or bound_module(model, weights, dims, profile.is_cuda, functions)
     ir_hash = tvmx.structural_hash(mod)
     # Step 3: upper bounds for memory planning of the symbolic dims left.
     mod = tvmx.set_upper_bounds(mod, bounds)

@@ -90,9 +90,10 @@ def cache_key(
     profile: TargetProfile,
     dims: Mapping[str, int] | None = None,
     functions: Sequence[str] | None = None,
+    bound: tuple[tvmx.IRModule, dict[str, int]] | None = None,
 ) -> tuple[str, str]:
     """(key, IR hash): IR structural hash + exact target + TVM version + weights + pipeline."""
-    mod, _ = bound_module(model, weights, dims, profile.is_cuda, functions)
+    mod, _ = bound or bound_module(model, weights, dims, profile.is_cuda, functions)
     ir_hash = tvmx.structural_hash(mod)
     parts = [
         model.name,
@@ -144,13 +145,14 @@ class ArtefactCache:
         dims: Mapping[str, int] | None = None,
         functions: Sequence[str] | None = None,
     ) -> Artefact:
-        key, _ = cache_key(model, weights, profile, dims, functions)
+        bound = bound_module(model, weights, dims, profile.is_cuda, functions)
+        key, _ = cache_key(model, weights, profile, dims, functions, bound)
         found = self.lookup(key)
         if found is not None:
             self.hits += 1
             return found
         self.misses += 1
-        result = compile_model(model, weights, profile, dims, functions)
+        result = compile_model(model, weights, profile, dims, functions, bound)
         return self.store(key, model, weights, result)
 
     def store(

@@ -22,7 +22,7 @@ import numpy as np
 from dynshape_perception.core.runtime.policy import InterferenceMeter
 from dynshape_perception.core.runtime.shapes import Signature
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult, validate
-from dynshape_perception.errors import CompileError
+from dynshape_perception.errors import CompileError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,8 @@ OnDone = Callable[[Signature, CompileResult | None, float, str], None]
 # Compiles run at lower CPU priority so that the frame loop keeps its cores.
 WORKER_NICENESS = 10
 STALL_S = 3.0
+# A thread pool must slow calls this much less than a process pool to be chosen.
+TRIAL_MARGIN = 0.02
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -129,7 +131,13 @@ class CompilePool:
         self.profile = profile
         self.cache_root = str(cache_root)
         self._size = size
-        self._mode = mode
+        if mode not in ("auto", "process", "thread"):
+            raise ConfigError(f"compile mode must be auto, process or thread, got {mode!r}")
+        # auto: process first, then thread, each until the meter has measured its slowdown
+        # of live calls; then the one that slows calls less.
+        self._auto = mode == "auto"
+        self.mode = "process" if self._auto else mode
+        self.choice: dict[str, Any] = {}
         self._timeout_s = timeout_s
         self._compile_fn = compile_fn
         self._heap: list[CompileJob] = []
@@ -145,7 +153,7 @@ class CompilePool:
         self.yields = 0
         self._yield_started = 0.0
         self._executor = self._new_executor()
-        if mode == "process":
+        if self.mode == "process":
             # Start the worker now: importing TVM would otherwise delay the first compile.
             self._executor.submit(_ready)
         self._workers = [
@@ -156,7 +164,7 @@ class CompilePool:
             worker.start()
 
     def _new_executor(self) -> cf.Executor:
-        if self._mode == "process":
+        if self.mode == "process":
             # spawn: forking a process that holds TVM and rclpy threads is unsafe.
             return cf.ProcessPoolExecutor(
                 max_workers=self._size,
@@ -193,14 +201,14 @@ class CompilePool:
             self._paused = max(0, self._paused - 1)
             self._cv.notify_all()
 
-    def compiling_now(self) -> bool:
-        """A compile is running and not suspended: calls now may feel it."""
-        return self._busy > 0 and not self._stopped
+    def compiling_now(self) -> str | None:
+        """The mode of a compile running (not suspended) now: calls now may feel it."""
+        return self.mode if self._busy > 0 and not self._stopped else None
 
     @property
     def can_yield(self) -> bool:
         """Only worker processes can be suspended; a compiling thread runs on regardless."""
-        return self._mode == "process"
+        return self.mode == "process"
 
     @contextmanager
     def yielding(self) -> Iterator[None]:
@@ -274,6 +282,8 @@ class CompilePool:
                     self._cv.wait()
                 if self._closed:
                     return
+                if self._auto and not self.choice and self._busy == 0:
+                    self._trial_step_locked()
                 job = heapq.heappop(self._heap)
                 self._busy += 1
             self._run(job)
@@ -295,6 +305,32 @@ class CompilePool:
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return
         job.on_done(job.key, result, result.compile_s, "")
+
+    def _trial_step_locked(self) -> None:
+        """Advance the auto trial between jobs: measure process, then thread, then choose."""
+        if self.meter.samples(self.mode) < self.meter.min_samples:
+            return
+        if self.mode == "process" and self.meter.samples("thread") == 0:
+            self._switch_locked("thread")
+            return
+        measured = {m: self.meter.slowdown(m) for m in ("process", "thread")}
+        slow = {m: v for m, v in measured.items() if v is not None}
+        if len(slow) < len(measured):
+            return
+        # Process wins ties: it can yield to heavy calls, and a crash stays in the worker.
+        chosen = "thread" if slow["thread"] + TRIAL_MARGIN < slow["process"] else "process"
+        self.choice = {"mode": chosen, "slowdown": {m: round(v, 4) for m, v in slow.items()}}
+        log.info("JIT compile mode: %s (calls slowed by %s)", chosen, self.choice["slowdown"])
+        if chosen != self.mode:
+            self._switch_locked(chosen)
+
+    def _switch_locked(self, mode: str) -> None:
+        old = self._executor
+        self.mode = mode
+        self._executor = self._new_executor()
+        if mode == "process":
+            self._executor.submit(_ready)
+        old.shutdown(wait=False, cancel_futures=True)
 
     def _restart_executor(self) -> None:
         """A timed-out compile may never return: replace the workers."""

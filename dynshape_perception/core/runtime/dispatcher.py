@@ -37,6 +37,7 @@ from dynshape_perception.models.common import ModelDef
 log = logging.getLogger(__name__)
 
 HIT_LOG_LENGTH = 4096
+MIXED = "mixed"
 
 
 @dataclass
@@ -128,7 +129,7 @@ class Dispatcher:
                 config.prior_speedup,
                 config.prior_compile_s,
                 config.horizon_s,
-                (lambda: pool.meter.weight) if pool is not None else (lambda: 1.0),
+                (lambda: pool.meter.weight(pool.mode)) if pool is not None else (lambda: 1.0),
             )
             for fn in model.spec.functions
         }
@@ -168,9 +169,11 @@ class Dispatcher:
                 self.degrade.on_hit()
                 self._finish(sig, started, hit=True, accepted=True)
                 return out
-            compiling = self.pool is not None and self.pool.compiling_now()
+            before = self.pool.compiling_now() if self.pool is not None else None
             out = self.generic.run_unchecked(function, args)
-            compiling = compiling and self.pool is not None and self.pool.compiling_now()
+            after = self.pool.compiling_now() if self.pool is not None else None
+            # A compile that started, ended or yielded mid-call belongs to neither side.
+            compiling = before if before == after else MIXED
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         accepted = self._consider(key, elapsed_ms, args, compiling)
         if accepted and self.degrade.on_miss():
@@ -201,7 +204,7 @@ class Dispatcher:
         self.metrics.record_call(self.model.name, sig, ms, hit=hit, accepted=accepted)
 
     def _consider(
-        self, key: Signature, generic_ms: float, args: list[np.ndarray], compiling: bool
+        self, key: Signature, generic_ms: float, args: list[np.ndarray], compiling: str | None
     ) -> bool:
         """Update the key's measurements; queue a compile when the cost model says it pays."""
         with self._lock:
@@ -242,13 +245,15 @@ class Dispatcher:
             self.degrade.requested += 1
         return True
 
-    def _observe_interference(self, state: KeyState, generic_ms: float, compiling: bool) -> None:
+    def _observe_interference(
+        self, state: KeyState, generic_ms: float, compiling: str | None
+    ) -> None:
         """Feed the interference meter: this call's time against the key's idle baseline."""
         if self.pool is None:
             return
-        if state.idle_ms > 0.0:
+        if state.idle_ms > 0.0 and compiling != MIXED:
             self.pool.meter.observe(generic_ms / state.idle_ms, compiling, generic_ms / 1000.0)
-        if not compiling:
+        if compiling is None:
             state.idle_ms = (
                 generic_ms if state.idle_ms == 0.0 else 0.8 * state.idle_ms + 0.2 * generic_ms
             )

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 MODES = ("off", "frozen", "adaptive")
 DEGRADE_MIN_FINISHED = 3
-COMPILE_MODES = ("process", "thread")
+COMPILE_MODES = ("auto", "process", "thread")
 
 # Bucket edges of the weak dims: point counts never repeat, so P is bucketed; the others
 # repeat often and are cheap to specialise exactly.
@@ -62,7 +62,7 @@ class JitConfig:
     max_entries: int = 1024
     max_bytes: int = 512 * 1024 * 1024
     pool_size: int = 1
-    compile_mode: str = "process"
+    compile_mode: str = "auto"
     compile_timeout_s: float = 120.0
     max_strikes: int = 3
     degrade_min_misses: int = 20
@@ -144,40 +144,41 @@ class KeyState:
 class InterferenceMeter:
     """What a background compile costs the calling path, measured on live calls.
 
-    Each generic call is timed against its key's idle baseline; the mean ratio while a compile
-    runs over the mean ratio while none does is the slowdown. Times the share of wall time
-    the calling path is busy, it gives the calling-path seconds one compile-second costs.
-    Until both sides have ``min_samples`` calls, the prior stands.
+    Each generic call is timed against its key's idle baseline; per compile mode, the mean
+    ratio while a compile of that mode runs over the mean ratio while none does is that
+    mode's slowdown. Times the share of wall time the calling path is busy, it gives the
+    calling-path seconds one compile-second costs. Until both sides have ``min_samples``
+    calls, the prior stands.
     """
 
     def __init__(self, prior_weight: float, min_samples: int = 20) -> None:
         self.prior_weight = prior_weight
         self.min_samples = min_samples
-        self._sum = {True: 0.0, False: 0.0}
-        self._n = {True: 0, False: 0}
+        # Keyed by the compile mode running during the call; None: no compile ran.
+        self._sum: dict[str | None, float] = {}
+        self._n: dict[str | None, int] = {}
         self._busy_s = 0.0
         self._started = time.monotonic()
         self._lock = threading.Lock()
 
-    def observe(self, ratio: float, compiling: bool, call_s: float) -> None:
+    def observe(self, ratio: float, compiling: str | None, call_s: float) -> None:
         with self._lock:
             self._busy_s += call_s
             # Ratios past 10x are preemption by other processes, not compile interference.
             if 0.0 < ratio < 10.0:
-                self._sum[compiling] += ratio
-                self._n[compiling] += 1
+                self._sum[compiling] = self._sum.get(compiling, 0.0) + ratio
+                self._n[compiling] = self._n.get(compiling, 0) + 1
 
-    @property
-    def measured(self) -> bool:
-        return min(self._n.values()) >= self.min_samples
-
-    @property
-    def slowdown(self) -> float | None:
+    def samples(self, mode: str | None) -> int:
         with self._lock:
-            if min(self._n.values()) < self.min_samples:
+            return self._n.get(mode, 0)
+
+    def slowdown(self, mode: str) -> float | None:
+        with self._lock:
+            if min(self._n.get(mode, 0), self._n.get(None, 0)) < self.min_samples:
                 return None
-            busy = self._sum[True] / self._n[True]
-            idle = self._sum[False] / self._n[False]
+            busy = self._sum[mode] / self._n[mode]
+            idle = self._sum[None] / self._n[None]
             return max(0.0, busy / idle - 1.0)
 
     @property
@@ -185,22 +186,22 @@ class InterferenceMeter:
         with self._lock:
             return min(1.0, self._busy_s / max(time.monotonic() - self._started, 1e-3))
 
-    @property
-    def weight(self) -> float:
-        """Calling-path seconds per compile-second."""
-        slowdown = self.slowdown
+    def weight(self, mode: str) -> float:
+        """Calling-path seconds per compile-second of ``mode``."""
+        slowdown = self.slowdown(mode)
         if slowdown is None:
             return self.prior_weight
         return slowdown * self.utilisation
 
-    def snapshot(self) -> dict[str, Any]:
-        slowdown = self.slowdown
+    def snapshot(self, mode: str) -> dict[str, Any]:
+        modes = sorted(m for m in self._n if m is not None)
+        slowdowns = {m: self.slowdown(m) for m in modes}
         return {
-            "compile_slowdown": None if slowdown is None else round(slowdown, 4),
-            "calls_while_compiling": self._n[True],
-            "calls_while_idle": self._n[False],
+            "compile_slowdown": {m: v if v is None else round(v, 4) for m, v in slowdowns.items()},
+            "calls_while_compiling": {m: self.samples(m) for m in modes},
+            "calls_while_idle": self.samples(None),
             "utilisation": round(self.utilisation, 4),
-            "compile_cost_weight": round(self.weight, 4),
+            "compile_cost_weight": round(self.weight(mode), 4),
         }
 
 

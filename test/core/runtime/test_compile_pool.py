@@ -17,14 +17,15 @@ from dynshape_perception.core.runtime.compile_pool import (
     CompilePool,
     build_specialisation,
     compile_to_cache,
+    failing_compiler_fault_injector,
     stalling_compiler_fault_injector,
     validate_in_worker,
 )
 from dynshape_perception.core.runtime.engine import Engine
-from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.core.runtime.policy import InterferenceMeter, JitConfig
 from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
-from dynshape_perception.errors import ValidationError
+from dynshape_perception.errors import ConfigError, ValidationError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -192,3 +193,55 @@ def test_a_library_for_another_key_is_refused(cache_root: Path) -> None:
         check_sidecar(Path(built.path), "associator", Signature.of("forward", {"N": 8, "M": 4}))
     with pytest.raises(ValidationError, match="holds"):
         check_sidecar(Path(built.path), "predictor", Signature.of("forward", {"N": 4, "M": 4}))
+
+
+def run_one(pool: CompilePool, n: int, cache_root: Path) -> str:
+    done = threading.Event()
+    reasons: list[str] = []
+
+    def on_done(key: Signature, result: CompileResult | None, s: float, reason: str) -> None:
+        reasons.append(reason)
+        done.set()
+
+    assert pool.submit(request(Signature.of("forward", {"N": n, "M": 1}), cache_root), 1.0, on_done)
+    assert done.wait(120)
+    return reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("thread_ratio", "chosen"), [(1.1, "thread"), (1.49, "process"), (2.0, "process")]
+)
+def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
+    tmp_path: Path, thread_ratio: float, chosen: str
+) -> None:
+    meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="auto",
+        compile_fn=failing_compiler_fault_injector,
+        meter=meter,
+    )
+    try:
+        assert pool.mode == "process" and pool.can_yield
+        assert "injected" in run_one(pool, 1, tmp_path), "a compile too few calls saw: no switch"
+        assert pool.mode == "process"
+        for _ in range(3):
+            meter.observe(1.0, None, 0.0)
+            meter.observe(1.5, "process", 0.0)
+        run_one(pool, 2, tmp_path)
+        assert pool.mode == "thread" and not pool.choice and not pool.can_yield
+        for _ in range(3):
+            meter.observe(thread_ratio, "thread", 0.0)
+        run_one(pool, 3, tmp_path)
+        assert pool.choice["mode"] == chosen and pool.mode == chosen
+        assert pool.choice["slowdown"]["process"] == pytest.approx(0.5)
+        assert "injected" in run_one(pool, 4, tmp_path), "compiles go on in the chosen mode"
+    finally:
+        pool.shutdown()
+
+
+def test_unknown_compile_mode_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="compile mode must be auto, process or thread"):
+        CompilePool(WEIGHTS, "x86_64", tmp_path, mode="fork")

@@ -73,20 +73,21 @@ def test_compile_cost_is_charged_at_its_calling_path_weight() -> None:
 def test_interference_meter_keeps_its_prior_until_both_sides_are_measured() -> None:
     meter = InterferenceMeter(prior_weight=0.5, min_samples=5)
     for _ in range(50):
-        meter.observe(1.0, compiling=False, call_s=0.001)
-    assert meter.slowdown is None and meter.weight == 0.5
+        meter.observe(1.0, compiling=None, call_s=0.001)
+    assert meter.slowdown("process") is None and meter.weight("process") == 0.5
     for _ in range(5):
-        meter.observe(1.3, compiling=True, call_s=0.001)
-    assert meter.slowdown == pytest.approx(0.3)
-    assert meter.weight == pytest.approx(0.3 * meter.utilisation)
+        meter.observe(1.3, compiling="process", call_s=0.001)
+    assert meter.slowdown("process") == pytest.approx(0.3)
+    assert meter.weight("process") == pytest.approx(0.3 * meter.utilisation)
+    assert meter.weight("thread") == 0.5, "each compile mode is measured on its own"
     assert 0.0 < meter.utilisation <= 1.0
 
 
 def test_interference_meter_ignores_preemption_outliers_and_never_goes_negative() -> None:
     meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
     for _ in range(3):
-        meter.observe(1.2, compiling=False, call_s=0.0)
-        meter.observe(1.0, compiling=True, call_s=0.0)
-    meter.observe(80.0, compiling=True, call_s=0.0)
-    assert meter.slowdown == 0.0 and meter.weight == 0.0
-    assert meter.snapshot()["calls_while_compiling"] == 3
+        meter.observe(1.2, compiling=None, call_s=0.0)
+        meter.observe(1.0, compiling="thread", call_s=0.0)
+    meter.observe(80.0, compiling="thread", call_s=0.0)
+    assert meter.slowdown("thread") == 0.0 and meter.weight("thread") == 0.0
+    assert meter.snapshot("thread")["calls_while_compiling"] == {"thread": 3}
