@@ -130,6 +130,7 @@ class Dispatcher:
                 config.prior_compile_s,
                 config.horizon_s,
                 (lambda: pool.meter.weight(pool.mode)) if pool is not None else (lambda: 1.0),
+                config.accept_ratio,
             )
             for fn in model.spec.functions
         }

@@ -222,8 +222,10 @@ class CostModel:
         prior_compile_s: float,
         horizon_s: float,
         compile_weight: Callable[[], float] = lambda: 1.0,
+        accept_ratio: float = 1.0,
     ) -> None:
         self.horizon_s = horizon_s
+        self.accept_ratio = accept_ratio
         self.speedup = prior_speedup
         self.compile_s = prior_compile_s
         self.compile_weight = compile_weight
@@ -250,7 +252,8 @@ class CostModel:
         return max(float(state.calls), (state.calls - 1) / span * self.horizon_s)
 
     def benefit_ms(self, state: KeyState) -> float:
-        saved = state.generic_ms * (1.0 - self.speedup)
+        # A specialisation expected to miss the acceptance ratio would never serve a call.
+        saved = state.generic_ms * (1.0 - self.speedup) if self.speedup < self.accept_ratio else 0.0
         return self.expected_calls(state) * saved - self.compile_s * 1000.0 * self.compile_weight()
 
 

