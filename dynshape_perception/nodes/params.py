@@ -170,7 +170,7 @@ def _executor_group() -> tuple[ParamSpec, ...]:
         ),
         ParamSpec(
             "executor.switch_interval_ms",
-            0.5,
+            0.1,
             "GIL switch interval while the executor runs, so that lower-tier Python code "
             "holds tier 1 up briefly; 0: the interpreter's",
             True,

@@ -124,7 +124,7 @@ def test_executor_options_take_zero_for_off() -> None:
         shared_workers=1,
         reserved_rt_priority=10,
         shared_boost_rt_priority=5,
-        switch_interval_ms=0.5,
+        switch_interval_ms=0.1,
         blas_threads=1,
     )
     values.update(
