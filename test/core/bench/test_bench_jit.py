@@ -1,0 +1,53 @@
+"""``bench jit`` end to end on a short stream: the report's shape and its invariants."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from dynshape_perception.core.bench import jit
+from dynshape_perception.errors import ConfigError
+
+KEYS = {"p50_ms", "p99_ms", "max_ms", "total_s", "compiles", "calling_thread_compile_s"}
+
+
+def test_stream_is_seeded_long_tailed_and_never_repeats_a_point_count() -> None:
+    stream = jit.shape_stream(4000, seed=3)
+    assert stream == jit.shape_stream(4000, seed=3)
+    points = [c.dims["P"] for c in stream if c.model == "segmenter"]
+    assert len(points) == len(set(points)) and min(points) >= 5000 and max(points) <= 150000
+    lengths = {c.dims["T"] for c in stream if c.model == "predictor"}
+    assert len(lengths) >= 20
+
+
+def test_bench_jit_reports_every_strategy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "jit.json"
+    parser = argparse.ArgumentParser()
+    jit.add_arguments(parser)
+    args = parser.parse_args(["--calls", "400", "--budget-s", "2", "--json", str(out)])
+    assert jit.run(args) == 0
+    report = json.loads(out.read_text())
+    for name in jit.STRATEGIES:
+        assert KEYS <= set(report[name]) and "hit_rate" in report[name]
+    assert report["generic"]["compiles"] == 0
+    assert report["jit"]["calling_thread_compile_s"] == 0.0
+    sync = report["sync_exact"]
+    assert sync["extrapolated"], "a 2 s budget cannot compile every exact shape"
+    assert sync["compiles"] > report["static_buckets"]["compiles"] > 0
+    assert sync["calling_thread_compile_s"] > 2.0
+    assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
+    assert "extrapolated" in capsys.readouterr().out
+
+
+def test_bench_jit_refuses_bad_arguments() -> None:
+    parser = argparse.ArgumentParser()
+    jit.add_arguments(parser)
+    with pytest.raises(ConfigError, match="--strategies"):
+        jit.run(parser.parse_args(["--strategies", "jit,eager"]))
+    with pytest.raises(ConfigError, match="--rate"):
+        jit.run(parser.parse_args(["--rate", "0"]))
