@@ -276,7 +276,8 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ParamSpec(
             "jit.compile_mode",
             _JIT.compile_mode,
-            "compile workers: process (isolated) or thread",
+            "compile workers: process (isolated), thread, or auto (picked by the measured "
+            "slowdown of live calls)",
             True,
             choices=COMPILE_MODES,
         ),
