@@ -31,8 +31,10 @@ OnDone = Callable[[Signature, CompileResult | None, float, str], None]
 # Compiles run at lower CPU priority so that the frame loop keeps its cores.
 WORKER_NICENESS = 10
 STALL_S = 3.0
-# A thread pool must slow calls this much less than a process pool to be chosen.
+# A thread pool must slow calls this much less than a process pool to be chosen, each
+# judged on this many calls that ran while it compiled.
 TRIAL_MARGIN = 0.02
+TRIAL_SAMPLES = 200
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -308,7 +310,7 @@ class CompilePool:
 
     def _trial_step_locked(self) -> None:
         """Advance the auto trial between jobs: measure process, then thread, then choose."""
-        if self.meter.samples(self.mode) < self.meter.min_samples:
+        if self.meter.samples(self.mode) < TRIAL_SAMPLES:
             return
         if self.mode == "process" and self.meter.samples("thread") == 0:
             self._switch_locked("thread")

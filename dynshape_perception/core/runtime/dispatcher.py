@@ -202,6 +202,8 @@ class Dispatcher:
 
     def _finish(self, sig: Signature, started: float, hit: bool, accepted: bool) -> None:
         ms = (time.perf_counter() - started) * 1000.0
+        if self.pool is not None:
+            self.pool.meter.add_busy(ms / 1000.0)
         self.metrics.record_call(self.model.name, sig, ms, hit=hit, accepted=accepted)
 
     def _consider(
@@ -252,8 +254,8 @@ class Dispatcher:
         """Feed the interference meter: this call's time against the key's idle baseline."""
         if self.pool is None:
             return
-        if state.idle_ms > 0.0 and compiling != MIXED:
-            self.pool.meter.observe(generic_ms / state.idle_ms, compiling, generic_ms / 1000.0)
+        if compiling != MIXED:
+            self.pool.meter.observe(generic_ms / 1000.0, state.idle_ms / 1000.0, compiling)
         if compiling is None:
             state.idle_ms = (
                 generic_ms if state.idle_ms == 0.0 else 0.8 * state.idle_ms + 0.2 * generic_ms

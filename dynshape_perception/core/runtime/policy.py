@@ -144,29 +144,36 @@ class KeyState:
 class InterferenceMeter:
     """What a background compile costs the calling path, measured on live calls.
 
-    Each generic call is timed against its key's idle baseline; per compile mode, the mean
-    ratio while a compile of that mode runs over the mean ratio while none does is that
-    mode's slowdown. Times the share of wall time the calling path is busy, it gives the
-    calling-path seconds one compile-second costs. Until both sides have ``min_samples``
-    calls, the prior stands.
+    Each generic call is timed against its key's idle baseline. Per compile mode, the time
+    calls took while a compile of that mode ran, over what their baselines predicted, against
+    the same ratio while none ran, is that mode's slowdown: weighted by time, so that a slowed
+    20 ms point cloud counts for more than a slowed 50 us prediction. Times the share of wall
+    time the calling path is busy, it gives the calling-path seconds one compile-second
+    costs. Until both sides have ``min_samples`` calls, the prior stands.
     """
 
     def __init__(self, prior_weight: float, min_samples: int = 20) -> None:
         self.prior_weight = prior_weight
         self.min_samples = min_samples
         # Keyed by the compile mode running during the call; None: no compile ran.
-        self._sum: dict[str | None, float] = {}
+        self._took: dict[str | None, float] = {}
+        self._baseline: dict[str | None, float] = {}
         self._n: dict[str | None, int] = {}
         self._busy_s = 0.0
         self._started = time.monotonic()
         self._lock = threading.Lock()
 
-    def observe(self, ratio: float, compiling: str | None, call_s: float) -> None:
+    def add_busy(self, seconds: float) -> None:
+        """Time the calling path spent in any call, specialised or generic."""
         with self._lock:
-            self._busy_s += call_s
-            # Ratios past 10x are preemption by other processes, not compile interference.
-            if 0.0 < ratio < 10.0:
-                self._sum[compiling] = self._sum.get(compiling, 0.0) + ratio
+            self._busy_s += seconds
+
+    def observe(self, took_s: float, baseline_s: float, compiling: str | None) -> None:
+        with self._lock:
+            # Past 10x a call was preempted by another process, not slowed by a compile.
+            if baseline_s > 0.0 and 0.0 < took_s < 10.0 * baseline_s:
+                self._took[compiling] = self._took.get(compiling, 0.0) + took_s
+                self._baseline[compiling] = self._baseline.get(compiling, 0.0) + baseline_s
                 self._n[compiling] = self._n.get(compiling, 0) + 1
 
     def samples(self, mode: str | None) -> int:
@@ -177,8 +184,8 @@ class InterferenceMeter:
         with self._lock:
             if min(self._n.get(mode, 0), self._n.get(None, 0)) < self.min_samples:
                 return None
-            busy = self._sum[mode] / self._n[mode]
-            idle = self._sum[None] / self._n[None]
+            busy = self._took[mode] / self._baseline[mode]
+            idle = self._took[None] / self._baseline[None]
             return max(0.0, busy / idle - 1.0)
 
     @property

@@ -14,6 +14,7 @@ import pytest
 from dynshape_perception.core.compiler.cache import SIDECAR
 from dynshape_perception.core.runtime.compile_pool import (
     STALL_S,
+    TRIAL_SAMPLES,
     CompilePool,
     build_specialisation,
     compile_to_cache,
@@ -227,13 +228,13 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
         assert pool.mode == "process" and pool.can_yield
         assert "injected" in run_one(pool, 1, tmp_path), "a compile too few calls saw: no switch"
         assert pool.mode == "process"
-        for _ in range(3):
-            meter.observe(1.0, None, 0.0)
-            meter.observe(1.5, "process", 0.0)
+        for _ in range(TRIAL_SAMPLES):
+            meter.observe(1.0, 1.0, None)
+            meter.observe(1.5, 1.0, "process")
         run_one(pool, 2, tmp_path)
         assert pool.mode == "thread" and not pool.choice and not pool.can_yield
-        for _ in range(3):
-            meter.observe(thread_ratio, "thread", 0.0)
+        for _ in range(TRIAL_SAMPLES):
+            meter.observe(thread_ratio, 1.0, "thread")
         run_one(pool, 3, tmp_path)
         assert pool.choice["mode"] == chosen and pool.mode == chosen
         assert pool.choice["slowdown"]["process"] == pytest.approx(0.5)

@@ -73,24 +73,37 @@ def test_compile_cost_is_charged_at_its_calling_path_weight() -> None:
 def test_interference_meter_keeps_its_prior_until_both_sides_are_measured() -> None:
     meter = InterferenceMeter(prior_weight=0.5, min_samples=5)
     for _ in range(50):
-        meter.observe(1.0, compiling=None, call_s=0.001)
+        meter.observe(0.001, 0.001, compiling=None)
     assert meter.slowdown("process") is None and meter.weight("process") == 0.5
     for _ in range(5):
-        meter.observe(1.3, compiling="process", call_s=0.001)
+        meter.observe(0.0013, 0.001, compiling="process")
     assert meter.slowdown("process") == pytest.approx(0.3)
     assert meter.weight("process") == pytest.approx(0.3 * meter.utilisation)
     assert meter.weight("thread") == 0.5, "each compile mode is measured on its own"
-    assert 0.0 < meter.utilisation <= 1.0
+    assert meter.utilisation == 0.0
+    meter.add_busy(3600.0)
+    assert meter.utilisation == 1.0
 
 
 def test_interference_meter_ignores_preemption_outliers_and_never_goes_negative() -> None:
     meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
     for _ in range(3):
-        meter.observe(1.2, compiling=None, call_s=0.0)
-        meter.observe(1.0, compiling="thread", call_s=0.0)
-    meter.observe(80.0, compiling="thread", call_s=0.0)
+        meter.observe(0.0012, 0.001, compiling=None)
+        meter.observe(0.0010, 0.001, compiling="thread")
+    meter.observe(0.08, 0.001, compiling="thread")
     assert meter.slowdown("thread") == 0.0 and meter.weight("thread") == 0.0
     assert meter.snapshot("thread")["calls_while_compiling"] == {"thread": 3}
+
+
+def test_interference_is_weighted_by_time_not_by_call() -> None:
+    meter = InterferenceMeter(prior_weight=0.5, min_samples=2)
+    for _ in range(2):
+        meter.observe(0.020, 0.020, compiling=None)
+        meter.observe(0.00005, 0.00005, compiling=None)
+    for _ in range(10):
+        meter.observe(0.00005, 0.00005, compiling="thread")
+    meter.observe(0.030, 0.020, compiling="thread")
+    assert meter.slowdown("thread") == pytest.approx((0.0305 / 0.0205) - 1.0)
 
 
 def test_a_function_whose_specialisations_miss_the_acceptance_ratio_is_never_compiled() -> None:
