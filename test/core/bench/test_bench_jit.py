@@ -41,6 +41,7 @@ def test_bench_jit_reports_every_strategy(
     assert sync["compiles"] > report["static_buckets"]["compiles"] > 0
     assert sync["calling_thread_compile_s"] > 2.0
     assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
+    assert report["jit"]["while_compiling"]["calls"] >= 0
     assert "extrapolated" in capsys.readouterr().out
 
 
