@@ -357,23 +357,17 @@ def calibrate(bench: Bench) -> dict[str, Any]:
     totals = []
     start = time.time()
     for frame in range(frames + len(bench.sources)):
-        total = busy = 0.0
-        # At real-time priority, as the lanes run, so that other processes on the machine
-        # do not inflate the serial cost; a rest as long as the frame after each keeps the
-        # thread clear of the kernel's real-time throttling.
-        with realtime_thread(bench.reserved_rt):
-            for job in run.jobs(frame, start + frame * 0.1):
-                t0 = time.perf_counter()
-                _exhaust(job.fn())
-                ms = (time.perf_counter() - t0) * 1000.0
-                busy += ms
-                if not job.speculative:
-                    total += ms
-                if frame >= len(bench.sources):
-                    per_job.setdefault(job.name, []).append(ms)
-                    if job.size is not None:
-                        per_size.setdefault((job.name, job.size), []).append(ms)
-        time.sleep(busy / 1000.0)
+        total = 0.0
+        for job in run.jobs(frame, start + frame * 0.1):
+            t0 = time.perf_counter()
+            _exhaust(job.fn())
+            ms = (time.perf_counter() - t0) * 1000.0
+            if not job.speculative:
+                total += ms
+            if frame >= len(bench.sources):
+                per_job.setdefault(job.name, []).append(ms)
+                if job.size is not None:
+                    per_size.setdefault((job.name, job.size), []).append(ms)
         if frame >= len(bench.sources):
             totals.append(total)
     mean_ms = float(np.mean(totals))
@@ -388,9 +382,8 @@ def calibrate(bench: Bench) -> dict[str, Any]:
         "how_measured": (
             f"every job of {frames} frames ({CALIBRATION_ROUNDS} rounds over "
             f"{len(bench.sources)} scans, after one unmeasured round) run back to back on one "
-            "thread with warm kernels, at real-time priority when permitted (a rest after "
-            "each frame); sustainable rate = 1000 / mean frame ms, where a frame's cost "
-            "leaves out speculative work (it only fills idle time)"
+            "thread with warm kernels; sustainable rate = 1000 / mean frame ms, where a "
+            "frame's cost leaves out speculative work (it only fills idle time)"
         ),
     }
 
