@@ -264,6 +264,7 @@ def test_a_period_reports_only_what_happened_in_it() -> None:
     extra = executor_values(second, ex.config)
     assert extra["executor.far_field_keep_fraction"] == 1.0
     assert extra["executor.realtime_lanes"] == 0
+    assert extra["executor.blas_threads"] == 0
 
 
 def test_drop_counter_counts_from_many_threads() -> None:
