@@ -431,7 +431,7 @@ def make_executor(kind: str, bench: Bench, estimates: Estimates) -> Executor:
     if kind == "tiered":
         executor = TieredExecutor(bench.tiers, options, [bench.fast.pool, bench.main.pool])
     else:
-        # FIFO knows no tier 1, so its lanes are never boosted.
+        # FIFO knows no tier 1, so its lanes are never boosted (boosts_for_tier1).
         executor = FifoExecutor(bench.tiers, options)
     for name, size, ms in estimates:
         executor.set_estimate(name, ms, size)

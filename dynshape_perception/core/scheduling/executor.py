@@ -159,6 +159,8 @@ class _ExecutorBase:
     """Submission, accounting, workers and shutdown; subclasses own the queue policy."""
 
     kind = "base"
+    # Whether queued tier-1 work boosts the shared lanes (a FIFO knows no tier 1).
+    boosts_for_tier1 = True
 
     def __init__(
         self,
@@ -284,7 +286,7 @@ class _ExecutorBase:
             )
             self._stats[tier].submitted += 1
             refused, displaced = self._admit_locked(work, now)
-            if refused is None and tier == Tier.COLLISION:
+            if refused is None and tier == Tier.COLLISION and self.boosts_for_tier1:
                 work.active = True
                 self._tier1_active += 1
             dropped = [(w, "stale") for w in displaced]
@@ -812,6 +814,7 @@ class FifoExecutor(_ExecutorBase):
     """
 
     kind = "fifo"
+    boosts_for_tier1 = False
 
     def __init__(
         self,

@@ -561,3 +561,24 @@ def test_a_started_unit_finishes_even_past_its_deadline() -> None:
     assert future.result(timeout=0) == "planned"
     tier2 = ex.snapshot()["tiers"]["2"]
     assert (tier2["misses"], tier2["dropped"]) == (1, 0)
+
+
+def test_only_the_tiered_executor_boosts_shared_lanes_for_tier_one() -> None:
+    """A FIFO knows no tier 1: its lanes run every unit at normal scheduling."""
+    options = ExecutorOptions(reserved_rt_priority=10, shared_boost_rt_priority=5)
+    gate = threading.Event()
+    boosts = {}
+    for kind in (TieredExecutor, FifoExecutor):
+        ex = kind(options=options)
+        try:
+            done = [ex.submit(gate.wait, 2), ex.submit(lambda: None, 1)]
+            gate.set()
+            for future in done:
+                future.result(timeout=WAIT_S)
+            boosts[kind.kind] = ex.snapshot()["shared_boosts"]
+        finally:
+            gate.clear()
+            ex.close()
+    assert boosts["fifo"] == 0
+    if boosts["tiered"] == 0:
+        pytest.skip("no permission to boost lanes here (needs CAP_SYS_NICE)")
