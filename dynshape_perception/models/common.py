@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,7 @@ class ModelSpec:
         return values
 
 
+@functools.cache
 def _shape_text(shape: tuple[Dim, ...]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 

@@ -256,7 +256,7 @@ class CompilePool:
     def _signal_workers(self, sig: signal.Signals) -> list[int]:
         sent = []
         for proc in list(getattr(self._executor, "_processes", {}).values()):
-            if proc.pid is None or not proc.is_alive():
+            if proc.pid is None:
                 continue
             try:
                 os.kill(proc.pid, sig)
