@@ -331,10 +331,16 @@ def while_compiling(
 
 
 def compile_summary(events: list[Any]) -> dict[str, dict[str, Any]]:
-    """Per model: compiles published, rejected as not faster, failed; mean compile time."""
+    """Per model: compiles published, rejected as not faster, failed; specialisations demoted
+    after serving; mean compile time."""
     out: dict[str, dict[str, Any]] = {}
     for e in events:
-        row = out.setdefault(e.model, {"ok": 0, "rejected": 0, "failed": 0, "compile_s": 0.0})
+        row = out.setdefault(
+            e.model, {"ok": 0, "rejected": 0, "failed": 0, "demoted": 0, "compile_s": 0.0}
+        )
+        if e.reason.startswith("demoted"):
+            row["demoted"] += 1
+            continue
         kind = "failed" if not e.ok else "rejected" if e.reason else "ok"
         row[kind] += 1
         row["compile_s"] += e.compile_s

@@ -37,6 +37,7 @@ from dynshape_perception.models.common import ModelDef
 log = logging.getLogger(__name__)
 
 HIT_LOG_LENGTH = 4096
+JUDGE_HITS = 64
 MIXED = "mixed"
 
 
@@ -46,6 +47,9 @@ class Specialisation:
     model: LoadedModel
     nbytes: int
     speedup: float
+    # Served calls and their summed latency, to judge it in place (see Dispatcher._judge).
+    hits: int = 0
+    hit_ms: float = 0.0
 
 
 class SpecialisationCache:
@@ -79,6 +83,12 @@ class SpecialisationCache:
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= evicted.nbytes
                 self._metrics.bump("evictions")
+
+    def drop(self, key: Signature) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
 
     def keys(self) -> list[Signature]:
         with self._lock:
@@ -166,6 +176,7 @@ class Dispatcher:
         with self._yielding(function, key):
             if entry is not None and dim_policy.admits(key, sig):
                 out = self._run_specialised(entry, function, args, dims)
+                self._judge(entry, (time.perf_counter() - started) * 1000.0)
                 self.hit_log.append((key, sig))
                 self.degrade.on_hit()
                 self._finish(sig, started, hit=True, accepted=True)
@@ -192,6 +203,41 @@ class Dispatcher:
         if expected < self.config.yield_min_ms:
             return nullcontext()
         return self.pool.yielding()
+
+    def _judge(self, entry: Specialisation, ms: float) -> None:
+        """Demote a specialisation that is not faster where it runs.
+
+        Validation times it warm and alone; among other shapes' calls, with padding and
+        cropping, a small gain can vanish. After ``JUDGE_HITS`` hits its mean latency is
+        held against the generic latency its key had before it existed.
+        """
+        entry.hits += 1
+        entry.hit_ms += ms
+        if entry.hits != JUDGE_HITS:
+            return
+        state = self._keys.get(entry.key)
+        if state is None or state.idle_ms <= 0.0:
+            return
+        ratio = entry.hit_ms / entry.hits / state.idle_ms
+        self._costs[entry.key.function].observe_speedup(ratio)
+        if ratio < self.config.accept_ratio:
+            return
+        self.cache.drop(entry.key)
+        with self._lock:
+            state.rejected = True
+            state.accepted = False
+        self.metrics.bump("demoted")
+        event = CompileEvent(
+            time.monotonic(),
+            self.model.name,
+            str(entry.key),
+            True,
+            0.0,
+            f"demoted: x{ratio:.2f} of generic where it runs",
+        )
+        self.metrics.record_event(event)
+        if self.on_event is not None:
+            self.on_event(event)
 
     def _run_specialised(
         self, entry: Specialisation, function: str, args: list[np.ndarray], dims: Mapping[str, int]

@@ -45,6 +45,7 @@ class JitMetrics:
     compiles_rejected: int = 0
     compile_time_s: float = 0.0
     evictions: int = 0
+    demoted: int = 0
     blacklisted: int = 0
     degraded_episodes: int = 0
     degraded: bool = False
@@ -82,6 +83,11 @@ class JitMetrics:
             else:
                 self.compiles_failed += 1
 
+    def record_event(self, event: CompileEvent) -> None:
+        """An event that is not a compile (a demotion): kept in the log, counted nowhere."""
+        with self._lock:
+            self.events.append(event)
+
     def bump(self, name: str, by: int = 1) -> None:
         with self._lock:
             setattr(self, name, getattr(self, name) + by)
@@ -104,6 +110,7 @@ class JitMetrics:
                 "compiles_rejected": self.compiles_rejected,
                 "compile_time_s": round(self.compile_time_s, 3),
                 "evictions": self.evictions,
+                "demoted": self.demoted,
                 "blacklisted": self.blacklisted,
                 "degraded": self.degraded,
                 "degraded_episodes": self.degraded_episodes,

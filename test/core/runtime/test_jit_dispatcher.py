@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from dynshape_perception.core.runtime.compile_pool import (
     compile_to_cache,
     failing_compiler_fault_injector,
 )
+from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.policy import JitConfig
@@ -331,3 +333,39 @@ def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
         assert eng.pool is not None and eng.pool.wait_idle(180)
         eng["associator"]("forward", *inputs)
         assert eng.metrics.hits == 1
+
+
+@pytest.mark.parametrize(("baseline_ms", "kept"), [(1e-6, False), (1e6, True)])
+def test_a_specialisation_slower_in_place_is_demoted(
+    cache_root: Path, baseline_ms: float, kept: bool
+) -> None:
+    with Engine(
+        "x86_64",
+        eager_config(),
+        cache_dir=cache_root,
+        models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        dispatcher = eng["associator"]
+        inputs = call_inputs("associator", {"N": 10, "M": 3}, seed=1)
+        for _ in range(2):
+            dispatcher("forward", *inputs)
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+        key = Signature.of("forward", {"N": 16, "M": 4})
+        assert key in dispatcher.cache.keys(), "eager_config publishes any valid build"
+        # Judged in place against the default ratio from here on.
+        dispatcher.config = dataclasses.replace(dispatcher.config, accept_ratio=0.95)
+        state = dispatcher.key_state(key)
+        assert state is not None
+        # The generic latency the key had before: injected, so the verdict is known.
+        state.idle_ms = baseline_ms
+        want = dispatcher.generic.run_unchecked("forward", inputs)
+        for _ in range(JUDGE_HITS + 5):
+            got = dispatcher("forward", *inputs)
+            np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+        assert (key in dispatcher.cache.keys()) is kept
+        assert eng.metrics.demoted == (0 if kept else 1)
+        assert eng.metrics.hits == (JUDGE_HITS + 5 if kept else JUDGE_HITS)
+        if not kept:
+            assert state.rejected and not state.accepted
+            assert "demoted" in eng.metrics.events[-1].reason
