@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 HIT_LOG_LENGTH = 4096
 JUDGE_HITS = 64
+RESOLVED_MEMO = 4096
+# A hot key the cost model declined is reconsidered every this many calls, not on each.
+RECONSIDER_EVERY = 8
 MIXED = "mixed"
 
 
@@ -152,6 +155,7 @@ class Dispatcher:
         self._keys: dict[Signature, KeyState] = {}
         # Mean generic latency per function: the yield decision for a key not seen before.
         self._function_ms: dict[str, float] = {}
+        self._resolved: dict[tuple[object, ...], tuple[Signature, Signature, bool]] = {}
         self._lock = threading.Lock()
         self._frozen = config.mode == "frozen"
         self.on_event: Callable[[CompileEvent], None] | None = None
@@ -162,19 +166,17 @@ class Dispatcher:
     def __call__(self, function: str, *arrays: np.ndarray) -> list[np.ndarray]:
         args = list(arrays)
         dims = self.generic.validate(function, args)
-        sig = Signature.of(function, dims)
         started = time.perf_counter()
+        sig, key, admitted = self._resolve(function, dims)
         with self._lock:
             self.profile[sig] += 1
         if self.config.mode == "off":
             out = self.generic.run_unchecked(function, args)
             self._finish(sig, started, hit=False, accepted=False)
             return out
-        dim_policy = self._dims[function]
-        key = dim_policy.key(sig)
         entry = self.cache.get(key)
         with self._yielding(function, key):
-            if entry is not None and dim_policy.admits(key, sig):
+            if entry is not None and admitted:
                 out = self._run_specialised(entry, function, args, dims)
                 self._judge(entry, (time.perf_counter() - started) * 1000.0)
                 self.hit_log.append((key, sig))
@@ -193,6 +195,21 @@ class Dispatcher:
         self.metrics.degraded = self.degrade.active
         self._finish(sig, started, hit=False, accepted=accepted)
         return out
+
+    def _resolve(self, function: str, dims: Mapping[str, int]) -> tuple[Signature, Signature, bool]:
+        """(signature, specialisation key, whether the key's guard admits it), memoised: a
+        hot shape pays one dict lookup instead of sorting and bucketing on every call."""
+        memo = (function, *dims.values())
+        hit = self._resolved.get(memo)
+        if hit is None:
+            sig = Signature.of(function, dims)
+            policy = self._dims[function]
+            key = policy.key(sig)
+            hit = (sig, key, policy.admits(key, sig))
+            if len(self._resolved) >= RESOLVED_MEMO:
+                self._resolved.clear()  # point counts never repeat: keep the memo bounded
+            self._resolved[memo] = hit
+        return hit
 
     def _yielding(self, function: str, key: Signature) -> AbstractContextManager[None]:
         """Heavy calls suspend running compiles; light ones are not worth two signals."""
@@ -277,12 +294,17 @@ class Dispatcher:
                 return state.accepted
             cost = self._costs[key.function]
             if not state.accepted:
+                due = state.calls - self.config.threshold
+                if due % RECONSIDER_EVERY:
+                    return False
                 if cost.benefit_ms(state) <= self.config.min_benefit_ms:
                     return False
                 if any(v == 0 for _, v in key.dims):
                     return False
                 if not cost.measured and self._outstanding[key.function]:
                     return False
+            elif self.pool.in_flight(self.model.name, key):
+                return True
             state.accepted = True
             if state.sample is None:
                 state.sample = [np.array(a, copy=True) for a in args]
