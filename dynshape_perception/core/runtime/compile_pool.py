@@ -98,10 +98,21 @@ def _ready() -> bool:
 
 
 def _lower_priority() -> None:
+    """SCHED_IDLE where the OS has it: a serving thread that wakes takes the core at once.
+
+    A nice-10 compile still holds a core until the scheduler's wake-up granularity passes,
+    and a small TVM call whose parallel region needs that core waits for it.
+    """
     try:
         os.nice(WORKER_NICENESS)
     except OSError:
         pass
+    idle = getattr(os, "SCHED_IDLE", None)
+    if idle is not None:
+        try:
+            os.sched_setscheduler(0, idle, os.sched_param(0))
+        except OSError:
+            pass
 
 
 @dataclass(order=True)

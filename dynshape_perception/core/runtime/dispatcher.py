@@ -324,7 +324,8 @@ class Dispatcher:
             return
         if compiling != MIXED:
             self.pool.meter.observe(generic_ms / 1000.0, state.idle_ms / 1000.0, compiling)
-        if compiling is None:
+        # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
+        if compiling is None and state.calls > 1:
             state.idle_ms = (
                 generic_ms if state.idle_ms == 0.0 else 0.8 * state.idle_ms + 0.2 * generic_ms
             )
