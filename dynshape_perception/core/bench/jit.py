@@ -136,33 +136,27 @@ def open_loop(
     return out
 
 
-def run_benchmark(
-    calls: int,
-    seed: int,
-    rate_fraction: float,
-    budget_s: float,
-    pool_size: int,
-    strategies: tuple[str, ...] = STRATEGIES,
-    compile_mode: str = "auto",
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JitBenchOptions:
+    calls: int = 20000
+    seed: int = 0
+    # Arrival rate as a fraction of the generic path's measured throughput.
+    rate_fraction: float = 0.5
+    # Compile budget of sync_exact, after which it is extrapolated.
+    budget_s: float = 120.0
+    pool_size: int = 1
+    strategies: tuple[str, ...] = STRATEGIES
+    compile_mode: str = "auto"
+
+
+def run_benchmark(options: JitBenchOptions) -> dict[str, Any]:
     profile = load_profile("x86_64")
-    stream = shape_stream(calls, seed)
+    stream = shape_stream(options.calls, options.seed)
     inputs = [make_inputs(c) for c in stream]
     models = {name: committed_weights(name) for name in ("segmenter", "predictor")}
     work = Path(tempfile.mkdtemp(prefix="dynshape-bench-jit-"))
     try:
-        return _run(
-            stream,
-            inputs,
-            models,
-            profile,
-            work,
-            rate_fraction,
-            budget_s,
-            pool_size,
-            strategies,
-            compile_mode,
-        )
+        return _run(stream, inputs, models, profile, work, options)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -173,12 +167,10 @@ def _run(
     models: dict[str, Any],
     profile: Any,
     work: Path,
-    rate_fraction: float,
-    budget_s: float,
-    pool_size: int,
-    strategies: tuple[str, ...] = STRATEGIES,
-    compile_mode: str = "auto",
+    options: JitBenchOptions,
 ) -> dict[str, Any]:
+    strategies = options.strategies
+    rate_fraction = options.rate_fraction
     generic_cache = ArtefactCache(work / "generic")
     generic = {
         name: LoadedModel(m, generic_cache.get_or_build(m, w, profile).library_path)
@@ -266,7 +258,7 @@ def _run(
             arrivals,
             static_run,
             # The budget is the storm's: bucketed builds are few and always finish.
-            budget_s=budget_s if name == "sync_exact" else None,
+            budget_s=options.budget_s if name == "sync_exact" else None,
             compile_clock=lambda: compile_s[0],  # noqa: B023 - read during this loop iteration only
         )
         outcome.compiles = len(built)
@@ -277,7 +269,9 @@ def _run(
 
     if "jit" not in strategies:
         return results
-    jit_config = JitConfig(mode="adaptive", compile_mode=compile_mode, pool_size=pool_size)
+    jit_config = JitConfig(
+        mode="adaptive", compile_mode=options.compile_mode, pool_size=options.pool_size
+    )
     shutil.copytree(work / "generic", work / "jit")
     with Engine(
         "x86_64",
@@ -433,13 +427,15 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not strategies:
         raise ConfigError(f"--strategies must name some of {STRATEGIES}, got {args.strategies!r}")
     results = run_benchmark(
-        args.calls,
-        args.seed,
-        args.rate,
-        args.budget_s,
-        args.pool_size,
-        strategies,
-        args.compile_mode,
+        JitBenchOptions(
+            calls=args.calls,
+            seed=args.seed,
+            rate_fraction=args.rate,
+            budget_s=args.budget_s,
+            pool_size=args.pool_size,
+            strategies=strategies,
+            compile_mode=args.compile_mode,
+        )
     )
     print(json.dumps(results["stream"]))
     print(

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynshape_perception.core.runtime.compile_pool import (
+    CompileFn,
     compile_to_cache,
     failing_compiler_fault_injector,
 )
@@ -286,26 +287,26 @@ def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixt
         assert not dispatcher.degrade.active, "specialisation resumes after the cool-down"
 
 
-def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) -> None:
-    with Engine(
+def associator_engine(
+    cache_root: Path, config: JitConfig | None = None, compile_fn: CompileFn = compile_to_cache
+) -> Engine:
+    return Engine(
         "x86_64",
-        eager_config(),
+        config or eager_config(),
         cache_dir=cache_root,
         models=("associator",),
         weights=WEIGHTS,
-        compile_fn=slow_compiler_fault_injector,
-    ) as eng:
+        compile_fn=compile_fn,
+    )
+
+
+def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) -> None:
+    with associator_engine(cache_root, compile_fn=slow_compiler_fault_injector) as eng:
         for n in (3, 10, 50):
             for _ in range(3):
                 eng["associator"]("forward", *call_inputs("associator", {"N": n, "M": 2}, n))
         assert eng["associator"].accepted_keys() == [Signature.of("forward", {"N": 4, "M": 4})]
-    with Engine(
-        "x86_64",
-        eager_config(),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
+    with associator_engine(cache_root) as eng:
         inputs = call_inputs("associator", {"N": 3, "M": 2}, seed=1)
         for _ in range(2):
             eng["associator"]("forward", *inputs)
@@ -339,13 +340,7 @@ def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
 def test_a_specialisation_slower_in_place_is_demoted(
     cache_root: Path, baseline_ms: float, kept: bool
 ) -> None:
-    with Engine(
-        "x86_64",
-        eager_config(),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
+    with associator_engine(cache_root) as eng:
         dispatcher = eng["associator"]
         inputs = call_inputs("associator", {"N": 10, "M": 3}, seed=1)
         for _ in range(2):
