@@ -16,7 +16,7 @@ import numpy as np
 from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar
 from dynshape_perception.core.runtime.compile_pool import CompilePool
 from dynshape_perception.core.runtime.executable import LoadedModel
-from dynshape_perception.core.runtime.metrics import CompileEvent, JitMetrics
+from dynshape_perception.core.runtime.metrics import CompileEvent, JitMetrics, ewma
 from dynshape_perception.core.runtime.policy import (
     CostModel,
     DegradeGuard,
@@ -75,9 +75,7 @@ class SpecialisationCache:
 
     def put(self, entry: Specialisation) -> None:
         with self._lock:
-            old = self._entries.pop(entry.key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
+            self._remove_locked(entry.key)
             self._entries[entry.key] = entry
             self._bytes += entry.nbytes
             while len(self._entries) > self.max_entries or (
@@ -89,9 +87,12 @@ class SpecialisationCache:
 
     def drop(self, key: Signature) -> None:
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
+            self._remove_locked(key)
+
+    def _remove_locked(self, key: Signature) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old.nbytes
 
     def keys(self) -> list[Signature]:
         with self._lock:
@@ -280,13 +281,8 @@ class Dispatcher:
             if state.calls == 1:
                 state.first_seen_s = now
             state.last_seen_s = now
-            state.generic_ms = (
-                generic_ms if state.calls == 1 else 0.8 * state.generic_ms + 0.2 * generic_ms
-            )
-            seen = self._function_ms.get(key.function)
-            self._function_ms[key.function] = (
-                generic_ms if seen is None else 0.8 * seen + 0.2 * generic_ms
-            )
+            state.generic_ms = ewma(state.generic_ms if state.calls > 1 else None, generic_ms)
+            self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
             self._observe_interference(state, generic_ms, compiling)
             if state.blacklisted or state.rejected or self._frozen or self.pool is None:
                 return state.accepted
@@ -326,9 +322,7 @@ class Dispatcher:
             self.pool.meter.observe(generic_ms / 1000.0, state.idle_ms / 1000.0, compiling)
         # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
         if compiling is None and state.calls > 1:
-            state.idle_ms = (
-                generic_ms if state.idle_ms == 0.0 else 0.8 * state.idle_ms + 0.2 * generic_ms
-            )
+            state.idle_ms = ewma(state.idle_ms or None, generic_ms)
 
     def _request(self, key: Signature, sample: list[np.ndarray] | None) -> CompileRequest:
         assert self.pool is not None

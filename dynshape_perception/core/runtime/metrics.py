@@ -12,6 +12,11 @@ from dynshape_perception.core.runtime.shapes import Signature
 EMA_WEIGHT = 0.2
 
 
+def ewma(mean: float | None, value: float) -> float:
+    """The running mean every latency figure here keeps; ``None`` starts it at ``value``."""
+    return value if mean is None else mean + EMA_WEIGHT * (value - mean)
+
+
 @dataclass
 class LatencyStats:
     calls: int = 0
@@ -20,7 +25,7 @@ class LatencyStats:
 
     def add(self, ms: float) -> None:
         self.calls += 1
-        self.mean_ms = ms if self.calls == 1 else self.mean_ms + EMA_WEIGHT * (ms - self.mean_ms)
+        self.mean_ms = ewma(self.mean_ms if self.calls > 1 else None, ms)
         self.max_ms = max(self.max_ms, ms)
 
 
