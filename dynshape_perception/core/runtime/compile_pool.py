@@ -166,9 +166,6 @@ class CompilePool:
         self.yields = 0
         self._yield_started = 0.0
         self._executor = self._new_executor()
-        if self.mode == "process":
-            # Start the worker now: importing TVM would otherwise delay the first compile.
-            self._executor.submit(_ready)
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)
             for i in range(size)
@@ -179,12 +176,22 @@ class CompilePool:
     def _new_executor(self) -> cf.Executor:
         if self.mode == "process":
             # spawn: forking a process that holds TVM and rclpy threads is unsafe.
-            return cf.ProcessPoolExecutor(
+            pool = cf.ProcessPoolExecutor(
                 max_workers=self._size,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_worker,
             )
+            # Start the worker now: importing TVM would otherwise delay the first compile.
+            pool.submit(_ready)
+            return pool
         return cf.ThreadPoolExecutor(max_workers=self._size, thread_name_prefix="jit-build")
+
+    def _replace_executor(self) -> None:
+        """New workers in ``self.mode``; the old ones are ended, whatever they were doing."""
+        old = self._executor
+        self._executor = self._new_executor()
+        _terminate_processes(old)
+        old.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, request: CompileRequest, benefit_ms: float, on_done: OnDone) -> bool:
         """Queue a compile unless the same (model, key) is queued or running."""
@@ -338,24 +345,15 @@ class CompilePool:
             self._switch_locked(chosen)
 
     def _switch_locked(self, mode: str) -> None:
-        old = self._executor
         self.mode = mode
-        self._executor = self._new_executor()
-        if mode == "process":
-            self._executor.submit(_ready)
-        old.shutdown(wait=False, cancel_futures=True)
+        self._replace_executor()
 
     def _restart_executor(self) -> None:
         """A timed-out compile may never return: replace the workers."""
         with self._cv:
             if self._stopped:
                 self._resume_stopped()
-        old = self._executor
-        self._executor = self._new_executor()
-        if isinstance(old, cf.ProcessPoolExecutor):
-            for proc in list(getattr(old, "_processes", {}).values()):
-                proc.terminate()
-        old.shutdown(wait=False, cancel_futures=True)
+        self._replace_executor()
 
     def shutdown(self, wait: bool = True) -> None:
         with self._cv:
@@ -367,10 +365,14 @@ class CompilePool:
             self._cv.notify_all()
         for worker in self._workers:
             worker.join(timeout=5.0 if wait else 0.0)
-        if isinstance(self._executor, cf.ProcessPoolExecutor):
-            for proc in list(getattr(self._executor, "_processes", {}).values()):
-                proc.terminate()
+        _terminate_processes(self._executor)
         self._executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def _terminate_processes(executor: cf.Executor) -> None:
+    """A process pool's shutdown waits for a running job; a compile may never finish."""
+    for proc in list(getattr(executor, "_processes", {}).values()):
+        proc.terminate()
 
 
 def stalling_compiler_fault_injector(
