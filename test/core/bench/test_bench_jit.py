@@ -42,7 +42,16 @@ def test_bench_jit_reports_every_strategy(
     assert sync["calling_thread_compile_s"] > 2.0
     assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
     assert report["jit"]["while_compiling"]["calls"] >= 0
-    assert "extrapolated" in capsys.readouterr().out
+    warm = report["jit_warm"]
+    assert warm["calling_thread_compile_s"] == 0.0 and warm["warm_up_s"] > 0.0
+    # The profile's hot keys are built (or loaded) before the warm run's first call.
+    assert warm["warm_specialisations"] > 0 and warm["hit_rate"] > 0.0
+    assert set(warm["locality"]) == {"grouped_by_key", "stream_order", "with_point_clouds"}
+    assert all(row["generic_s"] > 0 and row["jit_s"] > 0 for row in warm["locality"].values())
+    assert report["generic_repeat"]["compiles"] == 0
+    printed = capsys.readouterr().out
+    assert "generic A/A" in printed
+    assert "extrapolated" in printed
 
 
 def test_bench_jit_refuses_bad_arguments() -> None:
@@ -50,5 +59,7 @@ def test_bench_jit_refuses_bad_arguments() -> None:
     jit.add_arguments(parser)
     with pytest.raises(ConfigError, match="--strategies"):
         jit.run(parser.parse_args(["--strategies", "jit,eager"]))
+    with pytest.raises(ConfigError, match="jit_warm"):
+        jit.run(parser.parse_args(["--strategies", "generic,jit_warm"]))
     with pytest.raises(ConfigError, match="--rate"):
         jit.run(parser.parse_args(["--rate", "0"]))
