@@ -1,4 +1,4 @@
-"""``bench jit``: a seeded long-tail shape stream, open-loop, across four dispatch strategies."""
+"""``bench jit``: a seeded long-tail shape stream, open-loop, across the dispatch strategies."""
 
 from __future__ import annotations
 
@@ -499,7 +499,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategies",
         default=",".join(STRATEGIES),
-        help="comma-separated subset to run (the report compares all four by default)",
+        help="comma-separated subset to run (all by default; jit_warm needs jit)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
 
