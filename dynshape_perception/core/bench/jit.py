@@ -30,6 +30,8 @@ STRATEGIES = ("generic", "sync_exact", "static_buckets", "jit", "jit_warm", "gen
 WARM_UP_WAIT_S = 600.0
 # Calls of the stream replayed closed-loop to measure cache locality (see ``locality``).
 LOCALITY_CALLS = 4000
+EXACT_POINTS = (8192, 65536, 131072)
+EXACT_REPEATS = 15
 POINT_SHARE = 0.12
 MIN_POINTS, MAX_POINTS = 5_000, 150_000
 # Predictor history lengths and agent counts follow a long tail: a few common values, many rare.
@@ -290,7 +292,31 @@ def _run(
         results["generic_repeat"] = summarise(
             open_loop(stream, inputs, arrivals, generic_run), jit=False
         )
+    if "jit_warm" in strategies:
+        results["segmenter_exact"] = segmenter_exact(models, profile, work, generic["segmenter"])
     return results
+
+
+def segmenter_exact(
+    models: dict[str, Any], profile: Any, work: Path, generic: LoadedModel
+) -> dict[str, float]:
+    """Static build at an exact point count over the generic build, interleaved, median of
+    ``EXACT_REPEATS``: what the best possible segmenter specialisation (no padding) gains."""
+    model, weights = models["segmenter"]
+    cache = ArtefactCache(work / "segmenter_exact")
+    out: dict[str, float] = {}
+    for p in EXACT_POINTS:
+        args = make_inputs(Call("segmenter", {"P": p}, p))
+        artefact = cache.get_or_build(model, weights, profile, {"P": p}, functions=("forward",))
+        exact = LoadedModel(model, artefact.library_path, functions=("forward",))
+        times: dict[str, list[float]] = {"generic": [], "exact": []}
+        for _ in range(EXACT_REPEATS):
+            for label, runner in (("generic", generic), ("exact", exact)):
+                began = time.perf_counter()
+                runner.run_unchecked("forward", args)
+                times[label].append(time.perf_counter() - began)
+        out[str(p)] = round(float(np.median(times["exact"]) / np.median(times["generic"])), 3)
+    return out
 
 
 def _run_engine(
@@ -543,6 +569,9 @@ def run(args: argparse.Namespace) -> int:
     if "jit_warm" in results:
         for order, row in results["jit_warm"]["locality"].items():
             print(f"locality {order:<18}runtime/generic predictor busy x{row['ratio']:.3f}")
+    if "segmenter_exact" in results:
+        ratios = ", ".join(f"P={p} x{r:.3f}" for p, r in results["segmenter_exact"].items())
+        print(f"segmenter static exact-P build / generic: {ratios}")
     if "generic" in results and "generic_repeat" in results:
         first, again = results["generic"]["total_s"], results["generic_repeat"]["total_s"]
         print(

@@ -49,6 +49,8 @@ def test_bench_jit_reports_every_strategy(
     assert set(warm["locality"]) == {"grouped_by_key", "stream_order", "with_point_clouds"}
     assert all(row["generic_s"] > 0 and row["jit_s"] > 0 for row in warm["locality"].values())
     assert report["generic_repeat"]["compiles"] == 0
+    assert set(report["segmenter_exact"]) == {str(p) for p in jit.EXACT_POINTS}
+    assert all(ratio > 0 for ratio in report["segmenter_exact"].values())
     printed = capsys.readouterr().out
     assert "generic A/A" in printed
     assert "extrapolated" in printed
