@@ -392,6 +392,11 @@ def locality(
     consecutive calls change key, and point clouds in between flush the caches, every switch
     refetches one; the single generic library stays warm. Grouped by key is the hot-cache case.
     """
+    # No compile may start or land while the orders are timed against each other.
+    for dispatcher in engine.dispatchers.values():
+        dispatcher.freeze()
+    if engine.pool is not None:
+        engine.pool.wait_idle(WARM_UP_WAIT_S)
     head = list(zip(stream[:calls], inputs[:calls], strict=True))
     predictor = engine["predictor"]
     point = engine["segmenter"].generic
