@@ -89,6 +89,7 @@ def make_inputs(call: Call) -> list[np.ndarray]:
 @dataclass
 class Outcome:
     latencies_ms: list[float] = field(default_factory=list)
+    service_ms: list[float] = field(default_factory=list)
     served_special: list[bool] = field(default_factory=list)
     accepted: list[bool] = field(default_factory=list)
     compiles: int = 0
@@ -132,6 +133,7 @@ def open_loop(
         )
         done = finished - start
         out.latencies_ms.append((done - arrivals[i]) * 1000.0)
+        out.service_ms.append((finished - began) * 1000.0)
         out.served_special.append(special)
         out.accepted.append(accepted)
         out.served_calls = i + 1
@@ -208,9 +210,11 @@ def _run(
         return False, False
 
     generic_latencies: np.ndarray | None = None
+    generic_service: np.ndarray | None = None
     if "generic" in strategies:
         generic_outcome = open_loop(stream, inputs, arrivals, generic_run)
         generic_latencies = np.asarray(generic_outcome.latencies_ms)
+        generic_service = np.asarray(generic_outcome.service_ms)
         results["generic"] = summarise(generic_outcome, jit=False)
 
     for name, policy in (("sync_exact", None), ("static_buckets", "buckets")):
@@ -273,17 +277,23 @@ def _run(
         results[name] = summarise(outcome, jit=False)
 
     if "jit" in strategies:
-        results["jit"] = _run_engine(stream, inputs, arrivals, models, work, options, None)
-        results["jit"]["while_compiling"] = while_compiling(
-            np.asarray(results["jit"].pop("latencies_ms")),
-            np.asarray(results["jit"].pop("during"), bool),
-            generic_latencies,
+        row = _run_engine(stream, inputs, arrivals, models, work, options, None)
+        during = np.asarray(row.pop("during"), bool)
+        service = np.asarray(row.pop("service_ms"))
+        row["while_compiling"] = while_compiling(
+            np.asarray(row.pop("latencies_ms")), during, generic_latencies
         )
+        if generic_service is not None:
+            row["paired_with_generic"] = paired_with_generic(
+                stream, service, generic_service, np.asarray(row.pop("served")), during
+            )
+        row.pop("served", None)
+        results["jit"] = row
     if "jit_warm" in strategies:
         # The vehicle's second start: the cold run's profile and artefact cache, loaded before
         # the first call. No compile overlaps the stream, so this is the runtime's ceiling.
         row = _run_engine(stream, inputs, arrivals, models, work, options, work / "profile.yaml")
-        for key in ("latencies_ms", "during"):
+        for key in ("latencies_ms", "during", "service_ms", "served"):
             row.pop(key)
         results["jit_warm"] = row
     if "generic_repeat" in strategies:
@@ -379,6 +389,8 @@ def _run_engine(
             outcome.extra["locality"] = locality(engine, stream, inputs)
         row = summarise(outcome, jit=True)
         row["latencies_ms"] = outcome.latencies_ms
+        row["service_ms"] = outcome.service_ms
+        row["served"] = outcome.served_special
         row["during"] = during
         return row
 
@@ -423,6 +435,36 @@ def locality(
             busy[label] = round(total, 4)
         busy["ratio"] = round(busy["jit_s"] / busy["generic_s"], 3)
         out[name] = busy
+    return out
+
+
+def paired_with_generic(
+    stream: list[Call],
+    jit_ms: np.ndarray,
+    generic_ms: np.ndarray,
+    served: np.ndarray,
+    during: np.ndarray,
+) -> dict[str, dict[str, float]]:
+    """The runtime's service time over generic's on the very same calls, by model, by how the
+    runtime served them and by whether a compile was pending: where a total difference lies."""
+    predictor = np.asarray([c.model == "predictor" for c in stream])
+    served = served.astype(bool)
+    groups = {
+        "predictor_specialised_idle": predictor & served & ~during,
+        "predictor_specialised_compiling": predictor & served & during,
+        "predictor_generic_idle": predictor & ~served & ~during,
+        "predictor_generic_compiling": predictor & ~served & during,
+        "segmenter_idle": ~predictor & ~during,
+        "segmenter_compiling": ~predictor & during,
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, mask in groups.items():
+        if mask.any():
+            out[name] = {
+                "calls": int(mask.sum()),
+                "generic_mean_ms": round(float(generic_ms[mask].mean()), 4),
+                "ratio": round(float(jit_ms[mask].sum() / generic_ms[mask].sum()), 3),
+            }
     return out
 
 
@@ -571,6 +613,8 @@ def run(args: argparse.Namespace) -> int:
     for name in strategies:
         busy = ", ".join(f"{m} {v:.2f}" for m, v in results[name]["busy_by_model_s"].items())
         print(f"busy s {name:<15}{busy}")
+    for group, row in results.get("jit", {}).get("paired_with_generic", {}).items():
+        print(f"same calls {group:<32}runtime/generic x{row['ratio']:.3f} ({row['calls']} calls)")
     if "jit_warm" in results:
         for order, row in results["jit_warm"]["locality"].items():
             print(f"locality {order:<18}runtime/generic predictor busy x{row['ratio']:.3f}")

@@ -42,6 +42,9 @@ def test_bench_jit_reports_every_strategy(
     assert sync["calling_thread_compile_s"] > 2.0
     assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
     assert report["jit"]["while_compiling"]["calls"] >= 0
+    paired = report["jit"]["paired_with_generic"]
+    assert sum(g["calls"] for g in paired.values()) == 400
+    assert all(g["ratio"] > 0 for g in paired.values())
     warm = report["jit_warm"]
     assert warm["calling_thread_compile_s"] == 0.0 and warm["warm_up_s"] > 0.0
     # The profile's hot keys are built (or loaded) before the warm run's first call.
