@@ -41,6 +41,9 @@ JUDGE_HITS = 64
 RESOLVED_MEMO = 4096
 # A hot key the cost model declined is reconsidered every this many calls, not on each.
 RECONSIDER_EVERY = 8
+# The warm-up profile counts every distinct signature; past this many, those seen once are
+# dropped, since point counts never repeat and would otherwise grow it with every frame.
+PROFILE_MAX = 65536
 MIXED = "mixed"
 
 
@@ -153,6 +156,7 @@ class Dispatcher:
         self._outstanding: Counter[str] = Counter()
         self.degrade = DegradeGuard(config)
         self.profile: Counter[Signature] = Counter()
+        self.profile_dropped = 0
         self._keys: dict[Signature, KeyState] = {}
         # Mean generic latency per function: the yield decision for a key not seen before.
         self._function_ms: dict[str, float] = {}
@@ -171,6 +175,8 @@ class Dispatcher:
         sig, key, admitted = self._resolve(function, dims)
         with self._lock:
             self.profile[sig] += 1
+            if len(self.profile) > PROFILE_MAX:
+                self._prune_profile()
         if self.config.mode == "off":
             out = self.generic.run_unchecked(function, args)
             self._finish(sig, started, hit=False, accepted=False)
@@ -211,6 +217,15 @@ class Dispatcher:
                 self._resolved.clear()  # point counts never repeat: keep the memo bounded
             self._resolved[memo] = hit
         return hit
+
+    def _prune_profile(self) -> None:
+        """Drop the signatures seen once (or, if none, the less called half); under the lock."""
+        counts = sorted(self.profile.values())
+        floor = 1 if counts[0] == 1 else counts[len(counts) // 2]
+        cold = [sig for sig, n in self.profile.items() if n <= floor]
+        for sig in cold:
+            del self.profile[sig]
+        self.profile_dropped += len(cold)
 
     def _yielding(self, function: str, key: Signature) -> AbstractContextManager[None]:
         """Heavy calls suspend running compiles; light ones are not worth two signals."""
@@ -420,6 +435,11 @@ class Dispatcher:
             if self.pool.submit(request, float("inf"), self._compiled):
                 with self._lock:
                     self._outstanding[key.function] += 1
+
+    def profile_counts(self) -> Counter[Signature]:
+        """A copy of the calls per signature, safe while other threads call."""
+        with self._lock:
+            return Counter(self.profile)
 
     def key_of(self, signature: Signature) -> Signature:
         """The specialisation key a call of ``signature`` is served by."""

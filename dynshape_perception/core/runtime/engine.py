@@ -81,25 +81,31 @@ class Engine:
         return self.dispatchers[name]
 
     def profiles(self) -> dict[str, Counter[Signature]]:
-        return {name: Counter(d.profile) for name, d in self.dispatchers.items()}
+        return {name: d.profile_counts() for name, d in self.dispatchers.items()}
 
     def record_profile(self, path: Path) -> None:
         dump_profile(self.profiles(), path)
 
     def warm_up(self, path: Path, top: int | None = None, wait_s: float | None = None) -> int:
-        """Compile the hot shapes of a recorded profile; with ``wait_s``, block until done."""
+        """Compile the hot keys of a recorded profile, ``top`` most called first; with
+        ``wait_s``, block until done.
+
+        Hotness is counted per specialisation key, as the dispatcher counts it: point counts
+        never repeat, but the bucket they fall in can be hot.
+        """
         queued = 0
         for name, counter in load_profile(path).items():
             dispatcher = self.dispatchers.get(name)
             if dispatcher is None:
                 continue
-            keys: list[Signature] = []
-            for sig, calls in counter.most_common(top):
-                if calls < self.jit.threshold:
-                    continue
-                key = dispatcher.key_of(sig)
-                if key not in keys and all(v > 0 for _, v in key.dims):
-                    keys.append(key)
+            per_key: Counter[Signature] = Counter()
+            for sig, calls in counter.items():
+                per_key[dispatcher.key_of(sig)] += calls
+            keys = [
+                key
+                for key, calls in per_key.most_common(top)
+                if calls >= self.jit.threshold and all(v > 0 for _, v in key.dims)
+            ]
             dispatcher.warm(keys)
             queued += len(keys)
         if wait_s is not None and self.pool is not None:

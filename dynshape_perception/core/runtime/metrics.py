@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynshape_perception.core.runtime.shapes import Signature
 
 EMA_WEIGHT = 0.2
+# Point counts never repeat, so a latency row per signature must be forgotten or the table
+# grows with every frame; the least recently called go first.
+MAX_LATENCY_SIGNATURES = 4096
 
 
 def ewma(mean: float | None, value: float) -> float:
@@ -54,10 +57,11 @@ class JitMetrics:
     blacklisted: int = 0
     degraded_episodes: int = 0
     degraded: bool = False
+    latency_signatures_dropped: int = 0
     events: list[CompileEvent] = field(default_factory=list)
     # Keyed by Signature, not its text: formatting a key on every call costs more than a hit.
-    latency: dict[str, dict[Signature, LatencyStats]] = field(
-        default_factory=lambda: defaultdict(dict)
+    latency: dict[str, OrderedDict[Signature, LatencyStats]] = field(
+        default_factory=lambda: defaultdict(OrderedDict)
     )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -72,9 +76,15 @@ class JitMetrics:
                 self.generic_calls += 1
                 if accepted:
                     self.misses += 1
-            stats = self.latency[model].get(signature)
+            table = self.latency[model]
+            stats = table.get(signature)
             if stats is None:
-                stats = self.latency[model][signature] = LatencyStats()
+                stats = table[signature] = LatencyStats()
+                if len(table) > MAX_LATENCY_SIGNATURES:
+                    table.popitem(last=False)
+                    self.latency_signatures_dropped += 1
+            else:
+                table.move_to_end(signature)
             stats.add(ms)
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
@@ -119,6 +129,7 @@ class JitMetrics:
                 "blacklisted": self.blacklisted,
                 "degraded": self.degraded,
                 "degraded_episodes": self.degraded_episodes,
+                "latency_signatures_dropped": self.latency_signatures_dropped,
             }
 
     def latency_table(self) -> dict[str, dict[str, dict[str, float]]]:
