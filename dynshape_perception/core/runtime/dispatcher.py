@@ -8,7 +8,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +37,7 @@ from dynshape_perception.models.common import ModelDef
 log = logging.getLogger(__name__)
 
 HIT_LOG_LENGTH = 4096
-# A new specialisation is judged where it runs: until then every SHADOW_EVERY-th call its
-# guard admits goes to the generic build instead, so both are timed in the same conditions
-# (same compiles pending, same caches); the verdict needs JUDGE_HITS hits and JUDGE_SHADOWS
-# shadow calls.
 JUDGE_HITS = 64
-SHADOW_EVERY = 5
-JUDGE_SHADOWS = JUDGE_HITS // (SHADOW_EVERY - 1)
 RESOLVED_MEMO = 4096
 # A hot key the cost model declined is reconsidered every this many calls, not on each.
 RECONSIDER_EVERY = 8
@@ -59,17 +53,9 @@ class Specialisation:
     model: LoadedModel
     nbytes: int
     speedup: float
-    # Latencies of its hits and of the shadow calls beside them, until judged in place
-    # (see Dispatcher._judge).
-    admitted: int = 0
-    hit_ms: list[float] = field(default_factory=list)
-    shadow_ms: list[float] = field(default_factory=list)
-    judged: bool = False
-
-    def shadow_due(self) -> bool:
-        """Count an admitted call; True when it is to be served generic, as a shadow."""
-        self.admitted += 1
-        return not self.judged and self.admitted % SHADOW_EVERY == 0
+    # Served calls and their summed latency, to judge it in place (see Dispatcher._judge).
+    hits: int = 0
+    hit_ms: float = 0.0
 
 
 class SpecialisationCache:
@@ -196,9 +182,8 @@ class Dispatcher:
             self._finish(sig, started, hit=False, accepted=False)
             return out
         entry = self.cache.get(key)
-        shadow = entry is not None and admitted and not self._frozen and entry.shadow_due()
         with self._yielding(function, key):
-            if entry is not None and admitted and not shadow:
+            if entry is not None and admitted:
                 out = self._run_specialised(entry, function, args, dims)
                 self._judge(entry, (time.perf_counter() - started) * 1000.0)
                 self.hit_log.append((key, sig))
@@ -211,11 +196,6 @@ class Dispatcher:
             # A compile that started, ended or yielded mid-call belongs to neither side.
             compiling = before if before == after else MIXED
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        if shadow and entry is not None:
-            entry.shadow_ms.append(elapsed_ms)
-            self.metrics.bump("shadow_calls")
-            self._finish(sig, started, hit=False, accepted=True)
-            return out
         accepted = self._consider(key, elapsed_ms, args, compiling)
         if accepted and self.degrade.on_miss():
             self.metrics.bump("degraded_episodes")
@@ -260,26 +240,23 @@ class Dispatcher:
     def _judge(self, entry: Specialisation, ms: float) -> None:
         """Demote a specialisation that is not faster where it runs.
 
-        Validation times it warm and alone; among other shapes' calls, with padding,
-        cropping and compiles pending, a small gain can vanish. Once it has ``JUDGE_HITS``
-        hits and ``JUDGE_SHADOWS`` shadow calls interleaved with them, its median latency is
-        held against the generic build's on those shadows.
+        Validation times it warm and alone; among other shapes' calls, with padding and
+        cropping, a small gain can vanish. After ``JUDGE_HITS`` hits its mean latency is
+        held against the generic latency its key had before it existed.
         """
-        if entry.judged:
+        entry.hits += 1
+        entry.hit_ms += ms
+        if entry.hits != JUDGE_HITS:
             return
-        entry.hit_ms.append(ms)
-        if len(entry.hit_ms) < JUDGE_HITS or len(entry.shadow_ms) < JUDGE_SHADOWS:
+        state = self._keys.get(entry.key)
+        if state is None or state.idle_ms <= 0.0:
             return
-        entry.judged = True
-        ratio = float(np.median(entry.hit_ms) / max(np.median(entry.shadow_ms), 1e-9))
-        entry.hit_ms.clear()
-        entry.shadow_ms.clear()
+        ratio = entry.hit_ms / entry.hits / state.idle_ms
         self._costs[entry.key.function].observe_speedup(ratio)
         if ratio < self.config.accept_ratio:
             return
         self.cache.drop(entry.key)
         with self._lock:
-            state = self._keys.setdefault(entry.key, KeyState())
             state.rejected = True
             state.accepted = False
         self.metrics.bump("demoted")

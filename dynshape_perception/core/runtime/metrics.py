@@ -58,8 +58,6 @@ class JitMetrics:
     degraded_episodes: int = 0
     degraded: bool = False
     latency_signatures_dropped: int = 0
-    # Calls a new specialisation's guard admitted but the generic build served, to judge it.
-    shadow_calls: int = 0
     events: list[CompileEvent] = field(default_factory=list)
     # Keyed by Signature, not its text: formatting a key on every call costs more than a hit.
     latency: dict[str, OrderedDict[Signature, LatencyStats]] = field(
@@ -132,7 +130,6 @@ class JitMetrics:
                 "degraded": self.degraded,
                 "degraded_episodes": self.degraded_episodes,
                 "latency_signatures_dropped": self.latency_signatures_dropped,
-                "shadow_calls": self.shadow_calls,
             }
 
     def latency_table(self) -> dict[str, dict[str, dict[str, float]]]:
