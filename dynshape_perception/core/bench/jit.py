@@ -209,12 +209,9 @@ def _run(
         generic[call.model]("forward", *args)
         return False, False
 
-    generic_latencies: np.ndarray | None = None
-    generic_service: np.ndarray | None = None
+    generic_outcome: Outcome | None = None
     if "generic" in strategies:
         generic_outcome = open_loop(stream, inputs, arrivals, generic_run)
-        generic_latencies = np.asarray(generic_outcome.latencies_ms)
-        generic_service = np.asarray(generic_outcome.service_ms)
         results["generic"] = summarise(generic_outcome, jit=False)
 
     for name, policy in (("sync_exact", None), ("static_buckets", "buckets")):
@@ -277,25 +274,27 @@ def _run(
         results[name] = summarise(outcome, jit=False)
 
     if "jit" in strategies:
-        row = _run_engine(stream, inputs, arrivals, models, work, options, None)
-        during = np.asarray(row.pop("during"), bool)
-        service = np.asarray(row.pop("service_ms"))
+        row, outcome, during = _run_engine(stream, inputs, arrivals, models, work, options, None)
         row["while_compiling"] = while_compiling(
-            np.asarray(row.pop("latencies_ms")), during, generic_latencies
+            np.asarray(outcome.latencies_ms),
+            during,
+            np.asarray(generic_outcome.latencies_ms) if generic_outcome is not None else None,
         )
-        if generic_service is not None:
+        if generic_outcome is not None:
             row["paired_with_generic"] = paired_with_generic(
-                stream, service, generic_service, np.asarray(row.pop("served")), during
+                stream,
+                np.asarray(outcome.service_ms),
+                np.asarray(generic_outcome.service_ms),
+                np.asarray(outcome.served_special, bool),
+                during,
             )
-        row.pop("served", None)
         results["jit"] = row
     if "jit_warm" in strategies:
         # The vehicle's second start: the cold run's profile and artefact cache, loaded before
-        # the first call. No compile overlaps the stream, so this is the runtime's ceiling.
-        row = _run_engine(stream, inputs, arrivals, models, work, options, work / "profile.yaml")
-        for key in ("latencies_ms", "during", "service_ms", "served"):
-            row.pop(key)
-        results["jit_warm"] = row
+        # the first call; only keys that turn hot later compile during the stream.
+        results["jit_warm"] = _run_engine(
+            stream, inputs, arrivals, models, work, options, work / "profile.yaml"
+        )[0]
     if "generic_repeat" in strategies:
         # The same generic run again, last: the spread between the two is this machine's
         # run-to-run noise, against which the other totals are read.
@@ -337,8 +336,11 @@ def _run_engine(
     work: Path,
     options: JitBenchOptions,
     warm_profile: Path | None,
-) -> dict[str, Any]:
-    """Serve the stream through the runtime; cold, it records the profile a warm start loads."""
+) -> tuple[dict[str, Any], Outcome, np.ndarray]:
+    """Serve the stream through the runtime; cold, it records the profile a warm start loads.
+
+    Returns the report row, the raw outcome and, per call, whether a compile was pending.
+    """
     jit_config = JitConfig(
         mode="adaptive", compile_mode=options.compile_mode, pool_size=options.pool_size
     )
@@ -387,12 +389,7 @@ def _run_engine(
                 len(d.cache) for d in engine.dispatchers.values()
             )
             outcome.extra["locality"] = locality(engine, stream, inputs)
-        row = summarise(outcome, jit=True)
-        row["latencies_ms"] = outcome.latencies_ms
-        row["service_ms"] = outcome.service_ms
-        row["served"] = outcome.served_special
-        row["during"] = during
-        return row
+        return summarise(outcome, jit=True), outcome, np.asarray(during, bool)
 
 
 def locality(
@@ -448,7 +445,6 @@ def paired_with_generic(
     """The runtime's service time over generic's on the very same calls, by model, by how the
     runtime served them and by whether a compile was pending: where a total difference lies."""
     predictor = np.asarray([c.model == "predictor" for c in stream])
-    served = served.astype(bool)
     groups = {
         "predictor_specialised_idle": predictor & served & ~during,
         "predictor_specialised_compiling": predictor & served & during,
