@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dynshape_perception.core.runtime import dispatcher as dispatcher_module
 from dynshape_perception.core.runtime.compile_pool import (
     CompileFn,
     compile_to_cache,
@@ -23,6 +25,7 @@ from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.policy import JitConfig
+from dynshape_perception.core.runtime.profile import dump_profile
 from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.models import model_definition
@@ -249,6 +252,34 @@ def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
         for _ in range(5):
             eng["associator"]("forward", *call_inputs("associator", {"N": 2, "M": 2}, seed=5))
         assert eng.metrics.compiles_ok == 1, "frozen mode compiles nothing new"
+
+
+def test_profile_drops_signatures_seen_once_past_its_bound(
+    monkeypatch: pytest.MonkeyPatch, cache_root: Path
+) -> None:
+    monkeypatch.setattr(dispatcher_module, "PROFILE_MAX", 16)
+    with associator_engine(cache_root, eager_config(mode="off")) as eng:
+        d = eng["associator"]
+        for _ in range(3):
+            d("forward", *call_inputs("associator", {"N": 5, "M": 5}, seed=5))
+        for n in range(1, 40):
+            d("forward", *call_inputs("associator", {"N": n, "M": 7}, seed=n))
+        counts = d.profile_counts()
+        assert len(counts) <= 16
+        assert counts[Signature.of("forward", {"N": 5, "M": 5})] == 3, "repeated shapes stay"
+        assert d.profile_dropped > 0
+
+
+def test_warm_up_counts_hotness_per_bucket_not_per_point_count(
+    cache_root: Path, tmp_path: Path
+) -> None:
+    """A point count never repeats, but the bucket it falls in can be hot."""
+    profile = tmp_path / "shapes.yaml"
+    spread = Counter({Signature.of("forward", {"N": n, "M": 3}): 1 for n in range(5, 15)})
+    dump_profile({"associator": spread}, profile)
+    with associator_engine(cache_root, eager_config(mode="frozen")) as eng:
+        assert eng.warm_up(profile, wait_s=120) == 1
+        assert eng["associator"].cache.keys() == [Signature.of("forward", {"M": 4, "N": 16})]
 
 
 def slow_compiler_fault_injector(
