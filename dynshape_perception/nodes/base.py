@@ -481,16 +481,17 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
         with rclpy.init(args=args):
             try:
                 node = factory()
+                try:
+                    rclpy.spin(node)
+                finally:
+                    node.close()
             except Exception:
-                # SIGINT/SIGTERM while the engine was building shuts the context down
-                # under the constructor: that is a requested exit, not a failure.
+                # SIGINT/SIGTERM shuts the context down under the constructor (while the
+                # engine builds) or under the executor, which then fails to build its wait
+                # set (RCLError): either way a requested exit, not a failure.
                 if not rclpy.ok():
                     return 0
                 raise
-            try:
-                rclpy.spin(node)
-            finally:
-                node.close()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except DynshapeError as err:

@@ -1,0 +1,50 @@
+"""``run_node``: a requested shutdown exits 0 however it reaches the node; a real fault does not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import rclpy
+
+from dynshape_perception.nodes import base
+from dynshape_perception.nodes.base import run_node
+
+
+class ClosingNode:
+    """Stands in for a PerceptionNode: run_node needs only ``close``."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def spin_racing_shutdown_fault_injector(node: Any) -> None:
+    """Fault injector: a signal shuts the context down just before the executor builds its
+    wait set, which rclpy then reports as an RCLError (a RuntimeError)."""
+    rclpy.shutdown()
+    raise RuntimeError("failed to initialize wait set: the given context is not valid")
+
+
+def spin_failing_fault_injector(node: Any) -> None:
+    """Fault injector: the executor fails while the context is still valid."""
+    raise RuntimeError("a real executor fault")
+
+
+def test_a_signal_racing_the_executor_is_a_clean_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = ClosingNode()
+    monkeypatch.setattr(base.rclpy, "spin", spin_racing_shutdown_fault_injector)
+    assert run_node(lambda: node, args=[]) == 0  # type: ignore[arg-type, return-value]
+    assert node.closed, "the node still stops its compile workers"
+
+
+def test_an_executor_fault_with_the_context_valid_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = ClosingNode()
+    monkeypatch.setattr(base.rclpy, "spin", spin_failing_fault_injector)
+    with pytest.raises(RuntimeError, match="real executor fault"):
+        run_node(lambda: node, args=[])  # type: ignore[arg-type, return-value]
+    assert node.closed
