@@ -91,11 +91,11 @@ def pad_inputs(
     """
     out: list[np.ndarray] = []
     for arr, tspec in zip(arrays, spec.inputs, strict=True):
-        shape = tuple(
-            max(int(target[dim]), n) if isinstance(dim, str) else n
-            for n, dim in zip(arr.shape, tspec.shape, strict=True)
-        )
-        out.append(edge_pad(arr, shape) if shape != arr.shape else arr)
+        shape = arr.shape
+        for axis, dim in enumerate(tspec.shape):
+            if isinstance(dim, str) and target[dim] > shape[axis]:
+                arr = _pad_axis(arr, axis, target[dim])
+        out.append(arr)
     return out
 
 
@@ -106,14 +106,19 @@ def edge_pad(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     predictor call saves. Axes are filled in order, as np.pad does, so corners repeat the
     corner element; every padded axis has length >= 1.
     """
-    out = np.empty(shape, arr.dtype)
-    out[tuple(slice(0, n) for n in arr.shape)] = arr
-    for axis, (n, m) in enumerate(zip(arr.shape, shape, strict=True)):
-        if m > n:
-            src = [slice(None)] * arr.ndim
-            dst = [slice(None)] * arr.ndim
-            src[axis], dst[axis] = slice(n - 1, n), slice(n, m)
-            out[tuple(dst)] = out[tuple(src)]
+    for axis, m in enumerate(shape):
+        if m > arr.shape[axis]:
+            arr = _pad_axis(arr, axis, m)
+    return arr
+
+
+def _pad_axis(arr: np.ndarray, axis: int, m: int) -> np.ndarray:
+    """One axis edge-padded to ``m``: a copy and one broadcast of the last slice."""
+    n = arr.shape[axis]
+    out = np.empty((*arr.shape[:axis], m, *arr.shape[axis + 1 :]), arr.dtype)
+    lead = (slice(None),) * axis
+    out[(*lead, slice(0, n))] = arr
+    out[(*lead, slice(n, m))] = arr[(*lead, slice(n - 1, n))]
     return out
 
 
@@ -123,9 +128,11 @@ def crop_outputs(
     """Cut padded outputs back to the call's real dims."""
     cropped: list[np.ndarray] = []
     for arr, shape in zip(outputs, spec.outputs, strict=True):
-        index = tuple(slice(0, actual[d]) if isinstance(d, str) else slice(None) for d in shape)
-        view = arr[index]
-        cropped.append(arr if view.shape == arr.shape else np.ascontiguousarray(view))
+        for axis, dim in enumerate(shape):
+            if isinstance(dim, str) and arr.shape[axis] > actual[dim]:
+                arr = arr[(slice(None),) * axis + (slice(0, actual[dim]),)]
+        # A cut past axis 0 leaves a strided view; callers get dense arrays, as unpadded.
+        cropped.append(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
     return cropped
 
 

@@ -6,8 +6,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynshape_perception.core.runtime.shapes import DimPolicy, Signature, edge_pad, pad_inputs
+from dynshape_perception.core.runtime.shapes import (
+    DimPolicy,
+    Signature,
+    crop_outputs,
+    edge_pad,
+    pad_inputs,
+)
 from dynshape_perception.models import model_definition
+from dynshape_perception.models.common import FunctionSpec, TensorSpec
 
 PRED = model_definition("predictor")
 
@@ -47,3 +54,27 @@ def test_packed_dims_stay_strong_per_function() -> None:
     assert padded.key(Signature.of("forward", {"A": 3, "T": 5})) == Signature.of(
         "forward", {"A": 4, "T": 8}
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.integers(1, 6), t=st.integers(1, 9), extra_a=st.integers(0, 3), seed=st.integers(0, 99))
+def test_crop_undoes_pad_and_returns_dense_arrays(a: int, t: int, extra_a: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    spec = PRED.spec.function("encode")
+    padded_dims = {"A": a + extra_a, "T": t}
+    outputs = [
+        rng.standard_normal(tuple(padded_dims.get(d, d) for d in shape)).astype(np.float32)
+        for shape in spec.outputs
+    ]
+    got = crop_outputs(spec, outputs, {"A": a, "T": t})
+    for full, cut in zip(outputs, got, strict=True):
+        np.testing.assert_array_equal(cut, full[:a])
+        assert cut.flags.c_contiguous
+
+
+def test_crop_past_the_leading_axis_copies_to_a_dense_array() -> None:
+    spec = FunctionSpec("f", (TensorSpec("x", ("A", "T")),), (("A", "T"),))
+    out = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    (cut,) = crop_outputs(spec, [out], {"A": 3, "T": 2})
+    np.testing.assert_array_equal(cut, out[:3, :2])
+    assert cut.flags.c_contiguous
