@@ -16,6 +16,10 @@ HEADING_EPS_M = 1e-3
 TURN_EPS = 1e-6
 # One GPU thread per agent; agents are few (A <= 64), so one block usually holds them all.
 GPU_THREADS = 64
+# A parallel region costs several microseconds (waking the pool's workers, more when they
+# sleep); a loop nest with less work than this many multiply-adds runs serially. The schedule
+# rules apply the same threshold at compile time; hand-written kernels test it per call.
+MIN_PARALLEL_WORK = 1 << 19
 
 
 @functools.cache
@@ -109,6 +113,9 @@ def predictor_kernels(
     """
     g3 = 3 * hd
     threads = GPU_THREADS
+    # Multiply-adds of one GRU step of one agent, and of placing one agent's hypotheses.
+    cell_work = g3 * (STEP_FEATURES + hd)
+    place_work = k_hyp * horizon * 2
 
     # One GRU cell shared by the full-sequence and the single-step kernels, so that
     # incremental encoding performs exactly the same arithmetic as a full recompute.
@@ -189,8 +196,11 @@ def predictor_kernels(
                 for tx in T.thread_binding(threads, thread="threadIdx.x"):
                     if bx * threads + tx < a_n:
                         encode_agent(bx * threads + tx, gru_cell)
-        else:
+        elif a_n * s_n * cell_work >= MIN_PARALLEL_WORK:
             for a in T.parallel(a_n):
+                encode_agent(a, gru_cell)
+        else:
+            for a in T.serial(a_n):
                 encode_agent(a, gru_cell)
 
     @T.macro(hygienic=False)
@@ -239,8 +249,11 @@ def predictor_kernels(
                 for tx in T.thread_binding(threads, thread="threadIdx.x"):
                     if bx * threads + tx < a_n:
                         step_agent(bx * threads + tx, gru_cell)
-        else:
+        elif a_n * cell_work >= MIN_PARALLEL_WORK:
             for a in T.parallel(a_n):
+                step_agent(a, gru_cell)
+        else:
+            for a in T.serial(a_n):
                 step_agent(a, gru_cell)
 
     @T.macro(hygienic=False)
@@ -276,8 +289,11 @@ def predictor_kernels(
                 for tx in T.thread_binding(threads, thread="threadIdx.x"):
                     if bx * threads + tx < a_n:
                         place_agent(bx * threads + tx)
-        else:
+        elif a_n * place_work >= MIN_PARALLEL_WORK:
             for a in T.parallel(a_n):
+                place_agent(a)
+        else:
+            for a in T.serial(a_n):
                 place_agent(a)
 
     # Packed histories: agent a's steps are rows [start_a, start_a + len_a) of one [S, 2]
@@ -336,8 +352,11 @@ def predictor_kernels(
                 for tx in T.thread_binding(threads, thread="threadIdx.x"):
                     if bx * threads + tx < a_n:
                         encode_packed_agent(bx * threads + tx, gru_cell)
-        else:
+        elif s_n * cell_work >= MIN_PARALLEL_WORK:
             for a in T.parallel(a_n):
+                encode_packed_agent(a, gru_cell)
+        else:
+            for a in T.serial(a_n):
                 encode_packed_agent(a, gru_cell)
 
     return gru_encode, gru_step, place_hypotheses, gru_encode_packed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dynshape_perception.core.compiler import tvm_adapter as tvmx
+from dynshape_perception.models.tir_kernels import MIN_PARALLEL_WORK
 
 AVX512_CPUS = frozenset(
     {
@@ -21,10 +22,8 @@ AVX512_CPUS = frozenset(
 )
 
 
-# A parallel region costs several microseconds (waking the pool's workers, more when they
-# sleep); a kernel whose work at the dims' upper bounds is below this many multiply-adds or
-# elements runs serially, since splitting it cannot repay the launch.
-MIN_PARALLEL_WORK = 1 << 19
+# A kernel whose work at the dims' upper bounds is below MIN_PARALLEL_WORK multiply-adds or
+# elements runs serially, since splitting it cannot repay the parallel launch.
 
 
 @dataclass(frozen=True)
