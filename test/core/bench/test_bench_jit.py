@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dynshape_perception.core.bench import jit
@@ -21,6 +23,24 @@ def test_stream_is_seeded_long_tailed_and_never_repeats_a_point_count() -> None:
     assert len(points) == len(set(points)) and min(points) >= 5000 and max(points) <= 150000
     lengths = {c.dims["T"] for c in stream if c.model == "predictor"}
     assert len(lengths) >= 20
+
+
+def test_open_loop_keeps_the_probe_off_the_clock() -> None:
+    stream = jit.shape_stream(6, seed=1)
+    inputs: list[list[np.ndarray]] = [[] for _ in stream]
+    probed: list[int] = []
+
+    def slow_probe() -> None:
+        probed.append(1)
+        time.sleep(0.02)
+
+    def served(call: jit.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+        return False, False
+
+    out = jit.open_loop(stream, inputs, np.zeros(len(stream)), served, probe=slow_probe)
+    assert len(probed) == len(stream) == out.served_calls
+    # 0.12 s of probing; serving a no-op takes microseconds.
+    assert out.total_s < 0.01
 
 
 def test_bench_jit_reports_every_strategy(
