@@ -7,7 +7,6 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +162,7 @@ class Dispatcher:
         self._resolved: dict[tuple[object, ...], tuple[Signature, Signature, bool]] = {}
         self._lock = threading.Lock()
         self._frozen = config.mode == "frozen"
+        self._off = config.mode == "off"
         self.on_event: Callable[[CompileEvent], None] | None = None
         # Which specialisation served which call, newest last: for diagnostics and audits.
         self.hit_log: deque[tuple[Signature, Signature]] = deque(maxlen=HIT_LOG_LENGTH)
@@ -177,24 +177,41 @@ class Dispatcher:
             self.profile[sig] += 1
             if len(self.profile) > PROFILE_MAX:
                 self._prune_profile()
-        if self.config.mode == "off":
+        if self._off:
             out = self.generic.run_unchecked(function, args)
             self._finish(sig, started, hit=False, accepted=False)
             return out
-        entry = self.cache.get(key)
-        with self._yielding(function, key):
-            if entry is not None and admitted:
-                out = self._run_specialised(entry, function, args, dims)
-                self._judge(entry, (time.perf_counter() - started) * 1000.0)
-                self.hit_log.append((key, sig))
-                self.degrade.on_hit()
-                self._finish(sig, started, hit=True, accepted=True)
-                return out
-            before = self.pool.compiling_now() if self.pool is not None else None
-            out = self.generic.run_unchecked(function, args)
-            after = self.pool.compiling_now() if self.pool is not None else None
-            # A compile that started, ended or yielded mid-call belongs to neither side.
-            compiling = before if before == after else MIXED
+        entry = self.cache.get(key) if admitted else None
+        # Only heavy calls stop the compile workers; a light call skips the context manager.
+        pool = self.pool
+        if pool is None or not self._heavy(pool, function, key):
+            return self._serve(function, args, dims, sig, key, entry, started)
+        with pool.yielding():
+            return self._serve(function, args, dims, sig, key, entry, started)
+
+    def _serve(
+        self,
+        function: str,
+        args: list[np.ndarray],
+        dims: Mapping[str, int],
+        sig: Signature,
+        key: Signature,
+        entry: Specialisation | None,
+        started: float,
+    ) -> list[np.ndarray]:
+        if entry is not None:
+            out = self._run_specialised(entry, function, args, dims)
+            self._judge(entry, (time.perf_counter() - started) * 1000.0)
+            self.hit_log.append((key, sig))
+            self.degrade.on_hit()
+            self._finish(sig, started, hit=True, accepted=True)
+            return out
+        pool = self.pool
+        before = pool.compiling_now() if pool is not None else None
+        out = self.generic.run_unchecked(function, args)
+        after = pool.compiling_now() if pool is not None else None
+        # A compile that started, ended or yielded mid-call belongs to neither side.
+        compiling = before if before == after else MIXED
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         accepted = self._consider(key, elapsed_ms, args, compiling)
         if accepted and self.degrade.on_miss():
@@ -227,15 +244,13 @@ class Dispatcher:
             del self.profile[sig]
         self.profile_dropped += len(cold)
 
-    def _yielding(self, function: str, key: Signature) -> AbstractContextManager[None]:
+    def _heavy(self, pool: CompilePool, function: str, key: Signature) -> bool:
         """Heavy calls suspend running compiles; light ones are not worth two signals."""
-        if self.pool is None or not self.pool.can_yield:
-            return nullcontext()
+        if not pool.can_yield:
+            return False
         state = self._keys.get(key)
         expected = state.generic_ms if state is not None else self._function_ms.get(function, 0.0)
-        if expected < self.config.yield_min_ms:
-            return nullcontext()
-        return self.pool.yielding()
+        return expected >= self.config.yield_min_ms
 
     def _judge(self, entry: Specialisation, ms: float) -> None:
         """Demote a specialisation that is not faster where it runs.
