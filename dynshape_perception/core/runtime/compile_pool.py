@@ -35,6 +35,9 @@ STALL_S = 3.0
 # judged on this many calls that ran while it compiled.
 TRIAL_MARGIN = 0.02
 TRIAL_SAMPLES = 200
+# Where neither slows calls measurably more, threads win only if their compiles land at least
+# this many times sooner: a process keeps a compiler crash out of the serving process.
+TRIAL_FASTER_BY = 1.5
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -151,6 +154,9 @@ class CompilePool:
         self._auto = mode == "auto"
         self.mode = "process" if self._auto else mode
         self.choice: dict[str, Any] = {}
+        # Wall seconds of each successful trial compile per mode, stops included: how soon
+        # a compile lands.
+        self._compile_wall: dict[str, list[float]] = {"process": [], "thread": []}
         self._timeout_s = timeout_s
         self._compile_fn = compile_fn
         self._heap: list[CompileJob] = []
@@ -313,6 +319,7 @@ class CompilePool:
 
     def _run(self, job: CompileJob) -> None:
         started = time.perf_counter()
+        mode = self.mode
         try:
             future = self._executor.submit(self._compile_fn, job.request, self._weights[job.model])
             result = future.result(timeout=self._timeout_s)
@@ -324,6 +331,9 @@ class CompilePool:
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return
+        with self._cv:
+            if self._auto and not self.choice:
+                self._compile_wall[mode].append(time.perf_counter() - started)
         job.on_done(job.key, result, result.compile_s, "")
 
     def _trial_step_locked(self) -> None:
@@ -337,10 +347,14 @@ class CompilePool:
         slow = {m: v for m, v in measured.items() if v is not None}
         if len(slow) < len(measured):
             return
-        # Process wins ties: it can yield to heavy calls, and a crash stays in the worker.
-        chosen = "thread" if slow["thread"] + TRIAL_MARGIN < slow["process"] else "process"
-        self.choice = {"mode": chosen, "slowdown": {m: round(v, 4) for m, v in slow.items()}}
-        log.info("JIT compile mode: %s (calls slowed by %s)", chosen, self.choice["slowdown"])
+        walls = {m: float(np.mean(w)) for m, w in self._compile_wall.items() if w}
+        chosen = choose_mode(slow, walls)
+        self.choice = {
+            "mode": chosen,
+            "slowdown": {m: round(v, 4) for m, v in slow.items()},
+            "compile_wall_s": {m: round(v, 3) for m, v in walls.items()},
+        }
+        log.info("JIT compile mode: %s (%s)", chosen, self.choice)
         if chosen != self.mode:
             self._switch_locked(chosen)
 
@@ -367,6 +381,25 @@ class CompilePool:
             worker.join(timeout=5.0 if wait else 0.0)
         _terminate_processes(self._executor)
         self._executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def choose_mode(slowdown: Mapping[str, float], compile_wall_s: Mapping[str, float]) -> str:
+    """The compile mode to keep after the trial.
+
+    The mode that slows live calls less by more than ``TRIAL_MARGIN`` wins. Otherwise the one
+    whose compiles land sooner: a process is stopped through every heavy call, so its
+    compiles take longer and more calls run while one is pending. Threads must be
+    ``TRIAL_FASTER_BY`` sooner; process wins what is left, since it keeps a crash in the
+    worker. Without a successful compile in both modes, speed is unknown.
+    """
+    if slowdown["thread"] + TRIAL_MARGIN < slowdown["process"]:
+        return "thread"
+    if slowdown["thread"] > slowdown["process"] + TRIAL_MARGIN:
+        return "process"
+    process, thread = compile_wall_s.get("process"), compile_wall_s.get("thread")
+    if process is not None and thread is not None and thread * TRIAL_FASTER_BY <= process:
+        return "thread"
+    return "process"
 
 
 def _terminate_processes(executor: cf.Executor) -> None:

@@ -14,9 +14,12 @@ import pytest
 from dynshape_perception.core.compiler.cache import SIDECAR
 from dynshape_perception.core.runtime.compile_pool import (
     STALL_S,
+    TRIAL_FASTER_BY,
+    TRIAL_MARGIN,
     TRIAL_SAMPLES,
     CompilePool,
     build_specialisation,
+    choose_mode,
     compile_to_cache,
     failing_compiler_fault_injector,
     stalling_compiler_fault_injector,
@@ -241,6 +244,31 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
         assert "injected" in run_one(pool, 4, tmp_path), "compiles go on in the chosen mode"
     finally:
         pool.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "wall", "chosen"),
+    [
+        # A clear difference in slowdown decides, whatever the compile speed.
+        ({"process": 0.30, "thread": 0.05}, {"process": 0.4, "thread": 1.0}, "thread"),
+        ({"process": 0.00, "thread": 0.05}, {"process": 1.2, "thread": 0.4}, "process"),
+        # Within the margin, threads must land compiles TRIAL_FASTER_BY sooner.
+        ({"process": 0.0, "thread": 0.0}, {"process": 1.2, "thread": 0.4}, "thread"),
+        ({"process": 0.01, "thread": 0.02}, {"process": 0.6, "thread": 0.5}, "process"),
+        # No successful compile in one mode: its speed is unknown, so process.
+        ({"process": 0.0, "thread": 0.0}, {"thread": 0.4}, "process"),
+    ],
+)
+def test_the_trial_prefers_the_gentler_mode_then_the_one_that_lands_compiles_sooner(
+    slowdown: dict[str, float], wall: dict[str, float], chosen: str
+) -> None:
+    assert choose_mode(slowdown, wall) == chosen
+
+
+def test_the_speed_tie_break_sits_exactly_at_its_ratio() -> None:
+    even = {"process": 0.1, "thread": 0.1 + TRIAL_MARGIN / 2}
+    assert choose_mode(even, {"process": TRIAL_FASTER_BY, "thread": 1.0}) == "thread"
+    assert choose_mode(even, {"process": TRIAL_FASTER_BY * 0.99, "thread": 1.0}) == "process"
 
 
 def test_unknown_compile_mode_is_a_config_error(tmp_path: Path) -> None:
