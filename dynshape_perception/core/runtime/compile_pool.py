@@ -35,9 +35,10 @@ STALL_S = 3.0
 # judged on this many calls that ran while it compiled.
 TRIAL_MARGIN = 0.02
 TRIAL_SAMPLES = 200
-# Where neither slows calls measurably more, threads win only if their compiles land at least
-# this many times sooner: a process keeps a compiler crash out of the serving process.
-TRIAL_FASTER_BY = 1.5
+# Where neither slows calls measurably more, threads win only if stops stretch a process's
+# compiles at least this much (wall over running time): a process keeps a compiler crash
+# out of the serving process.
+TRIAL_STRETCH = 1.5
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -154,9 +155,9 @@ class CompilePool:
         self._auto = mode == "auto"
         self.mode = "process" if self._auto else mode
         self.choice: dict[str, Any] = {}
-        # Wall seconds of each successful trial compile per mode, stops included: how soon
-        # a compile lands.
-        self._compile_wall: dict[str, list[float]] = {"process": [], "thread": []}
+        # Wall and stopped seconds of the successful process compiles in the trial.
+        self._trial_wall_s = 0.0
+        self._trial_stopped_s = 0.0
         self._timeout_s = timeout_s
         self._compile_fn = compile_fn
         self._heap: list[CompileJob] = []
@@ -319,7 +320,7 @@ class CompilePool:
 
     def _run(self, job: CompileJob) -> None:
         started = time.perf_counter()
-        mode = self.mode
+        stopped_before = self._stopped_so_far()
         try:
             future = self._executor.submit(self._compile_fn, job.request, self._weights[job.model])
             result = future.result(timeout=self._timeout_s)
@@ -331,9 +332,11 @@ class CompilePool:
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return
+        stopped = self._stopped_so_far() - stopped_before
         with self._cv:
-            if self._auto and not self.choice:
-                self._compile_wall[mode].append(time.perf_counter() - started)
+            if self._auto and not self.choice and self.mode == "process":
+                self._trial_wall_s += time.perf_counter() - started
+                self._trial_stopped_s += stopped
         job.on_done(job.key, result, result.compile_s, "")
 
     def _trial_step_locked(self) -> None:
@@ -347,16 +350,23 @@ class CompilePool:
         slow = {m: v for m, v in measured.items() if v is not None}
         if len(slow) < len(measured):
             return
-        walls = {m: float(np.mean(w)) for m, w in self._compile_wall.items() if w}
-        chosen = choose_mode(slow, walls)
+        running = self._trial_wall_s - self._trial_stopped_s
+        stretch = self._trial_wall_s / running if running > 0 else None
+        chosen = choose_mode(slow, stretch)
         self.choice = {
             "mode": chosen,
             "slowdown": {m: round(v, 4) for m, v in slow.items()},
-            "compile_wall_s": {m: round(v, 3) for m, v in walls.items()},
+            "process_stretch": None if stretch is None else round(stretch, 3),
         }
         log.info("JIT compile mode: %s (%s)", chosen, self.choice)
         if chosen != self.mode:
             self._switch_locked(chosen)
+
+    def _stopped_so_far(self) -> float:
+        """Seconds the workers have spent stopped, including a stop still under way."""
+        with self._cv:
+            ongoing = time.perf_counter() - self._yield_started if self._stopped else 0.0
+            return self.yield_s + ongoing
 
     def _switch_locked(self, mode: str) -> None:
         self.mode = mode
@@ -383,21 +393,20 @@ class CompilePool:
         self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
-def choose_mode(slowdown: Mapping[str, float], compile_wall_s: Mapping[str, float]) -> str:
+def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) -> str:
     """The compile mode to keep after the trial.
 
-    The mode that slows live calls less by more than ``TRIAL_MARGIN`` wins. Otherwise the one
-    whose compiles land sooner: a process is stopped through every heavy call, so its
-    compiles take longer and more calls run while one is pending. Threads must be
-    ``TRIAL_FASTER_BY`` sooner; process wins what is left, since it keeps a crash in the
-    worker. Without a successful compile in both modes, speed is unknown.
+    The mode that slows live calls less by more than ``TRIAL_MARGIN`` wins. Otherwise,
+    threads if a process's compiles were stretched ``TRIAL_STRETCH``-fold by being stopped
+    through heavy calls (so each lands later, and more calls run while one is pending);
+    process takes what is left, since it keeps a crash in the worker. Without a successful
+    process compile, the stretch is unknown.
     """
     if slowdown["thread"] + TRIAL_MARGIN < slowdown["process"]:
         return "thread"
     if slowdown["thread"] > slowdown["process"] + TRIAL_MARGIN:
         return "process"
-    process, thread = compile_wall_s.get("process"), compile_wall_s.get("thread")
-    if process is not None and thread is not None and thread * TRIAL_FASTER_BY <= process:
+    if process_stretch is not None and process_stretch >= TRIAL_STRETCH:
         return "thread"
     return "process"
 

@@ -14,9 +14,9 @@ import pytest
 from dynshape_perception.core.compiler.cache import SIDECAR
 from dynshape_perception.core.runtime.compile_pool import (
     STALL_S,
-    TRIAL_FASTER_BY,
     TRIAL_MARGIN,
     TRIAL_SAMPLES,
+    TRIAL_STRETCH,
     CompilePool,
     build_specialisation,
     choose_mode,
@@ -247,28 +247,46 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
 
 
 @pytest.mark.parametrize(
-    ("slowdown", "wall", "chosen"),
+    ("slowdown", "stretch", "chosen"),
     [
-        # A clear difference in slowdown decides, whatever the compile speed.
-        ({"process": 0.30, "thread": 0.05}, {"process": 0.4, "thread": 1.0}, "thread"),
-        ({"process": 0.00, "thread": 0.05}, {"process": 1.2, "thread": 0.4}, "process"),
-        # Within the margin, threads must land compiles TRIAL_FASTER_BY sooner.
-        ({"process": 0.0, "thread": 0.0}, {"process": 1.2, "thread": 0.4}, "thread"),
-        ({"process": 0.01, "thread": 0.02}, {"process": 0.6, "thread": 0.5}, "process"),
-        # No successful compile in one mode: its speed is unknown, so process.
-        ({"process": 0.0, "thread": 0.0}, {"thread": 0.4}, "process"),
+        # A clear difference in slowdown decides, however stretched the process compiles.
+        ({"process": 0.30, "thread": 0.05}, 1.0, "thread"),
+        ({"process": 0.00, "thread": 0.05}, 3.0, "process"),
+        # Within the margin, threads win only where stops stretched process compiles.
+        ({"process": 0.0, "thread": 0.0}, 2.7, "thread"),
+        ({"process": 0.01, "thread": 0.02}, 1.2, "process"),
+        # No successful process compile: the stretch is unknown, so process.
+        ({"process": 0.0, "thread": 0.0}, None, "process"),
     ],
 )
-def test_the_trial_prefers_the_gentler_mode_then_the_one_that_lands_compiles_sooner(
-    slowdown: dict[str, float], wall: dict[str, float], chosen: str
+def test_the_trial_prefers_the_gentler_mode_then_the_unstretched_one(
+    slowdown: dict[str, float], stretch: float | None, chosen: str
 ) -> None:
-    assert choose_mode(slowdown, wall) == chosen
+    assert choose_mode(slowdown, stretch) == chosen
 
 
-def test_the_speed_tie_break_sits_exactly_at_its_ratio() -> None:
+def test_the_stretch_tie_break_sits_exactly_at_its_ratio() -> None:
     even = {"process": 0.1, "thread": 0.1 + TRIAL_MARGIN / 2}
-    assert choose_mode(even, {"process": TRIAL_FASTER_BY, "thread": 1.0}) == "thread"
-    assert choose_mode(even, {"process": TRIAL_FASTER_BY * 0.99, "thread": 1.0}) == "process"
+    assert choose_mode(even, TRIAL_STRETCH) == "thread"
+    assert choose_mode(even, TRIAL_STRETCH * 0.99) == "process"
+
+
+def test_the_trial_measures_how_long_process_compiles_were_stopped(cache_root: Path) -> None:
+    pool = CompilePool(WEIGHTS, "x86_64", cache_root, mode="auto")
+    done = threading.Event()
+    try:
+        key = Signature.of("forward", {"N": 7, "M": 5})
+        assert pool.submit(request(key, cache_root), 1.0, lambda *_: done.set())
+        deadline = time.monotonic() + 60
+        while pool.compiling_now() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with pool.yielding():
+            time.sleep(0.5)
+        assert done.wait(120)
+        assert pool._trial_stopped_s >= 0.45
+        assert pool._trial_wall_s > pool._trial_stopped_s
+    finally:
+        pool.shutdown()
 
 
 def test_unknown_compile_mode_is_a_config_error(tmp_path: Path) -> None:
