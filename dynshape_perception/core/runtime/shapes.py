@@ -18,6 +18,18 @@ class Signature:
 
     function: str
     dims: tuple[tuple[str, int], ...]
+    # A key of several tables on every call: hashed once here, not as nested tuples each time.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.function, self.dims)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Signature], tuple[str, tuple[tuple[str, int], ...]]]:
+        # String hashes differ between processes: a compile worker must rehash, not copy.
+        return (Signature, (self.function, self.dims))
 
     @classmethod
     def of(cls, function: str, dims: Mapping[str, int]) -> Signature:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,3 +80,13 @@ def test_crop_past_the_leading_axis_copies_to_a_dense_array() -> None:
     (cut,) = crop_outputs(spec, [out], {"A": 3, "T": 2})
     np.testing.assert_array_equal(cut, out[:3, :2])
     assert cut.flags.c_contiguous
+
+
+def test_a_signature_is_rehashed_where_it_is_unpickled() -> None:
+    sig = Signature.of("forward", {"A": 3, "T": 5})
+    assert hash(sig) == hash(Signature.of("forward", {"T": 5, "A": 3}))
+    # As if pickled in a process whose string hashes differ from this one's.
+    object.__setattr__(sig, "_hash", 12345)
+    back = pickle.loads(pickle.dumps(sig))
+    assert back == sig and hash(back) == hash(("forward", (("A", 3), ("T", 5))))
+    assert {back: 1}[Signature.of("forward", {"A": 3, "T": 5})] == 1
