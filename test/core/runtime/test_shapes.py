@@ -12,7 +12,6 @@ from dynshape_perception.core.runtime.shapes import (
     DimPolicy,
     Signature,
     crop_outputs,
-    edge_pad,
     pad_inputs,
 )
 from dynshape_perception.models import model_definition
@@ -27,11 +26,13 @@ PRED = model_definition("predictor")
     extra=st.lists(st.integers(0, 4), min_size=4, max_size=4),
     seed=st.integers(0, 2**16),
 )
-def test_edge_pad_equals_numpy_edge_mode(shape: list[int], extra: list[int], seed: int) -> None:
+def test_pad_inputs_equals_numpy_edge_mode(shape: list[int], extra: list[int], seed: int) -> None:
     arr = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    target = tuple(n + e for n, e in zip(shape, extra, strict=False))
-    want = np.pad(arr, [(0, t - n) for n, t in zip(shape, target, strict=True)], mode="edge")
-    got = edge_pad(arr, target)
+    dims = tuple(f"d{i}" for i in range(len(shape)))
+    spec = FunctionSpec("f", (TensorSpec("x", dims),))
+    target = {d: n + e for d, n, e in zip(dims, shape, extra, strict=False)}
+    want = np.pad(arr, [(0, target[d] - n) for d, n in zip(dims, shape, strict=True)], "edge")
+    (got,) = pad_inputs(spec, [arr], target)
     assert got.dtype == arr.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 
