@@ -7,7 +7,7 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar
 from dynshape_perception.core.runtime.compile_pool import CompilePool
 from dynshape_perception.core.runtime.executable import LoadedModel
-from dynshape_perception.core.runtime.metrics import CompileEvent, JitMetrics, ewma
+from dynshape_perception.core.runtime.metrics import CompileEvent, JitMetrics, LatencyStats, ewma
 from dynshape_perception.core.runtime.policy import (
     CostModel,
     DegradeGuard,
@@ -37,11 +37,10 @@ log = logging.getLogger(__name__)
 
 HIT_LOG_LENGTH = 4096
 JUDGE_HITS = 64
-RESOLVED_MEMO = 4096
 # A hot key the cost model declined is reconsidered every this many calls, not on each.
 RECONSIDER_EVERY = 8
-# The warm-up profile counts every distinct signature; past this many, those seen once are
-# dropped, since point counts never repeat and would otherwise grow it with every frame.
+# A record per distinct signature holds its profile count and latency; past this many, those
+# seen once are dropped, since point counts never repeat and would grow the table every frame.
 PROFILE_MAX = 65536
 MIXED = "mixed"
 
@@ -55,6 +54,30 @@ class Specialisation:
     # Served calls and their summed latency, to judge it in place (see Dispatcher._judge).
     hits: int = 0
     hit_ms: float = 0.0
+    # The dims its inputs are padded to, built once rather than on every hit.
+    target: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.target = self.key.as_dict()
+
+
+class ShapeRecord:
+    """One signature's share of the bookkeeping, reached by one dict lookup per call.
+
+    Calls arrive milliseconds apart, after a point cloud has flushed the caches. A call that
+    reads one record, its key's state and its latency row pays for a few cache lines; one that
+    walks a profile counter, a key table and a latency table pays for each of them.
+    """
+
+    __slots__ = ("admitted", "key", "latency", "sig", "state")
+
+    def __init__(self, sig: Signature, key: Signature, admitted: bool, state: KeyState) -> None:
+        self.sig = sig
+        self.key = key
+        self.admitted = admitted
+        self.state = state
+        # Its calls are the signature's profile count.
+        self.latency = LatencyStats()
 
 
 class SpecialisationCache:
@@ -139,6 +162,7 @@ class Dispatcher:
         self.pool = pool
         policy = config.dim_policy(model.name)
         self._dims = {fn.name: policy.for_function(fn) for fn in model.spec.functions}
+        self._specs = {fn.name: fn for fn in model.spec.functions}
         self.cache = SpecialisationCache(config.max_entries, config.max_bytes, metrics)
         self._costs = {
             fn.name: CostModel(
@@ -154,13 +178,14 @@ class Dispatcher:
         # been timed, its speedup is a guess, so only one compile at a time tests the guess.
         self._outstanding: Counter[str] = Counter()
         self.degrade = DegradeGuard(config)
-        self.profile: Counter[Signature] = Counter()
         self.profile_dropped = 0
         self._keys: dict[Signature, KeyState] = {}
         # Mean generic latency per function: the yield decision for a key not seen before.
         self._function_ms: dict[str, float] = {}
-        self._resolved: dict[tuple[object, ...], tuple[Signature, Signature, bool]] = {}
+        # Keyed by (function, *dim values) in the spec's order: no sorting on a repeat call.
+        self._shapes: dict[tuple[object, ...], ShapeRecord] = {}
         self._lock = threading.Lock()
+        metrics.add_latency_source(model.name, self._latency_rows)
         self._frozen = config.mode == "frozen"
         self._off = config.mode == "off"
         self.on_event: Callable[[CompileEvent], None] | None = None
@@ -172,39 +197,34 @@ class Dispatcher:
         args = list(arrays)
         dims = self.generic.validate(function, args)
         started = time.perf_counter()
-        sig, key, admitted = self._resolve(function, dims)
-        with self._lock:
-            self.profile[sig] += 1
-            if len(self.profile) > PROFILE_MAX:
-                self._prune_profile()
+        shape = self._shapes.get((function, *dims.values())) or self._new_shape(function, dims)
         if self._off:
             out = self.generic.run_unchecked(function, args)
-            self._finish(sig, started, hit=False, accepted=False)
+            self._finish(shape, started, hit=False, accepted=False)
             return out
-        entry = self.cache.get(key) if admitted else None
+        entry = self.cache.get(shape.key) if shape.admitted else None
         # Only heavy calls stop the compile workers; a light call skips the context manager.
         pool = self.pool
-        if pool is None or not self._heavy(pool, function, key):
-            return self._serve(function, args, dims, sig, key, entry, started)
+        if pool is None or not self._heavy(pool, shape):
+            return self._serve(function, args, dims, shape, entry, started)
         with pool.yielding():
-            return self._serve(function, args, dims, sig, key, entry, started)
+            return self._serve(function, args, dims, shape, entry, started)
 
     def _serve(
         self,
         function: str,
         args: list[np.ndarray],
         dims: Mapping[str, int],
-        sig: Signature,
-        key: Signature,
+        shape: ShapeRecord,
         entry: Specialisation | None,
         started: float,
     ) -> list[np.ndarray]:
         if entry is not None:
             out = self._run_specialised(entry, function, args, dims)
             self._judge(entry, (time.perf_counter() - started) * 1000.0)
-            self.hit_log.append((key, sig))
+            self.hit_log.append((shape.key, shape.sig))
             self.degrade.on_hit()
-            self._finish(sig, started, hit=True, accepted=True)
+            self._finish(shape, started, hit=True, accepted=True)
             return out
         pool = self.pool
         before = pool.compiling_now() if pool is not None else None
@@ -212,44 +232,56 @@ class Dispatcher:
         after = pool.compiling_now() if pool is not None else None
         # A compile that started, ended or yielded mid-call belongs to neither side.
         compiling = before if before == after else MIXED
-        elapsed_ms = (time.perf_counter() - started) * 1000.0
-        accepted = self._consider(key, elapsed_ms, args, compiling)
+        finished = time.perf_counter()
+        elapsed_ms = (finished - started) * 1000.0
+        degraded = self.degrade.active
+        accepted = self._consider(shape, elapsed_ms, args, compiling, degraded, finished)
         if accepted and self.degrade.on_miss():
             self.metrics.bump("degraded_episodes")
-        self.metrics.degraded = self.degrade.active
-        self._finish(sig, started, hit=False, accepted=accepted)
+            degraded = True
+        self.metrics.degraded = degraded
+        self._finish(shape, started, hit=False, accepted=accepted)
         return out
 
-    def _resolve(self, function: str, dims: Mapping[str, int]) -> tuple[Signature, Signature, bool]:
-        """(signature, specialisation key, whether the key's guard admits it), memoised: a
-        hot shape pays one dict lookup instead of sorting and bucketing on every call."""
+    def _new_shape(self, function: str, dims: Mapping[str, int]) -> ShapeRecord:
+        """The record of a signature not seen (or pruned) before: sorting and bucketing its
+        dims happens here, once, not on every call."""
+        sig = Signature.of(function, dims)
+        policy = self._dims[function]
+        key = policy.key(sig)
         memo = (function, *dims.values())
-        hit = self._resolved.get(memo)
-        if hit is None:
-            sig = Signature.of(function, dims)
-            policy = self._dims[function]
-            key = policy.key(sig)
-            hit = (sig, key, policy.admits(key, sig))
-            if len(self._resolved) >= RESOLVED_MEMO:
-                self._resolved.clear()  # point counts never repeat: keep the memo bounded
-            self._resolved[memo] = hit
-        return hit
+        with self._lock:
+            shape = self._shapes.get(memo)
+            if shape is None:
+                if len(self._shapes) >= PROFILE_MAX:
+                    self._prune_shapes()
+                state = self._keys.setdefault(key, KeyState())
+                shape = self._shapes[memo] = ShapeRecord(sig, key, policy.admits(key, sig), state)
+        return shape
 
-    def _prune_profile(self) -> None:
+    def _prune_shapes(self) -> None:
         """Drop the signatures seen once (or, if none, the less called half); under the lock."""
-        counts = sorted(self.profile.values())
-        floor = 1 if counts[0] == 1 else counts[len(counts) // 2]
-        cold = [sig for sig, n in self.profile.items() if n <= floor]
-        for sig in cold:
-            del self.profile[sig]
+        counts = sorted(s.latency.calls for s in self._shapes.values())
+        floor = 1 if counts[0] <= 1 else counts[len(counts) // 2]
+        cold = [memo for memo, s in self._shapes.items() if s.latency.calls <= floor]
+        for memo in cold:
+            del self._shapes[memo]
         self.profile_dropped += len(cold)
+        self.metrics.bump("latency_signatures_dropped", len(cold))
 
-    def _heavy(self, pool: CompilePool, function: str, key: Signature) -> bool:
+    def _latency_rows(self) -> list[tuple[Signature, LatencyStats]]:
+        with self._lock:
+            return [(s.sig, s.latency) for s in self._shapes.values()]
+
+    def _heavy(self, pool: CompilePool, shape: ShapeRecord) -> bool:
         """Heavy calls suspend running compiles; light ones are not worth two signals."""
         if not pool.can_yield:
             return False
-        state = self._keys.get(key)
-        expected = state.generic_ms if state is not None else self._function_ms.get(function, 0.0)
+        state = shape.state
+        if state.calls:
+            expected = state.generic_ms
+        else:
+            expected = self._function_ms.get(shape.key.function, 0.0)
         return expected >= self.config.yield_min_ms
 
     def _judge(self, entry: Specialisation, ms: float) -> None:
@@ -290,33 +322,41 @@ class Dispatcher:
     def _run_specialised(
         self, entry: Specialisation, function: str, args: list[np.ndarray], dims: Mapping[str, int]
     ) -> list[np.ndarray]:
-        spec = self.model.spec.function(function)
-        padded = pad_inputs(spec, args, entry.key.as_dict())
+        spec = self._specs[function]
+        padded = pad_inputs(spec, args, entry.target)
         return crop_outputs(spec, entry.model.run_unchecked(function, padded), dims)
 
-    def _finish(self, sig: Signature, started: float, hit: bool, accepted: bool) -> None:
+    def _finish(self, shape: ShapeRecord, started: float, hit: bool, accepted: bool) -> None:
         ms = (time.perf_counter() - started) * 1000.0
         if self.pool is not None:
             self.pool.meter.add_busy(ms / 1000.0)
-        self.metrics.record_call(self.model.name, sig, ms, hit=hit, accepted=accepted)
+        self.metrics.record_call(shape.latency, ms, hit=hit, accepted=accepted)
 
     def _consider(
-        self, key: Signature, generic_ms: float, args: list[np.ndarray], compiling: str | None
+        self,
+        shape: ShapeRecord,
+        generic_ms: float,
+        args: list[np.ndarray],
+        compiling: str | None,
+        degraded: bool,
+        now: float,
     ) -> bool:
         """Update the key's measurements; queue a compile when the cost model says it pays."""
+        key = shape.key
         with self._lock:
-            state = self._keys.setdefault(key, KeyState())
+            state = shape.state
             state.calls += 1
-            now = time.monotonic()
             if state.calls == 1:
                 state.first_seen_s = now
+                state.generic_ms = generic_ms
+            else:
+                state.generic_ms = ewma(state.generic_ms, generic_ms)
             state.last_seen_s = now
-            state.generic_ms = ewma(state.generic_ms if state.calls > 1 else None, generic_ms)
             self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
             self._observe_interference(state, generic_ms, compiling)
             if state.blacklisted or state.rejected or self._frozen or self.pool is None:
                 return state.accepted
-            if state.calls < self.config.threshold or self.degrade.active:
+            if state.calls < self.config.threshold or degraded:
                 return state.accepted
             cost = self._costs[key.function]
             if not state.accepted:
@@ -454,7 +494,8 @@ class Dispatcher:
     def profile_counts(self) -> Counter[Signature]:
         """A copy of the calls per signature, safe while other threads call."""
         with self._lock:
-            return Counter(self.profile)
+            rows = [(s.sig, s.latency.calls) for s in self._shapes.values()]
+        return Counter({sig: calls for sig, calls in rows if calls})
 
     def key_of(self, signature: Signature) -> Signature:
         """The specialisation key a call of ``signature`` is served by."""

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynshape_perception.core.runtime.shapes import Signature
 
 EMA_WEIGHT = 0.2
-# Point counts never repeat, so a latency row per signature must be forgotten or the table
-# grows with every frame; the least recently called go first.
-MAX_LATENCY_SIGNATURES = 4096
+
+LatencyRows = Callable[[], Iterable[tuple[Signature, "LatencyStats"]]]
 
 
 def ewma(mean: float | None, value: float) -> float:
@@ -59,15 +58,13 @@ class JitMetrics:
     degraded: bool = False
     latency_signatures_dropped: int = 0
     events: list[CompileEvent] = field(default_factory=list)
-    # Keyed by Signature, not its text: formatting a key on every call costs more than a hit.
-    latency: dict[str, OrderedDict[Signature, LatencyStats]] = field(
-        default_factory=lambda: defaultdict(OrderedDict)
-    )
+    # Per model, its signatures' latency rows: each dispatcher owns and bounds its own, so a
+    # call updates the row it already holds instead of looking one up here.
+    _latency_sources: dict[str, LatencyRows] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_call(
-        self, model: str, signature: Signature, ms: float, hit: bool, accepted: bool
-    ) -> None:
+    def record_call(self, row: LatencyStats, ms: float, hit: bool, accepted: bool) -> None:
+        """Count one call and add its latency to its signature's row."""
         with self._lock:
             self.calls += 1
             if hit:
@@ -76,16 +73,11 @@ class JitMetrics:
                 self.generic_calls += 1
                 if accepted:
                     self.misses += 1
-            table = self.latency[model]
-            stats = table.get(signature)
-            if stats is None:
-                stats = table[signature] = LatencyStats()
-                if len(table) > MAX_LATENCY_SIGNATURES:
-                    table.popitem(last=False)
-                    self.latency_signatures_dropped += 1
-            else:
-                table.move_to_end(signature)
-            stats.add(ms)
+            row.add(ms)
+
+    def add_latency_source(self, model: str, rows: LatencyRows) -> None:
+        with self._lock:
+            self._latency_sources[model] = rows
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
         with self._lock:
@@ -134,6 +126,10 @@ class JitMetrics:
 
     def latency_table(self) -> dict[str, dict[str, dict[str, float]]]:
         with self._lock:
+            sources = dict(self._latency_sources)
+        # Rows are listed outside this lock: a source takes its owner's lock to list them.
+        listed = {model: list(rows()) for model, rows in sources.items()}
+        with self._lock:
             return {
                 model: {
                     str(sig): {
@@ -141,7 +137,8 @@ class JitMetrics:
                         "mean_ms": round(s.mean_ms, 4),
                         "max_ms": round(s.max_ms, 4),
                     }
-                    for sig, s in table.items()
+                    for sig, s in rows
+                    if s.calls
                 }
-                for model, table in self.latency.items()
+                for model, rows in listed.items()
             }

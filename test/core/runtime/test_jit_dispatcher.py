@@ -254,20 +254,26 @@ def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
         assert eng.metrics.compiles_ok == 1, "frozen mode compiles nothing new"
 
 
-def test_profile_drops_signatures_seen_once_past_its_bound(
+def test_profile_and_latency_rows_drop_signatures_seen_once_past_their_bound(
     monkeypatch: pytest.MonkeyPatch, cache_root: Path
 ) -> None:
     monkeypatch.setattr(dispatcher_module, "PROFILE_MAX", 16)
     with associator_engine(cache_root, eager_config(mode="off")) as eng:
         d = eng["associator"]
-        for _ in range(3):
-            d("forward", *call_inputs("associator", {"N": 5, "M": 5}, seed=5))
+        hot = Signature.of("forward", {"N": 5, "M": 5})
         for n in range(1, 40):
+            d("forward", *call_inputs("associator", {"N": 5, "M": 5}, seed=5))
             d("forward", *call_inputs("associator", {"N": n, "M": 7}, seed=n))
         counts = d.profile_counts()
         assert len(counts) <= 16
-        assert counts[Signature.of("forward", {"N": 5, "M": 5})] == 3, "repeated shapes stay"
+        assert counts[hot] == 39, "a signature called all along is never dropped"
         assert d.profile_dropped > 0
+        table = eng.metrics.latency_table()["associator"]
+        assert set(table) == {str(sig) for sig in counts}, "one bound for profile and latency"
+        assert table[str(hot)]["calls"] == 39
+        dropped = eng.metrics.snapshot()["latency_signatures_dropped"]
+        assert dropped == d.profile_dropped == 40 - len(counts)
+        assert eng.metrics.calls == 78
 
 
 def test_warm_up_counts_hotness_per_bucket_not_per_point_count(

@@ -1,25 +1,24 @@
-"""The metrics' latency table stays bounded however many distinct shapes a long drive brings."""
+"""The metrics object counts calls and lists the latency rows its dispatchers own."""
 
 from __future__ import annotations
 
-import pytest
-
-from dynshape_perception.core.runtime import metrics as metrics_module
-from dynshape_perception.core.runtime.metrics import JitMetrics
+from dynshape_perception.core.runtime.metrics import JitMetrics, LatencyStats
 from dynshape_perception.core.runtime.shapes import Signature
 
 
-def test_latency_table_forgets_the_least_recently_called_signatures(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(metrics_module, "MAX_LATENCY_SIGNATURES", 8)
+def test_latency_rows_come_from_their_owners_and_uncalled_rows_are_left_out() -> None:
     metrics = JitMetrics()
-    hot = Signature.of("forward", {"P": 1})
-    for p in range(2, 40):
-        metrics.record_call("segmenter", hot, 1.0, hit=False, accepted=False)
-        metrics.record_call("segmenter", Signature.of("forward", {"P": p}), 2.0, False, False)
-    table = metrics.latency_table()["segmenter"]
-    assert len(table) == 8
-    assert table[str(hot)]["calls"] == 38, "a signature called all along is never dropped"
-    assert metrics.snapshot()["latency_signatures_dropped"] == 39 - 8
-    assert metrics.calls == 76
+    hot, cold = Signature.of("forward", {"P": 1}), Signature.of("forward", {"P": 2})
+    rows = {hot: LatencyStats(), cold: LatencyStats()}
+    metrics.add_latency_source("segmenter", lambda: list(rows.items()))
+    for ms in (1.0, 3.0):
+        metrics.record_call(rows[hot], ms, hit=False, accepted=False)
+    metrics.record_call(rows[hot], 2.0, hit=True, accepted=True)
+    table = metrics.latency_table()
+    assert list(table) == ["segmenter"]
+    assert table["segmenter"] == {
+        # The running mean of 1, 3, 2 ms at weight 0.2: 1.0, 1.4, 1.52.
+        str(hot): {"calls": 3, "mean_ms": 1.52, "max_ms": 3.0}
+    }, "a row never called is not listed"
+    snap = metrics.snapshot()
+    assert (snap["calls"], snap["hits"], snap["generic_calls"], snap["misses"]) == (3, 1, 2, 0)
