@@ -212,18 +212,6 @@ def run_one(pool: CompilePool, n: int, cache_root: Path) -> str:
     return reasons[0]
 
 
-def auto_pool_failing(tmp_path: Path, meter: InterferenceMeter) -> CompilePool:
-    """An auto-mode pool whose compiles fail at once, so the trial is driven by the meter."""
-    return CompilePool(
-        WEIGHTS,
-        "x86_64",
-        tmp_path,
-        mode="auto",
-        compile_fn=failing_compiler_fault_injector,
-        meter=meter,
-    )
-
-
 @pytest.mark.parametrize(
     ("thread_ratio", "chosen"), [(1.1, "thread"), (1.49, "process"), (2.0, "process")]
 )
@@ -231,7 +219,14 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
     tmp_path: Path, thread_ratio: float, chosen: str
 ) -> None:
     meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
-    pool = auto_pool_failing(tmp_path, meter)
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="auto",
+        compile_fn=failing_compiler_fault_injector,
+        meter=meter,
+    )
     try:
         assert pool.mode == "process" and pool.can_yield
         assert "injected" in run_one(pool, 1, tmp_path), "a compile too few calls saw: no switch"
@@ -255,7 +250,14 @@ def test_the_trial_takes_turns_so_both_modes_see_the_same_stretch_of_calls(
     tmp_path: Path,
 ) -> None:
     meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
-    pool = auto_pool_failing(tmp_path, meter)
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="auto",
+        compile_fn=failing_compiler_fault_injector,
+        meter=meter,
+    )
     try:
         run_one(pool, 1, tmp_path)
         assert pool.mode == "process", "a tie stays with the mode in use"
