@@ -39,7 +39,6 @@ TRIAL_SAMPLES = 200
 # compiles at least this much (wall over running time): a process keeps a compiler crash
 # out of the serving process.
 TRIAL_STRETCH = 1.5
-MODES = ("process", "thread")
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -151,8 +150,8 @@ class CompilePool:
         self._size = size
         if mode not in ("auto", "process", "thread"):
             raise ConfigError(f"compile mode must be auto, process or thread, got {mode!r}")
-        # auto: process and thread take turns until the meter has measured each one's
-        # slowdown of live calls; then the one that slows calls less.
+        # auto: process first, then thread, each until the meter has measured its slowdown
+        # of live calls; then the one that slows calls less.
         self._auto = mode == "auto"
         self.mode = "process" if self._auto else mode
         self.choice: dict[str, Any] = {}
@@ -173,7 +172,7 @@ class CompilePool:
         self.yield_s = 0.0
         self.yields = 0
         self._yield_started = 0.0
-        self._executors: dict[str, cf.Executor] = {self.mode: self._new_executor(self.mode)}
+        self._executor = self._new_executor()
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)
             for i in range(size)
@@ -181,12 +180,8 @@ class CompilePool:
         for worker in self._workers:
             worker.start()
 
-    @property
-    def _executor(self) -> cf.Executor:
-        return self._executors[self.mode]
-
-    def _new_executor(self, mode: str) -> cf.Executor:
-        if mode == "process":
+    def _new_executor(self) -> cf.Executor:
+        if self.mode == "process":
             # spawn: forking a process that holds TVM and rclpy threads is unsafe.
             pool = cf.ProcessPoolExecutor(
                 max_workers=self._size,
@@ -200,9 +195,10 @@ class CompilePool:
 
     def _replace_executor(self) -> None:
         """New workers in ``self.mode``; the old ones are ended, whatever they were doing."""
-        old = self._executors[self.mode]
-        self._executors[self.mode] = self._new_executor(self.mode)
-        _close(old)
+        old = self._executor
+        self._executor = self._new_executor()
+        _terminate_processes(old)
+        old.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, request: CompileRequest, benefit_ms: float, on_done: OnDone) -> bool:
         """Queue a compile unless the same (model, key) is queued or running."""
@@ -344,18 +340,11 @@ class CompilePool:
         job.on_done(job.key, result, result.compile_s, "")
 
     def _trial_step_locked(self) -> None:
-        """Advance the auto trial between jobs.
-
-        Until each mode has been measured on ``TRIAL_SAMPLES`` calls, the next job goes to
-        the mode measured on fewer, so the two take turns through the same stretch of the
-        stream. Each is judged against the same idle baselines, and those go stale: the
-        calls' own speed drifts as specialisations take over and the generic code goes
-        cold. Taking turns puts that drift on both modes instead of on the one tried second.
-        Then the mode that slows calls less is kept.
-        """
-        counts = {m: self.meter.samples(m) for m in MODES}
-        if min(counts.values()) < TRIAL_SAMPLES:
-            self._use_locked(min(MODES, key=lambda m: (counts[m], m != self.mode)))
+        """Advance the auto trial between jobs: measure process, then thread, then choose."""
+        if self.meter.samples(self.mode) < TRIAL_SAMPLES:
+            return
+        if self.mode == "process" and self.meter.samples("thread") == 0:
+            self._switch_locked("thread")
             return
         measured = {m: self.meter.slowdown(m) for m in ("process", "thread")}
         slow = {m: v for m, v in measured.items() if v is not None}
@@ -370,9 +359,8 @@ class CompilePool:
             "process_stretch": None if stretch is None else round(stretch, 3),
         }
         log.info("JIT compile mode: %s (%s)", chosen, self.choice)
-        self._use_locked(chosen)
-        for other in [m for m in self._executors if m != chosen]:
-            _close(self._executors.pop(other))
+        if chosen != self.mode:
+            self._switch_locked(chosen)
 
     def _stopped_so_far(self) -> float:
         """Seconds the workers have spent stopped, including a stop still under way."""
@@ -380,11 +368,9 @@ class CompilePool:
             ongoing = time.perf_counter() - self._yield_started if self._stopped else 0.0
             return self.yield_s + ongoing
 
-    def _use_locked(self, mode: str) -> None:
-        """Send the next jobs to ``mode``'s workers; the other mode's stay up, idle."""
-        if mode not in self._executors:
-            self._executors[mode] = self._new_executor(mode)
+    def _switch_locked(self, mode: str) -> None:
         self.mode = mode
+        self._replace_executor()
 
     def _restart_executor(self) -> None:
         """A timed-out compile may never return: replace the workers."""
@@ -403,9 +389,8 @@ class CompilePool:
             self._cv.notify_all()
         for worker in self._workers:
             worker.join(timeout=5.0 if wait else 0.0)
-        for executor in self._executors.values():
-            _terminate_processes(executor)
-            executor.shutdown(wait=wait, cancel_futures=True)
+        _terminate_processes(self._executor)
+        self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) -> str:
@@ -424,12 +409,6 @@ def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) ->
     if process_stretch is not None and process_stretch >= TRIAL_STRETCH:
         return "thread"
     return "process"
-
-
-def _close(executor: cf.Executor) -> None:
-    """End an executor's workers now, whatever they are doing."""
-    _terminate_processes(executor)
-    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _terminate_processes(executor: cf.Executor) -> None:

@@ -246,43 +246,6 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
         pool.shutdown()
 
 
-def test_the_trial_takes_turns_so_both_modes_see_the_same_stretch_of_calls(
-    tmp_path: Path,
-) -> None:
-    meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
-    pool = CompilePool(
-        WEIGHTS,
-        "x86_64",
-        tmp_path,
-        mode="auto",
-        compile_fn=failing_compiler_fault_injector,
-        meter=meter,
-    )
-    try:
-        run_one(pool, 1, tmp_path)
-        assert pool.mode == "process", "a tie stays with the mode in use"
-        for _ in range(10):
-            meter.observe(1.0, 1.0, None)
-            meter.observe(1.0, 1.0, "process")
-        run_one(pool, 2, tmp_path)
-        assert pool.mode == "thread", "the next job goes to the mode measured on fewer calls"
-        process_workers = pool._executors["process"]
-        for _ in range(20):
-            meter.observe(1.0, 1.0, "thread")
-        run_one(pool, 3, tmp_path)
-        assert pool.mode == "process" and pool._executors["process"] is process_workers, (
-            "back to the same, still running process workers"
-        )
-        for _ in range(TRIAL_SAMPLES):
-            meter.observe(1.0, 1.0, "process")
-            meter.observe(1.3, 1.0, "thread")
-        run_one(pool, 4, tmp_path)
-        assert pool.choice["mode"] == "process"
-        assert set(pool._executors) == {"process"}, "the losing mode's workers are closed"
-    finally:
-        pool.shutdown()
-
-
 @pytest.mark.parametrize(
     ("slowdown", "stretch", "chosen"),
     [
