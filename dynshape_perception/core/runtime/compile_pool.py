@@ -320,7 +320,10 @@ class CompilePool:
 
     def _run(self, job: CompileJob) -> None:
         started = time.perf_counter()
-        stopped_before = self._stopped_so_far()
+        # Only the trial's process compiles need their stopped time; the mode cannot change
+        # while this job runs.
+        measuring = self._auto and not self.choice and self.mode == "process"
+        stopped_before = self._stopped_so_far() if measuring else 0.0
         try:
             future = self._executor.submit(self._compile_fn, job.request, self._weights[job.model])
             result = future.result(timeout=self._timeout_s)
@@ -332,9 +335,9 @@ class CompilePool:
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return
-        stopped = self._stopped_so_far() - stopped_before
-        with self._cv:
-            if self._auto and not self.choice and self.mode == "process":
+        if measuring:
+            stopped = self._stopped_so_far() - stopped_before
+            with self._cv:
                 self._trial_wall_s += time.perf_counter() - started
                 self._trial_stopped_s += stopped
         job.on_done(job.key, result, result.compile_s, "")

@@ -197,7 +197,8 @@ class Dispatcher:
         args = list(arrays)
         dims = self.generic.validate(function, args)
         started = time.perf_counter()
-        shape = self._shapes.get((function, *dims.values())) or self._new_shape(function, dims)
+        memo = (function, *dims.values())
+        shape = self._shapes.get(memo) or self._new_shape(memo, function, dims)
         if self._off:
             out = self.generic.run_unchecked(function, args)
             self._finish(shape, started, hit=False, accepted=False)
@@ -243,13 +244,14 @@ class Dispatcher:
         self._finish(shape, started, hit=False, accepted=accepted)
         return out
 
-    def _new_shape(self, function: str, dims: Mapping[str, int]) -> ShapeRecord:
+    def _new_shape(
+        self, memo: tuple[object, ...], function: str, dims: Mapping[str, int]
+    ) -> ShapeRecord:
         """The record of a signature not seen (or pruned) before: sorting and bucketing its
         dims happens here, once, not on every call."""
         sig = Signature.of(function, dims)
         policy = self._dims[function]
         key = policy.key(sig)
-        memo = (function, *dims.values())
         with self._lock:
             shape = self._shapes.get(memo)
             if shape is None:

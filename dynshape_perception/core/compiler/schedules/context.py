@@ -22,10 +22,6 @@ AVX512_CPUS = frozenset(
 )
 
 
-# A kernel whose work at the dims' upper bounds is below MIN_PARALLEL_WORK multiply-adds or
-# elements runs serially, since splitting it cannot repay the parallel launch.
-
-
 @dataclass(frozen=True)
 class CpuScheduleContext:
     """``vector_lanes`` float32 lanes per register; ``tile_rows`` rows per parallel tile;
@@ -40,6 +36,8 @@ class CpuScheduleContext:
     register_cols: int = 16
     isa: str = "generic"
     var_bounds: tuple[tuple[str, int], ...] = ()
+    # A kernel whose work at the dims' upper bounds is below this many multiply-adds or
+    # elements runs serially, since splitting it cannot repay the parallel launch.
     min_parallel_work: int = MIN_PARALLEL_WORK
 
     def worth_parallel(self, extent: object, work_per_iteration: int) -> bool:
