@@ -113,13 +113,14 @@ def open_loop(
     budget_s: float | None = None,
     compile_clock: Callable[[], float] | None = None,
     probe: Callable[[], None] | None = None,
+    classify: Callable[[], tuple[bool, bool]] | None = None,
 ) -> Outcome:
     """Serve calls at their arrival times; latency includes any wait behind earlier calls.
 
     ``total_s`` is the calling thread's busy time (serving plus any compiling it does): the
     wall time of an open-loop run is set by the arrival schedule, not by the strategy.
-    ``probe`` runs before each call, off the clock: the bench's own bookkeeping is not
-    charged to the strategy it observes.
+    ``probe`` runs before each call and ``classify`` (served specialised, accepted) after it,
+    both off the clock: the bench's own bookkeeping is not charged to the strategy it observes.
     """
     out = Outcome()
     start = time.perf_counter()
@@ -132,6 +133,8 @@ def open_loop(
         began = time.perf_counter()
         special, accepted = run(call, inputs[i])
         finished = time.perf_counter()
+        if classify is not None:
+            special, accepted = classify()
         out.total_s += finished - began
         out.busy_by_model_s[call.model] = out.busy_by_model_s.get(call.model, 0.0) + (
             finished - began
@@ -364,17 +367,21 @@ def _run_engine(
             engine.warm_up(warm_profile, wait_s=WARM_UP_WAIT_S)
             warm_s = time.perf_counter() - t0
         during: list[bool] = []
+        counts = [0, 0]
 
         def pending() -> None:
             during.append(engine.pool is not None and not engine.pool.idle())
+            counts[:] = engine.metrics.hits, engine.metrics.misses
 
         def jit_run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
-            hits, misses = engine.metrics.hits, engine.metrics.misses
             engine.dispatchers[call.model]("forward", *args)
-            hit = engine.metrics.hits > hits
-            return hit, hit or engine.metrics.misses > misses
+            return False, False
 
-        outcome = open_loop(stream, inputs, arrivals, jit_run, probe=pending)
+        def served() -> tuple[bool, bool]:
+            hit = engine.metrics.hits > counts[0]
+            return hit, hit or engine.metrics.misses > counts[1]
+
+        outcome = open_loop(stream, inputs, arrivals, jit_run, probe=pending, classify=served)
         if warm_profile is None:
             engine.record_profile(work / "profile.yaml")
         snap = engine.metrics.snapshot()
