@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import shutil
@@ -30,6 +31,10 @@ STRATEGIES = ("generic", "sync_exact", "static_buckets", "jit", "jit_warm", "gen
 WARM_UP_WAIT_S = 600.0
 # Calls of the stream replayed closed-loop to measure cache locality (see ``locality``).
 LOCALITY_CALLS = 4000
+# Generic-served predictor calls timed through the dispatcher and bare (``dispatch_overhead``),
+# and the gap after each point cloud there: the open loop's mean gap at the default rate.
+OVERHEAD_CALLS = 400
+OVERHEAD_GAP_S = 0.003
 EXACT_POINTS = (8192, 65536, 131072)
 EXACT_REPEATS = 15
 POINT_SHARE = 0.12
@@ -403,6 +408,7 @@ def _run_engine(
                 len(d.cache) for d in engine.dispatchers.values()
             )
             outcome.extra["locality"] = locality(engine, stream, inputs)
+            outcome.extra["dispatch_overhead"] = dispatch_overhead(engine, stream, inputs)
         return summarise(outcome, jit=True), outcome, np.asarray(during, bool)
 
 
@@ -446,6 +452,49 @@ def locality(
             busy[label] = round(total, 4)
         busy["ratio"] = round(busy["jit_s"] / busy["generic_s"], 3)
         out[name] = busy
+    return out
+
+
+def dispatch_overhead(
+    engine: Engine, stream: list[Call], inputs: list[list[np.ndarray]]
+) -> dict[str, float]:
+    """What the dispatcher itself costs a call: predictor calls that no specialisation serves,
+    through the dispatcher over through its own generic build (both validate), alternating.
+
+    ``cold``: each call after a point cloud and a gap, as calls arrive in the stream, with
+    the caches flushed; ``warm``: back to back. Run after ``locality``, frozen and idle.
+    """
+    predictor = engine["predictor"]
+    cached = set(predictor.cache.keys())
+    point = engine["segmenter"].generic
+    cloud = next((a for c, a in zip(stream, inputs, strict=True) if c.model != "predictor"), None)
+    uncached = [
+        args
+        for call, args in zip(stream, inputs, strict=True)
+        if call.model == "predictor"
+        and predictor.key_of(Signature.of("forward", call.dims)) not in cached
+    ]
+    # A warm runtime specialises all but the rarest keys: their calls are cycled, as repeats.
+    picked = list(itertools.islice(itertools.cycle(uncached), OVERHEAD_CALLS))
+    runners = (("runtime", predictor), ("generic", predictor.generic))
+    out: dict[str, float] = {"calls": len(picked), "signatures": len(uncached)}
+    # A stream without point clouds has nothing to flush the caches with.
+    modes = (("cold", True), ("warm", False)) if cloud is not None else (("warm", False),)
+    for label, flush in modes:
+        took = {"runtime": 0.0, "generic": 0.0}
+        for i, args in enumerate(picked):
+            for name, runner in runners if i % 2 else runners[::-1]:
+                if flush and cloud is not None:
+                    point("forward", *cloud)
+                    time.sleep(OVERHEAD_GAP_S)
+                began = time.perf_counter()
+                runner("forward", *args)
+                took[name] += time.perf_counter() - began
+        if picked:
+            out[label] = round(took["runtime"] / took["generic"], 3)
+            out[f"{label}_extra_us"] = round(
+                (took["runtime"] - took["generic"]) / len(picked) * 1e6, 1
+            )
     return out
 
 
@@ -628,6 +677,14 @@ def run(args: argparse.Namespace) -> int:
     if "jit_warm" in results:
         for order, row in results["jit_warm"]["locality"].items():
             print(f"locality {order:<18}runtime/generic predictor busy x{row['ratio']:.3f}")
+        cost = results["jit_warm"]["dispatch_overhead"]
+        if "cold" in cost:
+            print(
+                f"dispatch overhead ({cost['calls']} generic-served predictor calls, "
+                f"{cost['signatures']} signatures): "
+                f"cold x{cost['cold']:.3f} ({cost['cold_extra_us']:+.1f} us), "
+                f"warm x{cost['warm']:.3f} ({cost['warm_extra_us']:+.1f} us)"
+            )
     if "segmenter_exact" in results:
         ratios = ", ".join(f"P={p} x{r:.3f}" for p, r in results["segmenter_exact"].items())
         print(f"segmenter static exact-P build / generic: {ratios}")

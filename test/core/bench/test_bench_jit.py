@@ -71,11 +71,14 @@ def test_bench_jit_reports_every_strategy(
     assert warm["warm_specialisations"] > 0 and warm["hit_rate"] > 0.0
     assert set(warm["locality"]) == {"grouped_by_key", "stream_order", "with_point_clouds"}
     assert all(row["generic_s"] > 0 and row["jit_s"] > 0 for row in warm["locality"].values())
+    cost = warm["dispatch_overhead"]
+    assert cost["calls"] > 0 and cost["cold"] > 0 and cost["warm"] > 0
     assert report["generic_repeat"]["compiles"] == 0
     assert set(report["segmenter_exact"]) == {str(p) for p in jit.EXACT_POINTS}
     assert all(ratio > 0 for ratio in report["segmenter_exact"].values())
     printed = capsys.readouterr().out
     assert "generic A/A" in printed
+    assert "dispatch overhead" in printed
     assert "extrapolated" in printed
 
 
