@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +15,13 @@ import numpy as np
 from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar
 from dynshape_perception.core.runtime.compile_pool import CompilePool
 from dynshape_perception.core.runtime.executable import LoadedModel
-from dynshape_perception.core.runtime.metrics import CompileEvent, JitMetrics, LatencyStats, ewma
+from dynshape_perception.core.runtime.metrics import (
+    CallTally,
+    CompileEvent,
+    JitMetrics,
+    LatencyStats,
+    ewma,
+)
 from dynshape_perception.core.runtime.policy import (
     CostModel,
     DegradeGuard,
@@ -45,7 +51,7 @@ PROFILE_MAX = 65536
 MIXED = "mixed"
 
 
-@dataclass
+@dataclass(slots=True)
 class Specialisation:
     key: Signature
     model: LoadedModel
@@ -54,6 +60,10 @@ class Specialisation:
     # Served calls and their summed latency, to judge it in place (see Dispatcher._judge).
     hits: int = 0
     hit_ms: float = 0.0
+    # When it last served (perf_counter): the cache evicts the least recent.
+    last_used: float = 0.0
+    # False once evicted or demoted: a caller holding it through its key state serves generic.
+    live: bool = True
     # The dims its inputs are padded to, built once rather than on every hit.
     target: dict[str, int] = field(init=False, repr=False)
 
@@ -81,13 +91,25 @@ class ShapeRecord:
 
 
 class SpecialisationCache:
-    """LRU bounded by entry count and by library bytes, counting evictions."""
+    """LRU bounded by entry count and by library bytes, counting evictions.
 
-    def __init__(self, max_entries: int, max_bytes: int, metrics: JitMetrics) -> None:
+    A hit reaches its entry through its key's state and stamps ``last_used``, without this
+    lock: recency is read only when a put has to evict, off the calling path.
+    """
+
+    def __init__(
+        self,
+        max_entries: int,
+        max_bytes: int,
+        metrics: JitMetrics,
+        on_remove: Callable[[Specialisation], None] = lambda entry: None,
+    ) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._metrics = metrics
-        self._entries: OrderedDict[Signature, Specialisation] = OrderedDict()
+        # Told of every entry leaving, so that nothing else keeps its library loaded.
+        self._on_remove = on_remove
+        self._entries: dict[Signature, Specialisation] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -95,19 +117,20 @@ class SpecialisationCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
-                self._entries.move_to_end(key)
+                entry.last_used = time.perf_counter()
             return entry
 
     def put(self, entry: Specialisation) -> None:
         with self._lock:
             self._remove_locked(entry.key)
+            entry.last_used = time.perf_counter()
             self._entries[entry.key] = entry
             self._bytes += entry.nbytes
             while len(self._entries) > self.max_entries or (
                 self._bytes > self.max_bytes and len(self._entries) > 1
             ):
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
+                oldest = min(self._entries.values(), key=lambda e: e.last_used)
+                self._remove_locked(oldest.key)
                 self._metrics.bump("evictions")
 
     def drop(self, key: Signature) -> None:
@@ -117,11 +140,14 @@ class SpecialisationCache:
     def _remove_locked(self, key: Signature) -> None:
         old = self._entries.pop(key, None)
         if old is not None:
+            old.live = False
             self._bytes -= old.nbytes
+            self._on_remove(old)
 
     def keys(self) -> list[Signature]:
+        """Least recently used first."""
         with self._lock:
-            return list(self._entries)
+            return [e.key for e in sorted(self._entries.values(), key=lambda e: e.last_used)]
 
     @property
     def nbytes(self) -> int:
@@ -163,7 +189,9 @@ class Dispatcher:
         policy = config.dim_policy(model.name)
         self._dims = {fn.name: policy.for_function(fn) for fn in model.spec.functions}
         self._specs = {fn.name: fn for fn in model.spec.functions}
-        self.cache = SpecialisationCache(config.max_entries, config.max_bytes, metrics)
+        self.cache = SpecialisationCache(
+            config.max_entries, config.max_bytes, metrics, self._unlink
+        )
         self._costs = {
             fn.name: CostModel(
                 config.prior_speedup,
@@ -182,10 +210,13 @@ class Dispatcher:
         self._keys: dict[Signature, KeyState] = {}
         # Mean generic latency per function: the yield decision for a key not seen before.
         self._function_ms: dict[str, float] = {}
+        self._threshold = config.threshold
         # Keyed by (function, *dim values) in the spec's order: no sorting on a repeat call.
         self._shapes: dict[tuple[object, ...], ShapeRecord] = {}
         self._lock = threading.Lock()
-        metrics.add_latency_source(model.name, self._latency_rows)
+        # This dispatcher's calls, hits and busy time: the metrics object sums the tallies.
+        self.tally = CallTally()
+        metrics.add_source(model.name, self._latency_rows, self.tally)
         self._frozen = config.mode == "frozen"
         self._off = config.mode == "off"
         self.on_event: Callable[[CompileEvent], None] | None = None
@@ -201,9 +232,14 @@ class Dispatcher:
         shape = self._shapes.get(memo) or self._new_shape(memo, function, dims)
         if self._off:
             out = self.generic.run_unchecked(function, args)
-            self._finish(shape, started, hit=False, accepted=False)
+            self._count(shape, (time.perf_counter() - started) * 1000.0, hit=False)
             return out
-        entry = self.cache.get(shape.key) if shape.admitted else None
+        entry = shape.state.entry if shape.admitted else None
+        if entry is not None:
+            if entry.live:
+                entry.last_used = started
+            else:
+                entry = None
         # Only heavy calls stop the compile workers; a light call skips the context manager.
         pool = self.pool
         if pool is None or not self._heavy(pool, shape):
@@ -222,10 +258,11 @@ class Dispatcher:
     ) -> list[np.ndarray]:
         if entry is not None:
             out = self._run_specialised(entry, function, args, dims)
-            self._judge(entry, (time.perf_counter() - started) * 1000.0)
+            ms = (time.perf_counter() - started) * 1000.0
+            self._judge(entry, ms)
             self.hit_log.append((shape.key, shape.sig))
             self.degrade.on_hit()
-            self._finish(shape, started, hit=True, accepted=True)
+            self._count(shape, ms, hit=True)
             return out
         pool = self.pool
         before = pool.compiling_now() if pool is not None else None
@@ -236,12 +273,17 @@ class Dispatcher:
         finished = time.perf_counter()
         elapsed_ms = (finished - started) * 1000.0
         degraded = self.degrade.active
-        accepted = self._consider(shape, elapsed_ms, args, compiling, degraded, finished)
+        with self._lock:
+            accepted, request = self._consider(
+                shape, elapsed_ms, args, compiling, degraded, finished
+            )
+            self.tally.add(shape.latency, elapsed_ms, hit=False, accepted=accepted)
+        if request is not None:
+            self._submit(*request)
         if accepted and self.degrade.on_miss():
             self.metrics.bump("degraded_episodes")
             degraded = True
         self.metrics.degraded = degraded
-        self._finish(shape, started, hit=False, accepted=accepted)
         return out
 
     def _new_shape(
@@ -270,6 +312,16 @@ class Dispatcher:
             del self._shapes[memo]
         self.profile_dropped += len(cold)
         self.metrics.bump("latency_signatures_dropped", len(cold))
+
+    def _unlink(self, entry: Specialisation) -> None:
+        """Under the cache's lock: the key state lets go of an evicted or demoted entry.
+
+        One attribute store, atomic without this dispatcher's lock, which is never taken
+        inside the cache's.
+        """
+        state = self._keys.get(entry.key)
+        if state is not None and state.entry is entry:
+            state.entry = None
 
     def _latency_rows(self) -> list[tuple[Signature, LatencyStats]]:
         with self._lock:
@@ -328,11 +380,9 @@ class Dispatcher:
         padded = pad_inputs(spec, args, entry.target)
         return crop_outputs(spec, entry.model.run_unchecked(function, padded), dims)
 
-    def _finish(self, shape: ShapeRecord, started: float, hit: bool, accepted: bool) -> None:
-        ms = (time.perf_counter() - started) * 1000.0
-        if self.pool is not None:
-            self.pool.meter.add_busy(ms / 1000.0)
-        self.metrics.record_call(shape.latency, ms, hit=hit, accepted=accepted)
+    def _count(self, shape: ShapeRecord, ms: float, hit: bool) -> None:
+        with self._lock:
+            self.tally.add(shape.latency, ms, hit=hit, accepted=hit)
 
     def _consider(
         self,
@@ -342,47 +392,49 @@ class Dispatcher:
         compiling: str | None,
         degraded: bool,
         now: float,
-    ) -> bool:
-        """Update the key's measurements; queue a compile when the cost model says it pays."""
+    ) -> tuple[bool, tuple[CompileRequest, float] | None]:
+        """Under the lock: update the key's measurements; whether the key is accepted, and the
+        compile (with its benefit) to queue when the cost model says it pays."""
         key = shape.key
-        with self._lock:
-            state = shape.state
-            state.calls += 1
-            if state.calls == 1:
-                state.first_seen_s = now
-                state.generic_ms = generic_ms
-            else:
-                state.generic_ms = ewma(state.generic_ms, generic_ms)
-            state.last_seen_s = now
-            self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
-            self._observe_interference(state, generic_ms, compiling)
-            if state.blacklisted or state.rejected or self._frozen or self.pool is None:
-                return state.accepted
-            if state.calls < self.config.threshold or degraded:
-                return state.accepted
-            cost = self._costs[key.function]
-            if not state.accepted:
-                due = state.calls - self.config.threshold
-                if due % RECONSIDER_EVERY:
-                    return False
-                if cost.benefit_ms(state) <= self.config.min_benefit_ms:
-                    return False
-                if any(v == 0 for _, v in key.dims):
-                    return False
-                if not cost.measured and self._outstanding[key.function]:
-                    return False
-            elif self.pool.in_flight(self.model.name, key):
-                return True
-            state.accepted = True
-            if state.sample is None:
-                state.sample = [np.array(a, copy=True) for a in args]
-            benefit = cost.benefit_ms(state)
-            request = self._request(key, state.sample)
+        state = shape.state
+        state.calls += 1
+        if state.calls == 1:
+            state.first_seen_s = now
+            state.generic_ms = generic_ms
+        else:
+            state.generic_ms = ewma(state.generic_ms, generic_ms)
+        state.last_seen_s = now
+        self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
+        self._observe_interference(state, generic_ms, compiling)
+        if state.blacklisted or state.rejected or self._frozen or self.pool is None:
+            return state.accepted, None
+        if state.calls < self._threshold or degraded:
+            return state.accepted, None
+        cost = self._costs[key.function]
+        if not state.accepted:
+            due = state.calls - self._threshold
+            if due % RECONSIDER_EVERY:
+                return False, None
+            if cost.benefit_ms(state) <= self.config.min_benefit_ms:
+                return False, None
+            if any(v == 0 for _, v in key.dims):
+                return False, None
+            if not cost.measured and self._outstanding[key.function]:
+                return False, None
+        elif self.pool.in_flight(self.model.name, key):
+            return True, None
+        state.accepted = True
+        if state.sample is None:
+            state.sample = [np.array(a, copy=True) for a in args]
+        return True, (self._request(key, state.sample), cost.benefit_ms(state))
+
+    def _submit(self, request: CompileRequest, benefit: float) -> None:
+        """Outside this dispatcher's lock, which the next caller may be waiting for."""
+        assert self.pool is not None
         if self.pool.submit(request, benefit, self._compiled):
             with self._lock:
-                self._outstanding[key.function] += 1
+                self._outstanding[request.key.function] += 1
             self.degrade.requested += 1
-        return True
 
     def _observe_interference(
         self, state: KeyState, generic_ms: float, compiling: str | None
@@ -390,7 +442,8 @@ class Dispatcher:
         """Feed the interference meter: this call's time against the key's idle baseline."""
         if self.pool is None:
             return
-        if compiling != MIXED:
+        # Without a baseline yet the meter has nothing to compare: not worth its lock.
+        if compiling != MIXED and state.idle_ms > 0.0:
             self.pool.meter.observe(generic_ms / 1000.0, state.idle_ms / 1000.0, compiling)
         # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
         if compiling is None and state.calls > 1:
@@ -453,7 +506,10 @@ class Dispatcher:
             self._fail(key, state, compile_s, f"load failed: {err}")
             return
         nbytes = Path(result.path).stat().st_size
-        self.cache.put(Specialisation(key, loaded, nbytes, speedup))
+        entry = Specialisation(key, loaded, nbytes, speedup)
+        # Linked before the put, so that an eviction the put (or a racing one) makes unlinks it.
+        state.entry = entry
+        self.cache.put(entry)
         self._emit(CompileEvent(now, self.model.name, str(key), True, compile_s))
 
     def _fail(self, key: Signature, state: KeyState, compile_s: float, reason: str) -> None:

@@ -68,7 +68,9 @@ class Engine:
                 mode=self.jit.compile_mode,
                 timeout_s=self.jit.compile_timeout_s,
                 compile_fn=compile_fn,
-                meter=InterferenceMeter(self.jit.prior_compile_weight),
+                meter=InterferenceMeter(
+                    self.jit.prior_compile_weight, busy_s=lambda: self.metrics.busy_s
+                ),
             )
         for name in models:
             model = model_definition(name)

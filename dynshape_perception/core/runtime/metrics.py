@@ -19,16 +19,44 @@ def ewma(mean: float | None, value: float) -> float:
     return value if mean is None else mean + EMA_WEIGHT * (value - mean)
 
 
-@dataclass
 class LatencyStats:
-    calls: int = 0
-    mean_ms: float = 0.0
-    max_ms: float = 0.0
+    """One signature's calls and latency."""
+
+    __slots__ = ("calls", "max_ms", "mean_ms")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.mean_ms = 0.0
+        self.max_ms = 0.0
 
     def add(self, ms: float) -> None:
         self.calls += 1
-        self.mean_ms = ewma(self.mean_ms if self.calls > 1 else None, ms)
-        self.max_ms = max(self.max_ms, ms)
+        self.mean_ms = ms if self.calls == 1 else self.mean_ms + EMA_WEIGHT * (ms - self.mean_ms)
+        if ms > self.max_ms:
+            self.max_ms = ms
+
+
+class CallTally:
+    """One dispatcher's call counts and busy time, updated under the lock its calls already
+    hold: a call after a point cloud finds each extra lock and object cold."""
+
+    __slots__ = ("busy_s", "calls", "generic_calls", "hits", "misses")
+
+    def __init__(self) -> None:
+        self.calls = self.hits = self.misses = self.generic_calls = 0
+        self.busy_s = 0.0
+
+    def add(self, row: LatencyStats, ms: float, hit: bool, accepted: bool) -> None:
+        """Count one call and add its latency to its signature's row."""
+        self.calls += 1
+        self.busy_s += ms * 0.001
+        if hit:
+            self.hits += 1
+        else:
+            self.generic_calls += 1
+            if accepted:
+                self.misses += 1
+        row.add(ms)
 
 
 @dataclass
@@ -43,10 +71,6 @@ class CompileEvent:
 
 @dataclass
 class JitMetrics:
-    calls: int = 0
-    hits: int = 0
-    misses: int = 0
-    generic_calls: int = 0
     compiles_ok: int = 0
     compiles_failed: int = 0
     compiles_rejected: int = 0
@@ -58,26 +82,42 @@ class JitMetrics:
     degraded: bool = False
     latency_signatures_dropped: int = 0
     events: list[CompileEvent] = field(default_factory=list)
-    # Per model, its signatures' latency rows: each dispatcher owns and bounds its own, so a
-    # call updates the row it already holds instead of looking one up here.
+    # Per model, its dispatcher's latency rows and call tally: each dispatcher owns, bounds and
+    # updates its own, so a call touches nothing shared; reads here sum them.
     _latency_sources: dict[str, LatencyRows] = field(default_factory=dict, repr=False)
+    _tallies: dict[str, CallTally] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_call(self, row: LatencyStats, ms: float, hit: bool, accepted: bool) -> None:
-        """Count one call and add its latency to its signature's row."""
-        with self._lock:
-            self.calls += 1
-            if hit:
-                self.hits += 1
-            else:
-                self.generic_calls += 1
-                if accepted:
-                    self.misses += 1
-            row.add(ms)
-
-    def add_latency_source(self, model: str, rows: LatencyRows) -> None:
+    def add_source(self, model: str, rows: LatencyRows, tally: CallTally) -> None:
         with self._lock:
             self._latency_sources[model] = rows
+            self._tallies[model] = tally
+
+    def _total(self, name: str) -> Any:
+        with self._lock:
+            tallies = list(self._tallies.values())
+        return sum(getattr(t, name) for t in tallies)
+
+    @property
+    def calls(self) -> int:
+        return int(self._total("calls"))
+
+    @property
+    def hits(self) -> int:
+        return int(self._total("hits"))
+
+    @property
+    def misses(self) -> int:
+        return int(self._total("misses"))
+
+    @property
+    def generic_calls(self) -> int:
+        return int(self._total("generic_calls"))
+
+    @property
+    def busy_s(self) -> float:
+        """Seconds the calling path spent in calls, specialised or generic."""
+        return float(self._total("busy_s"))
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
         with self._lock:
@@ -101,17 +141,18 @@ class JitMetrics:
 
     @property
     def hit_rate(self) -> float:
-        accepted = self.hits + self.misses
-        return self.hits / accepted if accepted else 0.0
+        hits, misses = self.hits, self.misses
+        return hits / (hits + misses) if hits + misses else 0.0
 
     def snapshot(self) -> dict[str, Any]:
+        calls, hits, misses, generic = self.calls, self.hits, self.misses, self.generic_calls
         with self._lock:
             return {
-                "calls": self.calls,
-                "hits": self.hits,
-                "misses": self.misses,
-                "generic_calls": self.generic_calls,
-                "hit_rate": round(self.hit_rate, 4),
+                "calls": calls,
+                "hits": hits,
+                "misses": misses,
+                "generic_calls": generic,
+                "hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
                 "compiles_ok": self.compiles_ok,
                 "compiles_failed": self.compiles_failed,
                 "compiles_rejected": self.compiles_rejected,

@@ -124,9 +124,9 @@ class JitConfig:
         return cls(**values)
 
 
-@dataclass
+@dataclass(slots=True)
 class KeyState:
-    """What the policy knows about one specialisation key."""
+    """What the policy knows about one specialisation key (slotted: read on every call)."""
 
     calls: int = 0
     first_seen_s: float = 0.0
@@ -139,6 +139,8 @@ class KeyState:
     rejected: bool = False
     accepted: bool = False
     sample: list[Any] | None = None
+    # The specialisation serving this key (a ``Specialisation``) while it is cached.
+    entry: Any = None
 
 
 class InterferenceMeter:
@@ -152,21 +154,22 @@ class InterferenceMeter:
     costs. Until both sides have ``min_samples`` calls, the prior stands.
     """
 
-    def __init__(self, prior_weight: float, min_samples: int = 20) -> None:
+    def __init__(
+        self,
+        prior_weight: float,
+        min_samples: int = 20,
+        busy_s: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self.prior_weight = prior_weight
         self.min_samples = min_samples
+        # Seconds the calling path has been busy, read from the dispatchers' tallies.
+        self._busy = busy_s
         # Keyed by the compile mode running during the call; None: no compile ran.
         self._took: dict[str | None, float] = {}
         self._baseline: dict[str | None, float] = {}
         self._n: dict[str | None, int] = {}
-        self._busy_s = 0.0
         self._started = time.monotonic()
         self._lock = threading.Lock()
-
-    def add_busy(self, seconds: float) -> None:
-        """Time the calling path spent in any call, specialised or generic."""
-        with self._lock:
-            self._busy_s += seconds
 
     def observe(self, took_s: float, baseline_s: float, compiling: str | None) -> None:
         with self._lock:
@@ -190,8 +193,7 @@ class InterferenceMeter:
 
     @property
     def utilisation(self) -> float:
-        with self._lock:
-            return min(1.0, self._busy_s / max(time.monotonic() - self._started, 1e-3))
+        return min(1.0, self._busy() / max(time.monotonic() - self._started, 1e-3))
 
     def weight(self, mode: str) -> float:
         """Calling-path seconds per compile-second of ``mode``."""

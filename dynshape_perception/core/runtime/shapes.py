@@ -12,7 +12,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.models.common import FunctionSpec, ModelDef
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Signature:
     """A function and its symbolic dims' values, in a canonical order."""
 

@@ -71,7 +71,8 @@ def test_compile_cost_is_charged_at_its_calling_path_weight() -> None:
 
 
 def test_interference_meter_keeps_its_prior_until_both_sides_are_measured() -> None:
-    meter = InterferenceMeter(prior_weight=0.5, min_samples=5)
+    busy = [0.0]
+    meter = InterferenceMeter(prior_weight=0.5, min_samples=5, busy_s=lambda: busy[0])
     for _ in range(50):
         meter.observe(0.001, 0.001, compiling=None)
     assert meter.slowdown("process") is None and meter.weight("process") == 0.5
@@ -81,7 +82,7 @@ def test_interference_meter_keeps_its_prior_until_both_sides_are_measured() -> N
     assert meter.weight("process") == pytest.approx(0.3 * meter.utilisation)
     assert meter.weight("thread") == 0.5, "each compile mode is measured on its own"
     assert meter.utilisation == 0.0
-    meter.add_busy(3600.0)
+    busy[0] = 3600.0
     assert meter.utilisation == 1.0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dynshape_perception.core.runtime.metrics import JitMetrics, LatencyStats
+import pytest
+
+from dynshape_perception.core.runtime.metrics import CallTally, JitMetrics, LatencyStats
 from dynshape_perception.core.runtime.shapes import Signature
 
 
@@ -10,10 +12,11 @@ def test_latency_rows_come_from_their_owners_and_uncalled_rows_are_left_out() ->
     metrics = JitMetrics()
     hot, cold = Signature.of("forward", {"P": 1}), Signature.of("forward", {"P": 2})
     rows = {hot: LatencyStats(), cold: LatencyStats()}
-    metrics.add_latency_source("segmenter", lambda: list(rows.items()))
+    tally = CallTally()
+    metrics.add_source("segmenter", lambda: list(rows.items()), tally)
     for ms in (1.0, 3.0):
-        metrics.record_call(rows[hot], ms, hit=False, accepted=False)
-    metrics.record_call(rows[hot], 2.0, hit=True, accepted=True)
+        tally.add(rows[hot], ms, hit=False, accepted=False)
+    tally.add(rows[hot], 2.0, hit=True, accepted=True)
     table = metrics.latency_table()
     assert list(table) == ["segmenter"]
     assert table["segmenter"] == {
@@ -22,3 +25,8 @@ def test_latency_rows_come_from_their_owners_and_uncalled_rows_are_left_out() ->
     }, "a row never called is not listed"
     snap = metrics.snapshot()
     assert (snap["calls"], snap["hits"], snap["generic_calls"], snap["misses"]) == (3, 1, 2, 0)
+    other = CallTally()
+    metrics.add_source("predictor", list, other)
+    other.add(LatencyStats(), 4.0, hit=False, accepted=True)
+    assert (metrics.calls, metrics.misses, metrics.hit_rate) == (4, 1, 0.5), "tallies are summed"
+    assert metrics.busy_s == pytest.approx(0.010)
