@@ -113,13 +113,6 @@ class SpecialisationCache:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Signature) -> Specialisation | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                entry.last_used = time.perf_counter()
-            return entry
-
     def put(self, entry: Specialisation) -> None:
         with self._lock:
             self._remove_locked(entry.key)

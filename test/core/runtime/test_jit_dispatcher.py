@@ -187,6 +187,16 @@ def test_lru_bounds_count_and_bytes(cache_root: Path) -> None:
         assert len(eng["associator"].cache) == 2 and eng.metrics.evictions == 1
         oldest = Signature.of("forward", {"N": 4, "M": 4})
         assert oldest not in eng["associator"].cache.keys()
+        # Hits reach a specialisation through its key state: eviction must unlink it there,
+        # or the evicted library would stay loaded (and keep serving) past the bound.
+        evicted = eng["associator"].key_state(oldest)
+        assert evicted is not None and evicted.entry is None
+        for kept in eng["associator"].cache.keys():
+            state = eng["associator"].key_state(kept)
+            assert state is not None and state.entry is not None and state.entry.live
+        hits = eng.metrics.hits
+        eng["associator"]("forward", *call_inputs("associator", {"N": 3, "M": 2}, seed=3))
+        assert eng.metrics.hits == hits, "a call of the evicted key is served generic"
     with Engine(
         "x86_64",
         eager_config(max_bytes=1),
