@@ -479,13 +479,13 @@ def dispatch_overhead(
     runners = (("runtime", predictor), ("generic", predictor.generic))
     out: dict[str, float] = {"calls": len(picked), "signatures": len(uncached)}
     # A stream without point clouds has nothing to flush the caches with.
-    modes = (("cold", True), ("warm", False)) if cloud is not None else (("warm", False),)
+    modes = [("warm", None)] if cloud is None else [("cold", cloud), ("warm", None)]
     for label, flush in modes:
         took = {"runtime": 0.0, "generic": 0.0}
         for i, args in enumerate(picked):
             for name, runner in runners if i % 2 else runners[::-1]:
-                if flush and cloud is not None:
-                    point("forward", *cloud)
+                if flush is not None:
+                    point("forward", *flush)
                     time.sleep(OVERHEAD_GAP_S)
                 began = time.perf_counter()
                 runner("forward", *args)

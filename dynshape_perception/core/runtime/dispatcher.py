@@ -393,10 +393,8 @@ class Dispatcher:
         state.calls += 1
         if state.calls == 1:
             state.first_seen_s = now
-            state.generic_ms = generic_ms
-        else:
-            state.generic_ms = ewma(state.generic_ms, generic_ms)
         state.last_seen_s = now
+        state.generic_ms = ewma(state.generic_ms if state.calls > 1 else None, generic_ms)
         self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
         self._observe_interference(state, generic_ms, compiling)
         if state.blacklisted or state.rejected or self._frozen or self.pool is None:
@@ -544,9 +542,7 @@ class Dispatcher:
 
     def profile_counts(self) -> Counter[Signature]:
         """A copy of the calls per signature, safe while other threads call."""
-        with self._lock:
-            rows = [(s.sig, s.latency.calls) for s in self._shapes.values()]
-        return Counter({sig: calls for sig, calls in rows if calls})
+        return Counter({sig: row.calls for sig, row in self._latency_rows() if row.calls})
 
     def key_of(self, signature: Signature) -> Signature:
         """The specialisation key a call of ``signature`` is served by."""

@@ -31,9 +31,8 @@ class LatencyStats:
 
     def add(self, ms: float) -> None:
         self.calls += 1
-        self.mean_ms = ms if self.calls == 1 else self.mean_ms + EMA_WEIGHT * (ms - self.mean_ms)
-        if ms > self.max_ms:
-            self.max_ms = ms
+        self.mean_ms = ewma(self.mean_ms if self.calls > 1 else None, ms)
+        self.max_ms = max(self.max_ms, ms)
 
 
 class CallTally:
@@ -57,6 +56,12 @@ class CallTally:
             if accepted:
                 self.misses += 1
         row.add(ms)
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over the calls of accepted keys, hit or missed."""
+        accepted = self.hits + self.misses
+        return self.hits / accepted if accepted else 0.0
 
 
 @dataclass
@@ -93,31 +98,35 @@ class JitMetrics:
             self._latency_sources[model] = rows
             self._tallies[model] = tally
 
-    def _total(self, name: str) -> Any:
+    def totals(self) -> CallTally:
+        """Every dispatcher's tally summed into one."""
         with self._lock:
             tallies = list(self._tallies.values())
-        return sum(getattr(t, name) for t in tallies)
+        total = CallTally()
+        for name in CallTally.__slots__:
+            setattr(total, name, sum(getattr(t, name) for t in tallies))
+        return total
 
     @property
     def calls(self) -> int:
-        return int(self._total("calls"))
+        return self.totals().calls
 
     @property
     def hits(self) -> int:
-        return int(self._total("hits"))
+        return self.totals().hits
 
     @property
     def misses(self) -> int:
-        return int(self._total("misses"))
+        return self.totals().misses
 
     @property
     def generic_calls(self) -> int:
-        return int(self._total("generic_calls"))
+        return self.totals().generic_calls
 
     @property
     def busy_s(self) -> float:
         """Seconds the calling path spent in calls, specialised or generic."""
-        return float(self._total("busy_s"))
+        return self.totals().busy_s
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
         with self._lock:
@@ -141,18 +150,17 @@ class JitMetrics:
 
     @property
     def hit_rate(self) -> float:
-        hits, misses = self.hits, self.misses
-        return hits / (hits + misses) if hits + misses else 0.0
+        return self.totals().hit_rate
 
     def snapshot(self) -> dict[str, Any]:
-        calls, hits, misses, generic = self.calls, self.hits, self.misses, self.generic_calls
+        total = self.totals()
         with self._lock:
             return {
-                "calls": calls,
-                "hits": hits,
-                "misses": misses,
-                "generic_calls": generic,
-                "hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
+                "calls": total.calls,
+                "hits": total.hits,
+                "misses": total.misses,
+                "generic_calls": total.generic_calls,
+                "hit_rate": round(total.hit_rate, 4),
                 "compiles_ok": self.compiles_ok,
                 "compiles_failed": self.compiles_failed,
                 "compiles_rejected": self.compiles_rejected,
