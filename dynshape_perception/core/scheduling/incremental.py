@@ -46,6 +46,8 @@ class EncoderCounters:
     encoded: int = 0
     installed: int = 0
     evicted: int = 0
+    # Continuing tracks encoded afresh because their history slid past max_history.
+    slid: int = 0
 
     @property
     def calls(self) -> int:
@@ -74,7 +76,7 @@ def _batches(count: int, size: int) -> Iterable[slice]:
         yield slice(start, min(count, start + size))
 
 
-def _check_ids(ids: np.ndarray, positions: np.ndarray) -> tuple[list[int], np.ndarray]:
+def check_ids(ids: np.ndarray, positions: np.ndarray) -> tuple[list[int], np.ndarray]:
     ids = np.asarray(ids)
     positions = np.asarray(positions)
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
@@ -120,8 +122,11 @@ class IncrementalEncoder:
     A track seen at the previous tick advances by one ``step`` on its new position (one
     batched call for all of them, whatever their history length); a new track, or one that
     skipped a tick, is encoded from its history (one batched ``encode`` call); a track not
-    seen at this tick is evicted. The result equals ``encode`` over the full history while
-    that history fits the bound T; beyond T the full path keeps the last T steps only.
+    seen at this tick is evicted. The result equals ``encode`` over ``history_of`` as long
+    as each track's history grows by its new position every tick until it holds
+    ``max_history`` steps; from then on the full path keeps the last ``max_history`` steps
+    only, and a recurrent state cannot forget its oldest step, so such a track is encoded
+    afresh every tick (``counters.slid``).
 
     The state lives in arrays aligned with the last tick's ids (every stored track was
     seen at that tick), so a frame gathers and scatters rows without per-track objects.
@@ -254,13 +259,14 @@ class IncrementalEncoder:
     ) -> tuple[AgentState, Prediction | None]:
         if self.tick is not None and tick <= self.tick:
             raise InputValueError(f"ticks must increase: {tick} after {self.tick}")
-        id_list, pos = _check_ids(ids, positions)
+        id_list, pos = check_ids(ids, positions)
         n = len(id_list)
         index = self._index
         seen = np.fromiter((index.get(i, -1) for i in id_list), np.int64, n)
         kept = int((seen >= 0).sum())
         # Rows of the previous tick that this tick continues (-1: none).
         prev = seen if self.tick is not None and tick == self.tick + 1 else np.full(n, -1)
+        prev, promoted = self._slide(prev, promoted)
         given = np.zeros(n, bool)
         if promoted is not None and promoted.rows.size:
             if (prev[promoted.rows] < 0).any():
@@ -291,6 +297,35 @@ class IncrementalEncoder:
         self._set(id_array, hidden, last_pos, last_disp, steps)
         self.tick = tick
         return AgentState(id_array, hidden, last_pos, last_disp), prediction
+
+    def _slide(
+        self, prev: np.ndarray, promoted: Promoted | None
+    ) -> tuple[np.ndarray, Promoted | None]:
+        """Tracks whose history already fills ``max_history`` are encoded afresh.
+
+        The full path encodes only the last ``max_history`` steps, and a recurrent state
+        cannot forget its oldest step, so one more step would drift from it.
+        """
+        cont = prev >= 0
+        if not cont.any():
+            return prev, promoted
+        full = np.zeros(prev.size, bool)
+        full[cont] = self._steps[prev[cont]] >= self.max_history
+        if not full.any():
+            return prev, promoted
+        self.counters.slid += int(full.sum())
+        prev = np.where(full, -1, prev)
+        if promoted is not None and promoted.rows.size:
+            keep = ~full[promoted.rows]
+            promoted = Promoted(
+                promoted.rows[keep],
+                promoted.hidden[keep],
+                promoted.last_pos[keep],
+                promoted.last_disp[keep],
+                promoted.traj[keep],
+                promoted.probs[keep],
+            )
+        return prev, promoted
 
     def _assemble(
         self,

@@ -15,8 +15,9 @@ from dynshape_perception.core.scheduling.incremental import (
     ModelFn,
     Prediction,
     Promoted,
+    check_ids,
 )
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import ConfigError, InputValueError
 
 
 @dataclass(frozen=True)
@@ -211,14 +212,18 @@ class SpeculativePredictor:
         """This tick's prediction of ``ids``; equals non-speculative prediction on snapped input."""
         started = time.perf_counter()
         q = self.config.quantum_m
+        # Checked before snapping: a NaN would snap to a finite (and absurd) cell.
+        id_list = check_ids(ids, positions)[0]
         cells, snapped = snap(positions, q)
 
         def snapped_history(track_id: int) -> np.ndarray:
-            return snap(history_of(track_id), q)[1]
+            history = np.asarray(history_of(track_id))
+            if not np.isfinite(history).all():
+                raise InputValueError(f"history of track {track_id} holds NaN or Inf values")
+            return snap(history, q)[1]
 
         with self._lock:
             encoder = self.encoder
-            id_list = np.asarray(ids).tolist()
             spec = self._spec if self._spec is not None and self._spec.tick == tick else None
             promoted = None
             continuing = encoder.continuing(id_list, tick)
@@ -243,11 +248,13 @@ class SpeculativePredictor:
                         spec.traj[table],
                         spec.probs[table],
                     )
-                    stats.promoted += len(rows)
-                    stats.promoted_frames += 1
             prediction = encoder.advance(
                 tick, np.asarray(id_list, np.int64), snapped, snapped_history, promoted
             )
+            # Counted once the tick is accepted: a rejected tick promoted nothing.
+            if promoted is not None:
+                stats.promoted += int(promoted.rows.size)
+                stats.promoted_frames += 1
             self._last = prediction
             # The old tables are pruned; a speculation still running is discarded on arrival.
             self._spec = None

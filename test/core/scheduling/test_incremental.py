@@ -191,3 +191,28 @@ def test_evicting_some_tracks_keeps_the_others(engine: Engine) -> None:
     want = full_recompute(engine["predictor"], keep, [walk[a, :4] for a in keep])
     np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
     assert predictor.encoder.counters.encoded == 6
+
+
+@pytest.mark.parametrize("max_history", [1, 4])
+def test_histories_past_max_history_slide_like_the_full_path(
+    engine: Engine, max_history: int
+) -> None:
+    """The full path encodes the last ``max_history`` steps: continuing tracks must follow it."""
+    walk, visible = synthetic_world(seed=11, agents=6, ticks=16)
+    predictor = IncrementalPredictor(engine["predictor"], max_history=max_history)
+    for tick in range(16):
+        ids = np.flatnonzero(visible[:, tick])
+        if ids.size == 0:
+            continue
+
+        def history_of(agent: int, tick: int = tick) -> np.ndarray:
+            start = tick
+            while start > 0 and visible[agent, start - 1]:
+                start -= 1
+            return walk[agent, max(start, tick + 1 - max_history) : tick + 1]
+
+        got = predictor.observe(tick, ids, walk[ids, tick], history_of)
+        want = full_recompute(engine["predictor"], ids, [history_of(int(a)) for a in ids])
+        np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
+    assert predictor.encoder.counters.slid > 0

@@ -20,7 +20,7 @@ from dynshape_perception.core.scheduling.speculative import (
     SpeculativePredictor,
     snap,
 )
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 
 RTOL, ATOL = 1e-4, 1e-5
 QUANTUM_M = 0.01
@@ -141,3 +141,21 @@ def test_output_equals_non_speculative_prediction_on_eth(engine: Engine, eth_fil
         if frames == 150:
             break
     assert frames == 150 and spec.stats.verified > 100
+
+
+def test_bad_observations_are_refused_before_snapping(engine: Engine) -> None:
+    """A NaN would snap to a finite cell far away; float ids would be truncated."""
+    spec = SpeculativePredictor(engine["predictor"])
+    ids = np.array([1, 2])
+    good = np.array([[1.0, 2.0], [0.0, 0.5]], np.float32)
+    histories = {1: good[:1], 2: good[1:]}
+    with pytest.raises(InputValueError, match="NaN or Inf"):
+        spec.observe(0, ids, np.array([[1.0, 2.0], [np.nan, 0.5]], np.float32), histories.get)
+    with pytest.raises(ShapeError, match="integer"):
+        spec.observe(0, np.array([1.7, 2.9]), good, histories.get)
+    bad_history = {1: good[:1], 2: np.array([[np.inf, 0.0], [0.0, 0.5]], np.float32)}
+    with pytest.raises(InputValueError, match="history of track 2"):
+        spec.observe(0, ids, good, bad_history.get)
+    # Refused ticks leave no trace: the same tick is then accepted.
+    assert spec.observe(0, ids, good, histories.get).ids.tolist() == [1, 2]
+    assert spec.stats.frames == 1
