@@ -40,8 +40,8 @@ def size_bucket(size: int | None) -> int | None:
     """The power of two at or above ``size``: units within a factor of two share a cost."""
     if size is None:
         return None
-    if size < 0:
-        raise ConfigError(f"a unit's size must be >= 0, got {size}")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ConfigError(f"a unit's size must be an integer >= 0, got {size!r}")
     return 1 << max(0, int(size) - 1).bit_length()
 
 
@@ -263,6 +263,11 @@ class _ExecutorBase:
         """
         tier = as_tier(tier)
         size_bucket(size)
+        # A NaN estimate would turn the work-ahead sums NaN and switch off shedding for all.
+        if est_ms is not None and not (np.isfinite(est_ms) and est_ms >= 0.0):
+            raise ConfigError(f"est_ms must be a finite number >= 0, got {est_ms!r}")
+        if arrival is not None and not np.isfinite(arrival.arrival_s):
+            raise ConfigError(f"arrival time must be finite, got {arrival.arrival_s!r}")
         now = self._clock()
         arrival = arrival or Arrival("", now)
         if stream is None and arrival.topic:
@@ -546,7 +551,9 @@ class _ExecutorBase:
             return False, None, None
         except StopIteration as stop:
             return True, stop.value, None
-        except Exception as err:  # noqa: BLE001 - a failing unit fails its future, not the lane
+        # BaseException too (a stage calling sys.exit): uncaught, it would end the lane with
+        # the unit's future unresolved and the running count never released.
+        except BaseException as err:  # noqa: BLE001 - a failing unit fails its future, not the lane
             return True, None, err
 
     # -- accounting ----------------------------------------------------------------------

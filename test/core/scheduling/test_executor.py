@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dynshape_perception.core.scheduling.executor import (
+    Arrival,
     ExecutorOptions,
     FifoExecutor,
     TieredExecutor,
@@ -160,7 +161,7 @@ def test_costs_are_estimated_per_input_size() -> None:
     assert drops(ex, "2")["admission"] == 1 and drops(ex, "3")["admission"] == 0
     ex.set_estimate("cloud", 1.0, size=64)
     assert ex.estimate_ms("cloud", 50) == pytest.approx(1.0)
-    with pytest.raises(ConfigError, match="size must be >= 0"):
+    with pytest.raises(ConfigError, match="size must be an integer >= 0"):
         ex.submit(lambda: None, 2, name="cloud", size=-1)
 
 
@@ -307,6 +308,43 @@ def test_a_failing_unit_fails_its_future_and_is_counted() -> None:
         future.result(timeout=0)
     tier2 = ex.snapshot()["tiers"]["2"]
     assert (tier2["failed"], tier2["completed"]) == (1, 0)
+
+
+def test_a_stage_that_exits_fails_its_future_and_the_lane_lives_on() -> None:
+    def exiting_stage_fault_injector() -> None:
+        raise SystemExit("injected sys.exit in a stage")
+
+    with TieredExecutor(options=ExecutorOptions(reserved_workers=1, shared_workers=1)) as ex:
+        failed = ex.submit(exiting_stage_fault_injector, 2)
+        with pytest.raises(SystemExit, match="injected"):
+            failed.result(timeout=WAIT_S)
+        assert ex.submit(lambda: 42, 2).result(timeout=WAIT_S) == 42
+        assert ex.drain(WAIT_S)
+        assert ex.snapshot()["tiers"]["2"]["failed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"est_ms": float("nan")}, "est_ms"),
+        ({"est_ms": -1.0}, "est_ms"),
+        ({"est_ms": float("inf")}, "est_ms"),
+        ({"size": float("nan")}, "size"),
+        ({"size": 2.5}, "size"),
+        ({"size": -1}, "size"),
+    ],
+)
+def test_bad_unit_estimates_are_refused(changes: dict[str, Any], match: str) -> None:
+    ex = tiered(FakeClock())
+    with pytest.raises(ConfigError, match=match):
+        ex.submit(lambda: None, 2, **changes)
+    assert ex.snapshot()["tiers"]["2"]["submitted"] == 0
+
+
+def test_a_non_finite_arrival_is_refused() -> None:
+    ex = tiered(FakeClock())
+    with pytest.raises(ConfigError, match="arrival time"):
+        ex.submit(lambda: None, 1, arrival=Arrival("points", float("nan")))
 
 
 def test_a_cancelled_future_is_not_run_and_is_counted() -> None:
