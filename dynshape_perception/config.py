@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -57,8 +58,9 @@ class Roi:
     def __post_init__(self) -> None:
         for name in ("x_m", "y_m", "z_m"):
             lo, hi = getattr(self, name)
-            if not lo < hi:
-                raise ConfigError(f"roi {name} must have min < max, got {(lo, hi)}")
+            # Finite: the ROI sizes the clustering grid.
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ConfigError(f"roi {name} must be finite with min < max, got {(lo, hi)}")
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,36 @@ def load_models_config(path: Path | None = None) -> ModelsConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping")
     try:
-        bounds = Bounds(**{k: int(v) for k, v in raw.get("bounds", {}).items()})
-        roi = Roi(**{k: (float(v[0]), float(v[1])) for k, v in raw.get("roi", {}).items()})
+        bounds = Bounds(**{k: _whole(k, v) for k, v in _mapping(raw, "bounds").items()})
+        roi = Roi(**{k: _interval(k, v) for k, v in _mapping(raw, "roi").items()})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{path}: {err}") from err
     return ModelsConfig(bounds=bounds, roi=roi, raw=raw)
+
+
+def _mapping(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    value = raw.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"models.yaml section {name!r} must be a mapping, got {value!r}")
+    return value
+
+
+def _whole(name: str, value: Any) -> int:
+    """An integer as written: 1.9 or true is a typo, not 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"bound {name} must be an integer, got {value!r}")
+    return value
+
+
+def _interval(name: str, value: Any) -> tuple[float, float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"roi {name} must be [min, max], got {value!r}")
+    lo, hi = value
+    if isinstance(lo, bool) or isinstance(hi, bool):
+        raise ConfigError(f"roi {name} must be [min, max] in metres, got {value!r}")
+    return float(lo), float(hi)
 
 
 @lru_cache(maxsize=1)
@@ -106,3 +133,10 @@ def predictor_history_steps(bounds: Bounds | None = None) -> int:
     if steps < 1:
         raise ConfigError(f"predictor.history_steps must be >= 1, got {steps}")
     return min(steps, bounds.T)
+
+
+def check_seed(name: str, value: object) -> int:
+    """A random seed as NumPy takes it: a non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+    return value

@@ -31,6 +31,9 @@ CAR_MAX_WIDTH_M = 3.0
 CAR_HEIGHT_M = (0.8, 2.5)
 
 _CONNECTIVITY = 8
+# The bird's-eye grid is allocated per frame: 0.15 m over the default 60 x 60 m ROI is
+# 160,000 cells; this allows 4096 x 4096 (2.5 cm cells over the default ROI).
+MAX_GRID_CELLS = 4096 * 4096
 
 
 def _default_roi() -> Roi:
@@ -72,6 +75,12 @@ class ClusterParams:
             raise ConfigError(f"max_height_m must be > 0, got {self.max_height_m!r}")
         if not isinstance(self.roi, Roi):
             raise ConfigError(f"roi must be a Roi, got {type(self.roi).__name__}")
+        rows, cols = self.grid_shape
+        if rows * cols > MAX_GRID_CELLS:
+            raise ConfigError(
+                f"a {self.cell_size_m} m grid over the ROI has {rows} x {cols} cells, above "
+                f"{MAX_GRID_CELLS}: raise cell_size_m or shrink the ROI"
+            )
 
     @property
     def grid_shape(self) -> tuple[int, int]:

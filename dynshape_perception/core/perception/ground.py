@@ -84,10 +84,13 @@ def fit_ground_plane(
     plane is then refit by least squares on its inliers among all points. Fewer than three
     finite points, or no usable triple, give ``GroundPlane.default`` (``is_default``).
     """
-    if iterations < 1 or max_sample_points < MIN_PLANE_POINTS or refit_rounds < 0:
+    counts = (seed, iterations, max_sample_points, refit_rounds)
+    if any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) for c in counts):
+        raise ConfigError(f"seed and the RANSAC counts must be integers, got {counts}")
+    if seed < 0 or iterations < 1 or max_sample_points < MIN_PLANE_POINTS or refit_rounds < 0:
         raise ConfigError(
-            f"need iterations >= 1, max_sample_points >= {MIN_PLANE_POINTS}, refit_rounds >= 0; "
-            f"got {iterations}, {max_sample_points}, {refit_rounds}"
+            f"need seed >= 0, iterations >= 1, max_sample_points >= {MIN_PLANE_POINTS}, "
+            f"refit_rounds >= 0; got {seed}, {iterations}, {max_sample_points}, {refit_rounds}"
         )
     if not (threshold_m > 0.0 and 0.0 < max_tilt_deg < 90.0):
         raise ConfigError(

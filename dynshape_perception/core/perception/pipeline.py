@@ -11,6 +11,7 @@ import numpy as np
 
 from dynshape_perception.config import (
     Bounds,
+    check_seed,
     default_bounds,
     default_config,
     predictor_history_steps,
@@ -21,7 +22,7 @@ from dynshape_perception.core.perception.history import resample_history
 from dynshape_perception.core.perception.tracking import Tracker, TrackerParams
 from dynshape_perception.core.runtime.batching import HistoryBatcher
 from dynshape_perception.core.tables import PREDICTION_DTYPE
-from dynshape_perception.errors import InputValueError, ShapeError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 
 ModelFn = Callable[..., list[np.ndarray]]
 STAGES = ("segment", "cluster", "track", "predict")
@@ -48,6 +49,16 @@ class PipelineParams:
     subsample_seed: int = 0
     ground_seed: int = 0
     min_history_steps: int = 2
+
+    def __post_init__(self) -> None:
+        check_seed("subsample_seed", self.subsample_seed)
+        check_seed("ground_seed", self.ground_seed)
+        if isinstance(self.min_history_steps, bool) or not isinstance(self.min_history_steps, int):
+            raise ConfigError(
+                f"min_history_steps must be an integer, got {self.min_history_steps!r}"
+            )
+        if self.min_history_steps < 1:
+            raise ConfigError(f"min_history_steps must be >= 1, got {self.min_history_steps}")
 
 
 @dataclass

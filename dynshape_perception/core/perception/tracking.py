@@ -177,12 +177,19 @@ class Tracker:
         return self._output()
 
     def _check_input(self, obstacles: np.ndarray, stamp_s: float) -> None:
-        if obstacles.dtype != OBSTACLE_DTYPE or obstacles.ndim != 1:
+        if (
+            not isinstance(obstacles, np.ndarray)
+            or obstacles.dtype != OBSTACLE_DTYPE
+            or obstacles.ndim != 1
+        ):
+            got = getattr(obstacles, "dtype", type(obstacles).__name__)
             raise ShapeError(
-                f"obstacles must be a 1-D OBSTACLE_DTYPE array, got {obstacles.dtype} "
-                f"with shape {obstacles.shape}"
+                f"obstacles must be a 1-D OBSTACLE_DTYPE array, got {got} "
+                f"with shape {np.shape(obstacles)}"
             )
         self.bounds.check("N", obstacles.shape[0], "tracker input")
+        if isinstance(stamp_s, bool) or not isinstance(stamp_s, (int, float, np.number)):
+            raise InputValueError(f"stamp_s must be a number of seconds, got {stamp_s!r}")
         if not np.isfinite(stamp_s):
             raise InputValueError(f"stamp_s must be finite, got {stamp_s!r}")
         if self._stamp_s is not None and stamp_s <= self._stamp_s:

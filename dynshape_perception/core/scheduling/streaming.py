@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from dynshape_perception.config import Roi, default_bounds
+from dynshape_perception.config import Roi, check_seed, default_bounds
 from dynshape_perception.core.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.core.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.errors import ConfigError, ShapeError
@@ -160,6 +160,7 @@ class StreamingSegmenter:
             )
         if min_ground_points < 3:
             raise ConfigError("min_ground_points must be >= 3")
+        check_seed("ground_seed", ground_seed)
         self._segmenter = segmenter
         self.cluster = cluster or ClusterParams()
         self.ground_from = ground_from
@@ -225,7 +226,12 @@ class StreamingSegmenter:
         assert self.ground is not None
         points = np.concatenate(self._points) if self._points else np.zeros((0, 4), np.float32)
         scores = np.concatenate(self._scores) if self._scores else np.zeros(0, np.float32)
-        pooled = self._pooled if self._pooled is not None else np.zeros(0, np.float32)
+        if self._pooled is None:
+            # What the whole-scan path gives an empty scan: the segmenter's own empty pool.
+            self._pooled = self._segmenter(
+                "forward", np.zeros((0, 4), np.float32), self.ground.as_array()
+            )[1]
+        pooled = self._pooled
         result = RevolutionResult(
             points,
             scores,

@@ -182,6 +182,11 @@ def test_bad_input_and_params() -> None:
         ClusterParams(min_points=0)
     with pytest.raises(ConfigError, match="max_height_m"):
         ClusterParams(max_height_m=float("nan"))
+    # A grid that would take gigabytes per frame is a setting error, not a MemoryError later.
+    with pytest.raises(ConfigError, match="raise cell_size_m"):
+        ClusterParams(cell_size_m=1e-4)
+    with pytest.raises(ConfigError, match="finite"):
+        ClusterParams(roi=Roi(x_m=(0.0, float("inf"))))
 
 
 def test_near_cars_of_a_synthetic_scan_are_single_clusters() -> None:

@@ -82,6 +82,10 @@ def test_bad_arguments() -> None:
         fit_ground_plane(np.zeros((5, 3)), threshold_m=0.0)
     with pytest.raises(ConfigError):
         fit_ground_plane(np.zeros((5, 3)), iterations=0)
+    with pytest.raises(ConfigError, match="integers"):
+        fit_ground_plane(np.zeros((5, 3)), iterations=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="seed >= 0"):
+        fit_ground_plane(np.zeros((5, 3)), seed=-1)
 
 
 def test_matches_the_synthetic_scene_ground() -> None:

@@ -81,6 +81,15 @@ def test_params_validated() -> None:
         TrackerParams(max_history_s=-1.0)
 
 
+def test_inputs_of_the_wrong_kind_are_package_errors() -> None:
+    tracker = Tracker(reference_affinity)
+    with pytest.raises(ShapeError, match="OBSTACLE_DTYPE"):
+        tracker.update([], 0.0)  # type: ignore[arg-type]
+    with pytest.raises(InputValueError, match="number of seconds"):
+        tracker.update(np.zeros(0, OBSTACLE_DTYPE), "1.0")  # type: ignore[arg-type]
+    assert tracker.update(np.zeros(0, OBSTACLE_DTYPE), 1.0).shape == (0,)
+
+
 def test_three_objects_stable_ids_through_occlusion_and_new_id_after_death() -> None:
     starts = np.array([[0.0, 0.0], [0.0, 5.0], [10.0, -5.0]])
     velocities = np.array([[1.5, 0.0], [8.0, 0.5], [-1.2, 0.3]])

@@ -10,7 +10,7 @@ from scipy.optimize import linear_sum_assignment
 
 from dynshape_perception.core.io.datasets import read_kitti_bin
 from dynshape_perception.core.perception.ground import fit_ground_plane
-from dynshape_perception.core.perception.pipeline import Pipeline
+from dynshape_perception.core.perception.pipeline import Pipeline, PipelineParams
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.scenes import driving_scene, sensor_sectors
 from dynshape_perception.core.scheduling.streaming import (
@@ -128,3 +128,23 @@ def test_near_field_leaves_the_road_out_when_given_the_plane(kitti_bin: Path) ->
     assert 0 < without.size < with_road.size
     assert (np.abs(ground.height(points[without])) > 0.15).all()
     assert np.isin(without, with_road).all()
+
+
+def test_an_empty_revolution_pools_like_an_empty_whole_scan(engine: Engine) -> None:
+    seg = StreamingSegmenter(engine["segmenter"], ground_from="first_sectors")
+    seg.add_sector(np.zeros((0, 4), np.float32))
+    got = seg.end_revolution()
+    want = process_whole_scan(engine["segmenter"], np.zeros((0, 4), np.float32), got.ground)
+    assert got.pooled.shape == want.pooled.shape and got.pooled.shape[0] > 0
+    np.testing.assert_array_equal(got.pooled, want.pooled)
+
+
+def test_a_negative_ground_seed_is_a_config_error(engine: Engine) -> None:
+    with pytest.raises(ConfigError, match="ground_seed"):
+        StreamingSegmenter(engine["segmenter"], ground_seed=-1)
+    with pytest.raises(ConfigError, match="ground_seed"):
+        PipelineParams(ground_seed=-1)
+    with pytest.raises(ConfigError, match="subsample_seed"):
+        PipelineParams(subsample_seed=-2)
+    with pytest.raises(ConfigError, match="min_history_steps"):
+        PipelineParams(min_history_steps=0)

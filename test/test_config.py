@@ -1,0 +1,57 @@
+"""models.yaml: every malformed section is a ConfigError naming it, never a silent change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dynshape_perception.config import check_seed, default_config, load_models_config
+from dynshape_perception.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("roi:\n  x_m: [1]\n", r"roi x_m must be \[min, max\]"),
+        ("roi: [1, 2]\n", "section 'roi' must be a mapping"),
+        ("bounds: [1]\n", "section 'bounds' must be a mapping"),
+        ("bounds: {P: 1.9}\n", "bound P must be an integer"),
+        ("bounds: {P: true}\n", "bound P must be an integer"),
+        ("bounds: {P: .inf}\n", "bound P must be an integer"),
+        ("bounds: {P: 0}\n", "bound P must be a positive integer"),
+        ("roi:\n  x_m: [0, .inf]\n", "roi x_m must be finite"),
+        ("roi:\n  y_m: [5, -5]\n", "min < max"),
+        ("roi:\n  z_m: [low, 3]\n", "could not convert"),
+        ("bounds: {Q: 3}\n", "unexpected keyword"),
+        ("- a list\n", "must hold a mapping"),
+    ],
+)
+def test_malformed_models_yaml_is_a_config_error(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_models_config(path)
+
+
+def test_empty_sections_keep_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text("bounds:\nroi:\n")
+    config = load_models_config(path)
+    assert config.bounds.P == 150_000 and config.roi.x_m == (0.0, 60.0)
+
+
+def test_the_shipped_models_yaml_loads() -> None:
+    assert default_config().bounds.as_dict() == {
+        "P": 150_000,
+        "N": 128,
+        "M": 128,
+        "A": 64,
+        "T": 128,
+    }
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "3"])
+def test_seeds_must_be_non_negative_integers(seed: object) -> None:
+    with pytest.raises(ConfigError, match="integer >= 0"):
+        check_seed("seed", seed)
