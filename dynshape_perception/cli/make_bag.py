@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from tqdm import tqdm
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.core.io.bags import STORAGES
 from dynshape_perception.core.replay import sources
 from dynshape_perception.core.replay.drive import DriveConfig
@@ -72,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     frames: int = args.frames if args.frames is not None else DEFAULT_FRAMES.get(args.source, 0)
     if args.frames is not None and args.frames < 1:
         raise ConfigError(f"--frames must be >= 1, got {args.frames}")
+    check_seed("--seed", args.seed)
+    if not (math.isfinite(args.speed) and args.speed >= 0):
+        raise ConfigError(f"--speed must be finite and >= 0, got {args.speed}")
     if args.source == "generated":
         config = DriveConfig(
             seed=args.seed,

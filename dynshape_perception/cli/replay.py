@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import math
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -193,19 +194,26 @@ def _version() -> str:
         return "unknown"
 
 
-def _inspect(args: argparse.Namespace, remaps: dict[str, str]) -> TopicPlan:
+def _inspect(args: argparse.Namespace, remaps: dict[str, str]) -> tuple[TopicPlan, float]:
+    """The topic plan and the bag's span in seconds."""
     with bags.BagReader(args.bag) as reader:
-        return plan_topics(reader.topics(), args.topics, remaps)
+        span_s = (reader.end_ns - reader.start_ns) * 1e-9
+        return plan_topics(reader.topics(), args.topics, remaps), span_s
+
+
+def _check_non_negative(name: str, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be finite and >= 0, got {value}")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rate is not None and args.rate < 0:
-        raise ConfigError("--rate must be >= 0")
+    _check_non_negative("--rate", args.rate)
+    _check_non_negative("--start-offset", args.start_offset)
     remaps = parse_remaps(args.remap)
     values = _values(args)
     if args.mode == "dds":
         return _run_dds(args, values, remaps)
-    plan = _inspect(args, remaps)
+    plan, _ = _inspect(args, remaps)
     _print_plan(args.bag, plan.lines())
     if plan.driver is None:
         print("nothing to replay: no usable topic (needs points, or obstacles/detections)")
@@ -290,17 +298,18 @@ def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[st
 
     if args.check or args.write_golden:
         raise ConfigError("golden checks need the deterministic in-process mode")
+    plan, span_s = _inspect(args, remaps)
     options = bag_player.PlayOptions(
         topics=tuple(args.topics) if args.topics else None,
         remaps=remaps,
         rate=args.rate or 1.0,
         loop=args.loop,
-        start_offset_s=args.start_offset,
+        # Past the end nothing is published; clamped so that nanoseconds stay finite.
+        start_offset_s=min(args.start_offset, span_s + 1.0),
         clock_hz=args.clock_hz,
         wait_for_subscribers_s=args.wait_for_subscribers,
         max_frames=args.max_frames,
     )
-    plan = _inspect(args, remaps)
     driver = plan.driver
     driver_name = driver.name if driver is not None else None
 

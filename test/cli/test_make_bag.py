@@ -110,3 +110,70 @@ def test_existing_output_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
     (tmp_path / "bag").mkdir()
     assert main(["make-bag", "--source", "crowd", "--out", str(tmp_path / "bag")]) == 2
     assert "exists already" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--source", "generated", "--seed", "-1"], "--seed must be an integer >= 0"),
+        (["--source", "crowd", "--seed", "-1"], "--seed must be an integer >= 0"),
+        (["--source", "generated", "--speed", "nan"], "--speed must be finite"),
+        (["--source", "generated", "--speed", "inf"], "--speed must be finite"),
+        (["--source", "generated", "--speed", "-2"], "--speed must be finite"),
+    ],
+)
+def test_bad_seed_and_speed_exit_2(
+    tmp_path: Path, extra: list[str], match: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["make-bag", *extra, "--frames", "1", "--out", str(tmp_path / "bag")]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err
+    assert not (tmp_path / "bag").exists()
+
+
+def test_output_under_a_file_or_unwritable_folder_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for out in (blocker / "bag", Path("/proc/nope/bag")):
+        assert main(["make-bag", "--source", "crowd", "--frames", "2", "--out", str(out)]) == 2
+        assert "cannot create bag" in capsys.readouterr().err
+
+
+ETH_ROWS = "".join(f"{780 + 10 * k}\t{p}.0\t{k + p}.5\t{p}.25\n" for k in range(8) for p in (1, 2))
+
+
+@pytest.mark.parametrize("outlier", ["1e12\t1\t8.0\t3.0", "9007199254740000\t3\t1.0\t1.0"])
+def test_eth_outlier_frame_is_refused_before_allocating(
+    tmp_path: Path, outlier: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scene = tmp_path / "scene.txt"
+    scene.write_text(ETH_ROWS + outlier + "\n")
+    args = ["make-bag", "--source", "eth_ucy", "--input", str(scene)]
+    assert main([*args, "--out", str(tmp_path / "bag")]) == 2
+    assert "outlier frame number" in capsys.readouterr().err
+    assert not (tmp_path / "bag").exists()
+    # Limited to the annotated stretch, the same file is fine.
+    assert main([*args, "--frames", "8", "--out", str(tmp_path / "ok")]) == 0
+    assert _topics(tmp_path / "ok")["/obstacles"][1] == 8
+
+
+def test_eth_two_frames_far_apart_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scene = tmp_path / "scene.txt"
+    scene.write_text("0\t1\t1.0\t1.0\n9007199254740000\t1\t2.0\t2.0\n")
+    args = ["make-bag", "--source", "eth_ucy", "--input", str(scene), "--out", str(tmp_path / "b")]
+    assert main(args) == 2
+    assert "outlier frame number" in capsys.readouterr().err
+
+
+def test_eth_ids_beyond_uint32_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scene = tmp_path / "scene.txt"
+    scene.write_text(ETH_ROWS + "800\t4294967296\t1.0\t1.0\n")
+    args = ["make-bag", "--source", "eth_ucy", "--input", str(scene), "--out", str(tmp_path / "b")]
+    assert main(args) == 2
+    assert "pedestrian ids above" in capsys.readouterr().err

@@ -305,3 +305,68 @@ def test_real_kitti_and_eth_bags_replay(
     assert kitti["frames"][0]["counts"]["points"] == 17_238
     eth = json.loads((tmp_path / "run_eth" / "metrics.json").read_text())
     assert eth["summary"]["prediction"]["matched"] > 0
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "dds"])
+@pytest.mark.parametrize("offset", ["nan", "inf", "-inf", "-1"])
+def test_bad_start_offset_exits_2(
+    drive_bag: Path, mode: str, offset: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(drive_bag), "--mode", mode, f"--start-offset={offset}"]) == 2
+    err = capsys.readouterr().err
+    assert "--start-offset must be finite and >= 0" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_replay_options_refuse_non_finite_offsets(value: float) -> None:
+    from dynshape_perception.core.replay.inprocess import ReplayOptions
+    from dynshape_perception.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="start offset must be finite"):
+        ReplayOptions(start_offset_s=value)
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_zeroed_metadata_counts_and_offsets_past_the_end(
+    tmp_path: Path, storage: str, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag = tmp_path / "crowd"
+    sources.write_crowd(bag, storage, seed=1, frames=6, agents=3)
+    meta = bag / "metadata.yaml"
+    meta.write_text(meta.read_text().replace("  - message_count: 6\n", "  - message_count: 0\n"))
+    assert "  - message_count: 6\n" not in meta.read_text()
+    assert main(["replay", str(bag), *engine_args]) == 0
+    out = capsys.readouterr().out
+    assert "(sensor_msgs/msg/PointCloud2, 6 messages) as obstacles" in out
+    assert "frames 6 (0 dropped)" in out
+    for offset in ("2.1", "1e300"):
+        assert main(["replay", str(bag), "--start-offset", offset, *engine_args]) == 0
+        assert "frames 0 (0 dropped)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_dds_offset_past_the_end_publishes_nothing(
+    tmp_path: Path, storage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dynshape_perception.core.replay.player import timetable
+    from dynshape_perception.nodes import bag_player
+
+    bag = tmp_path / "crowd"
+    sources.write_crowd(bag, storage, seed=1, frames=6, agents=3)
+    items: list[object] = []
+
+    def fake_replay(
+        path: Path, options: bag_player.PlayOptions, *rest: object
+    ) -> bag_player.PlayResult:
+        with bags.BagReader(path) as reader:
+            tracks, skipped = bag_player.tracks_for(reader, options)
+            items.extend(timetable(reader, tracks, options.start_offset_s))
+        return bag_player.PlayResult(tracks, skipped)
+
+    monkeypatch.setattr(bag_player, "replay_dds", fake_replay)
+    assert main(["replay", str(bag), "--mode", "dds", "--start-offset", "1.0"]) == 0
+    assert len(items) == 2 * 3
+    items.clear()
+    for offset in ("2.1", "1e300"):
+        assert main(["replay", str(bag), "--mode", "dds", "--start-offset", offset]) == 0
+        assert items == []

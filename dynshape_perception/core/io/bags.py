@@ -8,6 +8,7 @@ import math
 import shutil
 import sqlite3
 import struct
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,11 @@ from rosbags.typesys.store import Typestore
 from dynshape_perception.core.io.pointcloud2 import CloudData, encode_cloud, points_to_cloud
 from dynshape_perception.core.tables import LABEL_PEDESTRIAN, OBSTACLE_DTYPE
 from dynshape_perception.errors import DataError, MessageError
+
+if sys.version_info >= (3, 14):
+    from compression.zstd import ZstdError
+else:
+    from backports.zstd import ZstdError
 
 POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
 ODOMETRY = "nav_msgs/msg/Odometry"
@@ -70,6 +76,8 @@ _READ_ERRORS = (
     sqlite3.Error,
     apsw.Error,
     UnicodeDecodeError,
+    # Corrupt zstd data (file, message or mcap chunk compression); lz4 raises RuntimeError.
+    ZstdError,
 )
 _NS = 1_000_000_000
 log = logging.getLogger(__name__)
@@ -263,8 +271,11 @@ class BagWriter:
     def __enter__(self) -> BagWriter:
         if self.path.exists():
             raise DataError(f"{self.path} exists already; remove it or choose another path")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+        except OSError as err:
+            raise DataError(f"cannot create bag {self.path}: {err}") from err
         self._writer = Writer(
             self._tmp / self.path.name, version=BAG_VERSION, storage_plugin=STORAGES[self.storage]
         )
@@ -333,6 +344,8 @@ class BagReader:
         self.path = Path(path)
         self._reader: AnyReader | None = None
         self._storages: list[Any] = []
+        self._counts: dict[str, int] = {}
+        self._span: tuple[int, int] | None = None
 
     def __enter__(self) -> BagReader:
         if not self.path.exists():
@@ -348,8 +361,43 @@ class BagReader:
             raise DataError(
                 f"cannot open bag {self.path}: it is corrupt or truncated ({_reason(err)})"
             ) from err
+        self._counts, self._span = self._stored_counts()
         self._storages = self._mismatched_storages()
         return self
+
+    def _stored_counts(self) -> tuple[dict[str, int], tuple[int, int] | None]:
+        """Message counts per topic and the (start, end) log times the storage files hold.
+
+        metadata.yaml's counts are only a summary (some writers leave them 0); the storage
+        files count their messages themselves (mcap statistics, an sqlite3 count query).
+        Without storage information (not a rosbag2 bag) the metadata's counts stand.
+        """
+        counts: dict[str, int] = {}
+        starts: list[int] = []
+        ends: list[int] = []
+        owners = {id(c.owner): c.owner for c in self.reader.connections}.values()
+        for owner in owners:
+            storages = getattr(owner, "storages", None)
+            if not storages:
+                return {}, None
+            wanted = {(c.topic, c.msgtype) for c in self.reader.connections if c.owner is owner}
+            for st in storages:
+                for c in st.connections:
+                    if (c.topic, c.msgtype) in wanted:
+                        counts[c.topic] = counts.get(c.topic, 0) + int(c.msgcount)
+                meta = getattr(st, "metadata", None)
+                if meta is not None and meta.message_count:
+                    starts.append(int(meta.start_time))
+                    ends.append(int(meta.end_time))
+        listed = {t: 0 for t in {c.topic for c in self.reader.connections}}
+        for c in self.reader.connections:
+            listed[c.topic] += c.msgcount
+        if any(listed[t] != counts.get(t, 0) for t in listed):
+            log.info(
+                "%s: metadata.yaml message counts disagree with its storage; using the storage's",
+                self.path,
+            )
+        return counts, ((min(starts), max(ends)) if starts else (0, 0))
 
     def _mismatched_storages(self) -> list[Any]:
         """Storages to read directly when metadata.yaml disagrees with them.
@@ -367,7 +415,7 @@ class BagReader:
                 continue
             stored = [(c.topic, c.msgtype, c.ext) for st in storages for c in st.connections]
             if any(
-                c.msgcount and (c.topic, c.msgtype, c.ext) not in stored
+                self._count(c.topic, c.msgcount) and (c.topic, c.msgtype, c.ext) not in stored
                 for c in self.reader.connections
                 if c.owner is owner
             ):
@@ -390,20 +438,31 @@ class BagReader:
         assert self._reader is not None, "BagReader is not open"
         return self._reader
 
+    def _count(self, topic: str, listed: int) -> int:
+        return self._counts.get(topic, 0) if self._span is not None else listed
+
     def topics(self) -> list[TopicInfo]:
         seen: dict[str, TopicInfo] = {}
         for conn in self.reader.connections:
             old = seen.get(conn.topic)
             count = conn.msgcount + (old.count if old else 0)
             seen[conn.topic] = TopicInfo(conn.topic, conn.msgtype, count)
-        return sorted(seen.values(), key=lambda t: t.name)
+        return sorted(
+            (TopicInfo(t.name, t.msgtype, self._count(t.name, t.count)) for t in seen.values()),
+            key=lambda t: t.name,
+        )
 
     @property
     def start_ns(self) -> int:
+        if self._span is not None:
+            return self._span[0]
         return int(self.reader.start_time) if self.reader.message_count else 0
 
     @property
     def end_ns(self) -> int:
+        """One past the last log time (0 for an empty bag)."""
+        if self._span is not None:
+            return self._span[1]
         return int(self.reader.end_time) if self.reader.message_count else 0
 
     def messages(
@@ -412,6 +471,9 @@ class BagReader:
         """Raw messages in log-time order; a corrupt record raises DataError mid-iteration."""
         conns = [c for c in self.reader.connections if topics is None or c.topic in topics]
         if not conns:
+            return
+        if start_ns is not None and start_ns >= self.end_ns:
+            # Nothing lies past the end; sqlite3 also cannot bind a start beyond int64.
             return
         try:
             if self._storages:

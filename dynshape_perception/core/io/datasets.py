@@ -18,6 +18,8 @@ ETH_UCY_FIELDS = 4
 ETH_UCY_STEP_S = 0.4
 # Frames and ids are written as "780" or "1.0"; anything further from an integer is a defect.
 _INTEGRAL_TOLERANCE = 1.0e-6
+# Frames and ids are non-negative indices; beyond 2**53 a float64 no longer holds every integer.
+_MAX_INDEX = 2**53
 
 
 def read_kitti_bin(path: str | Path) -> np.ndarray:
@@ -46,11 +48,11 @@ class EthUcyScene:
 
     @property
     def frames(self) -> np.ndarray:
-        return self.rows[:, 0].astype(np.int64)
+        return np.rint(self.rows[:, 0]).astype(np.int64)
 
     @property
     def ped_ids(self) -> np.ndarray:
-        return self.rows[:, 1].astype(np.int64)
+        return np.rint(self.rows[:, 1]).astype(np.int64)
 
     def tracks(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each pedestrian's ``(frames [n] int64, xy [n, 2] float64)``, sorted by frame."""
@@ -76,18 +78,19 @@ def _parse_row(fields: list[str]) -> tuple[float, float, float, float] | None:
         return None
     if not all(np.isfinite((frame, ped_id, x, y))):
         return None
-    if abs(frame - round(frame)) > _INTEGRAL_TOLERANCE:
-        return None
-    if abs(ped_id - round(ped_id)) > _INTEGRAL_TOLERANCE:
-        return None
-    return frame, ped_id, x, y
+    index = (float(np.rint(frame)), float(np.rint(ped_id)))
+    for value, whole in zip((frame, ped_id), index, strict=True):
+        if abs(value - whole) > _INTEGRAL_TOLERANCE or not 0 <= whole < _MAX_INDEX:
+            return None
+    return index[0], index[1], x, y
 
 
 def read_eth_ucy(path: str | Path) -> EthUcyScene:
     """Parse a ``frame ped_id x y`` file; malformed rows are skipped, counted and warned about once.
 
-    A row is malformed when it does not hold exactly four numbers, holds NaN or Inf, or
-    its frame or pedestrian id is not an integer. Blank lines are ignored.
+    A row is malformed when it does not hold exactly four numbers, holds NaN or Inf, its
+    frame or pedestrian id is not an integer in [0, 2**53), or it repeats the frame and
+    pedestrian id of an earlier row (the first is kept). Blank lines are ignored.
     """
     path = Path(path)
     try:
@@ -97,9 +100,22 @@ def read_eth_ucy(path: str | Path) -> EthUcyScene:
     lines = [line.split() for line in text.splitlines()]
     lines = [fields for fields in lines if fields]
     parsed = [_parse_row(fields) for fields in lines]
-    good = [row for row in parsed if row is not None]
+    good: list[tuple[float, float, float, float]] = []
+    seen: set[tuple[float, float]] = set()
+    duplicates = 0
+    for row in parsed:
+        if row is None:
+            continue
+        if row[:2] in seen:
+            duplicates += 1
+            continue
+        seen.add(row[:2])
+        good.append(row)
     skipped = len(parsed) - len(good)
     if skipped:
-        _LOG.warning("%s: skipped %d malformed row(s) of %d", path, skipped, len(parsed))
+        repeated = f" ({duplicates} repeat an earlier frame and ped_id)" if duplicates else ""
+        _LOG.warning(
+            "%s: skipped %d malformed row(s) of %d%s", path, skipped, len(parsed), repeated
+        )
     rows = np.array(good, dtype=np.float64).reshape(-1, ETH_UCY_FIELDS)
     return EthUcyScene(path=path, rows=rows, skipped_rows=skipped)

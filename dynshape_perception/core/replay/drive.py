@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.core.scenes import (
     ASPHALT_INTENSITY,
     CAR_INTENSITY,
@@ -88,7 +89,7 @@ class DriveConfig:
     sensor_height_m: float = SENSOR_HEIGHT_M
 
     def __post_init__(self) -> None:
-        if self.frames < 1 or self.segment_frames < 1 or not self.period_s > 0.0:
+        if self.frames < 1 or self.segment_frames < 1 or not 0.0 < self.period_s < math.inf:
             raise ConfigError("frames and segment_frames must be >= 1 and period_s > 0")
         for name in ("points_range", "objects_range", "agents_range"):
             lo, hi = getattr(self, name)
@@ -98,8 +99,9 @@ class DriveConfig:
             raise ConfigError("points_range must start at >= 1 point")
         if self.agents_range[1] > self.objects_range[1]:
             raise ConfigError("agents are objects: agents_range cannot exceed objects_range")
-        if self.ego_speed_mps < 0.0:
-            raise ConfigError("ego_speed_mps must be >= 0")
+        if not (math.isfinite(self.ego_speed_mps) and self.ego_speed_mps >= 0.0):
+            raise ConfigError(f"ego_speed_mps must be finite and >= 0, got {self.ego_speed_mps}")
+        check_seed("seed", self.seed)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,9 @@ class ReplayOptions:
     unpredicted_penalty_m: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.start_offset_s < 0 or self.rate < 0 or not math.isfinite(self.rate):
-            raise ConfigError("start offset and rate must be >= 0")
+        for name, value in (("start offset", self.start_offset_s), ("rate", self.rate)):
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be finite and >= 0, got {value}")
         if self.max_frames is not None and self.max_frames < 1:
             raise ConfigError("max_frames must be >= 1")
 
@@ -159,7 +160,9 @@ class InProcessReplay:
             score = PredictionScore(
                 pipeline.step_s, options.match_radius_m, options.unpredicted_penalty_m
             )
-            start_ns = reader.start_ns + round(options.start_offset_s * NS)
+            # Past the end nothing is replayed, whatever the offset (no float or int64 overflow).
+            offset_s = min(options.start_offset_s, (reader.end_ns - reader.start_ns) / NS + 1.0)
+            start_ns = min(reader.start_ns + round(offset_s * NS), reader.end_ns)
             period_ns = self._period_ns(reader, driver.topic)
             span_ns = max(reader.end_ns - start_ns, 0) + period_ns
             total = None if options.loop else driver.count

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.core.io import bags
 from dynshape_perception.core.io.datasets import ETH_UCY_STEP_S, read_eth_ucy, read_kitti_bin
 from dynshape_perception.core.replay.drive import DriveConfig, drive_frames, ego_pose
@@ -31,6 +32,10 @@ ODOM_PER_FRAME = 2
 LIDAR_PERIOD_S = 0.1
 ETH_UCY_FPS = 25.0
 CROWD_AREA_M = 20.0
+# An ETH/UCY stream longer than this (11 days at 2.5 Hz) comes from an outlier frame number.
+MAX_ETH_UCY_STEPS = 2_000_000
+# Track ids travel as uint32.
+MAX_TRACK_ID = 2**32 - 1
 
 
 @dataclass
@@ -227,6 +232,18 @@ def write_eth_ucy(
     count = int((annotated[-1] - first) // step + 1)
     if frames is not None:
         count = min(count, frames)
+    # Bounds both the steps to allocate and the stamps, which must fit int64 nanoseconds.
+    if (
+        count > MAX_ETH_UCY_STEPS
+        or (count - 1) * step > MAX_ETH_UCY_STEPS * ETH_UCY_STEP_S * ETH_UCY_FPS
+    ):
+        raise DataError(
+            f"{path} spans frames {first} to {int(annotated[-1])} in {count} steps of {step} "
+            f"frames, more than {MAX_ETH_UCY_STEPS} steps of {ETH_UCY_STEP_S} s: an outlier "
+            "frame number? Limit it with --frames"
+        )
+    if int(scene.ped_ids.max()) > MAX_TRACK_ID:
+        raise DataError(f"{path} holds pedestrian ids above {MAX_TRACK_ID}")
     stamps = np.arange(count) * step / ETH_UCY_FPS
     tracks = {}
     for pid, (frame_numbers, xy) in scene.tracks().items():
@@ -259,6 +276,7 @@ def write_crowd(
     """A generated 2.5 Hz pedestrian detection stream: agents enter and leave the view."""
     if frames < 1 or agents < 0:
         raise ConfigError(f"need frames >= 1 and agents >= 0, got {frames}, {agents}")
+    check_seed("seed", seed)
     rng = np.random.default_rng(seed)
     paths = pedestrian_scene(
         seed=seed, num_agents=agents, num_steps=frames, dt_s=ETH_UCY_STEP_S, area_m=CROWD_AREA_M

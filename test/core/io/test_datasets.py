@@ -139,3 +139,36 @@ def test_eth_unreadable_file_raises(tmp_path: Path) -> None:
         read_eth_ucy(binary)
     with pytest.raises(DataError, match=r"absent\.txt"):
         read_eth_ucy(tmp_path / "absent.txt")
+
+
+def test_eth_near_integer_frames_and_ids_are_rounded(tmp_path: Path) -> None:
+    path = tmp_path / "near.txt"
+    path.write_text("10\t1\t1.0\t2.0\n19.9999999\t1\t1.5\t2.5\n30\t1.9999999\t3.0\t4.0\n")
+    scene = read_eth_ucy(path)
+    assert scene.skipped_rows == 0
+    assert scene.frames.tolist() == [10, 20, 30]
+    assert scene.ped_ids.tolist() == [1, 1, 2]
+    assert sorted(scene.tracks()) == [1, 2]
+
+
+@pytest.mark.parametrize("bad", ["1e19\t1", "9007199254740992\t1", "-10\t1", "10\t-1", "10\t1e300"])
+def test_eth_frames_and_ids_out_of_range_are_malformed(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "range.txt"
+    path.write_text(f"10\t1\t1.0\t2.0\n{bad}\t8.0\t3.0\n20\t1\t1.5\t2.5\n")
+    scene = read_eth_ucy(path)
+    assert scene.skipped_rows == 1
+    assert scene.frames.tolist() == [10, 20] and scene.ped_ids.tolist() == [1, 1]
+
+
+def test_eth_duplicate_frame_and_id_keeps_the_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "dup.txt"
+    path.write_text("10\t1\t1.0\t2.0\n20\t1\t1.5\t2.5\n10\t1.0\t9.0\t9.0\n10\t2\t5.0\t5.0\n")
+    with caplog.at_level(logging.WARNING):
+        scene = read_eth_ucy(path)
+    assert scene.skipped_rows == 1
+    assert "skipped 1" in caplog.text and "repeat" in caplog.text
+    frames, xy = scene.tracks()[1]
+    assert frames.tolist() == [10, 20]
+    np.testing.assert_array_equal(xy, [[1.0, 2.0], [1.5, 2.5]])

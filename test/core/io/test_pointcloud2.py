@@ -254,3 +254,31 @@ def test_encode_refuses_non_tables() -> None:
         encode_cloud(np.zeros(3, np.float32))
     with pytest.raises(MessageError, match="equal rows"):
         encode_cloud(np.zeros(5, OBSTACLE_DTYPE), height=2)
+
+
+@pytest.mark.parametrize("dtype", [OBSTACLE_DTYPE, TRACK_DTYPE])
+def test_read_table_skips_row_padding_of_organised_tables(dtype: np.dtype) -> None:
+    rng = np.random.default_rng(3)
+    table = np.zeros(6, dtype=dtype)
+    for name in dtype.names or ():
+        table[name] = rng.integers(1, 99, table.size)
+    for layout in ({"height": 3, "row_padding": 4}, {"height": 2, "row_padding": 7}, {}):
+        read = read_table(encode_cloud(table, **layout))  # type: ignore[arg-type]
+        for name in dtype.names or ():
+            np.testing.assert_array_equal(read[name], table[name])
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"fields": (FieldSpec("x", 0, 9),)}, "datatype 9"),
+        ({"fields": (FieldSpec("x", 40, FLOAT32),)}, "do not fit"),
+        ({"data": b"\0" * 10}, "fewer than row_step"),
+        ({"row_step": 4}, "row_step must be"),
+        ({"height": -1}, "bad layout"),
+    ],
+)
+def test_read_table_refuses_bad_layouts(changes: dict[str, object], match: str) -> None:
+    cloud = encode_cloud(np.zeros(3, dtype=OBSTACLE_DTYPE))
+    with pytest.raises(MessageError, match=match):
+        read_table(_broken(cloud, **changes))

@@ -68,3 +68,15 @@ def test_bad_config() -> None:
         DriveConfig(objects_range=(0, 10), agents_range=(0, 20))
     with pytest.raises(ConfigError, match="frames"):
         DriveConfig(frames=0)
+
+
+@pytest.mark.parametrize("speed", [float("nan"), float("inf"), -1.0])
+def test_ego_speed_must_be_finite_and_non_negative(speed: float) -> None:
+    with pytest.raises(ConfigError, match="ego_speed_mps"):
+        DriveConfig(ego_speed_mps=speed)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True])
+def test_seed_must_be_a_non_negative_integer(seed: object) -> None:
+    with pytest.raises(ConfigError, match="seed"):
+        DriveConfig(seed=seed)  # type: ignore[arg-type]
