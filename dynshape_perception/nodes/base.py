@@ -51,9 +51,18 @@ PROCESSING_ERROR = "processing_error"
 INTERNAL_ERROR = "internal_error"
 ODOM_BACKWARDS = "odom_time_backwards"
 ODOM_NON_FINITE = "odom_non_finite"
+ODOM_STALE = "odom_stale"
+FUTURE_STAMP = "future_stamp"
+TIME_JUMP_RESET = "time_jump_reset"
+INTENSITY_OUT_OF_RANGE = "intensity_out_of_range"
 POINT_REASONS = (*REASONS, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
-ODOM_REASONS = (ODOM_BACKWARDS, ODOM_NON_FINITE)
-POINT_COUNTERS = {"points_non_finite_removed": 0, "frames_subsampled": 0}
+# The reasons of the nodes that take odometry and keep state in a fixed frame.
+ODOM_REASONS = (ODOM_BACKWARDS, ODOM_NON_FINITE, ODOM_STALE, FUTURE_STAMP)
+POINT_COUNTERS = {
+    "points_non_finite_removed": 0,
+    "frames_subsampled": 0,
+    INTENSITY_OUT_OF_RANGE: 0,
+}
 NO_ODOMETRY = "absent: static sensor assumed"
 # Tier-1 work runs on an engine of its own (see nodes/tiered.py).
 TIER1_MODELS = ("segmenter",)
@@ -108,6 +117,8 @@ class PerceptionNode(Node):
         self._stats_lock = threading.Lock()
         self._closing = False
         self._reported: dict[str, Any] | None = None
+        # What a jump back in time restarts (the fixed frame's state, the odometry buffer).
+        self._time_resets: list[Callable[[], None]] = []
         self.input_qos = QoSProfile(
             history=HistoryPolicy.KEEP_LAST,
             depth=int(self.values["qos.input_depth"]),
@@ -228,6 +239,45 @@ class PerceptionNode(Node):
         """The node's clock (simulated time under ``use_sim_time``), as sensor stamps are."""
         return self.get_clock().now().nanoseconds / NS_PER_S
 
+    def stamp_in_future(self, stamp_s: float, what: str) -> bool:
+        """Drop (counted) a stamp further ahead of the node's clock than the tolerance.
+
+        Such a stamp (a driver glitch) would otherwise become the newest one and make every
+        later input look stale. A clock at 0 is sim time before the first /clock: no check.
+        """
+        now_s = self.ros_time_s()
+        tolerance_s = float(self.values["stamps.future_tolerance_s"])
+        if now_s <= 0.0 or stamp_s - now_s <= tolerance_s:
+            return False
+        self.drops.drop(
+            FUTURE_STAMP,
+            f"{what}: stamp {stamp_s:.6f} s is {stamp_s - now_s:.3f} s ahead of the node's "
+            f"clock (stamps.future_tolerance_s {tolerance_s})",
+        )
+        return True
+
+    def on_time_jump(self, reset: Callable[[], None]) -> None:
+        self._time_resets.append(reset)
+        self.counters.setdefault(TIME_JUMP_RESET, 0)
+
+    def time_jumped_back(self, stamp_s: float, newest_s: float, what: str) -> bool:
+        """Restart every registered state when ``stamp_s`` lies far before ``newest_s``.
+
+        A looped bag or a reset clock would else make every later input stale for good.
+        """
+        tolerance_s = float(self.values["stamps.jump_back_tolerance_s"])
+        if newest_s - stamp_s <= tolerance_s:
+            return False
+        self.get_logger().warning(
+            f"{what}: time jumped back {newest_s - stamp_s:.3f} s (from {newest_s:.6f} s to "
+            f"{stamp_s:.6f} s, more than stamps.jump_back_tolerance_s {tolerance_s}): "
+            "tracks and odometry restart"
+        )
+        self.count(TIME_JUMP_RESET)
+        for reset in self._time_resets:
+            reset()
+        return True
+
     def _say_lanes(self) -> None:
         assert self.deadline_executor is not None
         options = self.deadline_executor.options
@@ -312,9 +362,30 @@ class PerceptionNode(Node):
         """Vectorised conversion, then the point bound (drop, or subsample if configured)."""
         points = cloud_to_points(msg)
         self.count("points_non_finite_removed", points.removed_non_finite)
+        if points.has_intensity:
+            self._scale_intensity(points.xyzi[:, 3])
         bounded = pipeline.bound_points(points.xyzi)
         self.set_counter("frames_subsampled", pipeline.subsampled_frames)
         return bounded
+
+    def _scale_intensity(self, intensity: np.ndarray) -> None:
+        """Scale in place to the [0, 1] the segmenter was trained on; count and clip the rest."""
+        scale = float(self.values["points.intensity_scale"])
+        if scale != 1.0:
+            intensity *= scale
+        if intensity.size == 0:
+            return
+        low, high = float(intensity.min()), float(intensity.max())
+        if low >= 0.0 and high <= 1.0:
+            return
+        self.count(INTENSITY_OUT_OF_RANGE)
+        self.drops.once(
+            INTENSITY_OUT_OF_RANGE,
+            f"cloud intensity spans [{low:g}, {high:g}] after points.intensity_scale {scale:g}; "
+            "the segmenter expects [0, 1] (set points.intensity_scale, e.g. 1/255 for 8-bit "
+            "drivers): clipped, counted in intensity_out_of_range",
+        )
+        np.clip(intensity, 0.0, 1.0, out=intensity)
 
     def count(self, key: str, n: int = 1) -> None:
         with self._stats_lock:
@@ -410,6 +481,8 @@ class OdometryInput:
         )
         self.buffer = PoseBuffer(int(values["odometry.buffer_size"]), mount)
         self.frame_id: str | None = None
+        self._stale = False
+        node.on_time_jump(self.buffer.clear)
         node.note("odometry", "none received yet")
         node.create_subscription(Odometry, "odom", self._on_odom, node.input_qos)
 
@@ -418,7 +491,11 @@ class OdometryInput:
         if not np.isfinite((stamp, x, y, yaw)).all():
             self.node.drops.drop(ODOM_NON_FINITE, "odometry holds NaN or Inf")
             return
+        if self.node.stamp_in_future(stamp, "odometry"):
+            return
         newest = self.buffer.newest_stamp_s
+        if newest is not None and self.node.time_jumped_back(stamp, newest, "odometry"):
+            newest = self.buffer.newest_stamp_s
         if not self.buffer.add(stamp, x, y, yaw):
             self.node.drops.drop(
                 ODOM_BACKWARDS, f"odometry stamp {stamp:.6f} s is not after {newest:.6f} s"
@@ -429,10 +506,14 @@ class OdometryInput:
             self.node.get_logger().info(f"odometry received: tracking in frame {self.frame_id!r}")
             self.node.note("odometry", f"ok (frame {self.frame_id})")
 
-    def pose_at(self, stamp_s: float, sensor_frame: str) -> tuple[Pose2D, str]:
-        """The lidar pose and the fixed frame; without odometry the sensor frame is fixed."""
-        pose = self.buffer.pose_at(stamp_s)
-        if pose is None or self.frame_id is None:
+    def pose_at(self, stamp_s: float, sensor_frame: str) -> tuple[Pose2D, str] | None:
+        """The lidar pose and the fixed frame; without odometry the sensor frame is fixed.
+
+        None (a counted ``odom_stale`` drop) once odometry was received but none lies within
+        ``odometry.max_extrapolation_s`` of the stamp: the end pose would put the frame in
+        the wrong place.
+        """
+        if self.frame_id is None:
             if self.node.drops.once(
                 "no_odometry",
                 f"no odometry on {self.node.resolve_topic_name('odom')!r}: static sensor "
@@ -440,6 +521,23 @@ class OdometryInput:
             ):
                 self.node.note("odometry", NO_ODOMETRY, warn=True)
             return Pose2D(), sensor_frame
+        pose = self.buffer.pose_at(stamp_s)
+        gap_s = self.buffer.gap_s(stamp_s)
+        limit_s = float(self.node.values["odometry.max_extrapolation_s"])
+        if pose is None or gap_s > limit_s:
+            newest = self.buffer.newest_stamp_s
+            since = "none buffered" if newest is None else f"newest {newest:.6f} s"
+            self.node.drops.drop(
+                ODOM_STALE,
+                f"no odometry within odometry.max_extrapolation_s {limit_s} of the frame "
+                f"stamp {stamp_s:.6f} s ({since})",
+            )
+            self._stale = True
+            self.node.note("odometry", f"stale ({since}, frame {self.frame_id})", warn=True)
+            return None
+        if self._stale:
+            self._stale = False
+            self.node.note("odometry", f"ok (frame {self.frame_id})")
         return pose, self.frame_id
 
 
@@ -451,6 +549,22 @@ class FixedFrame:
         self.frame_id: str | None = None
         self._reset = reset
         self.last_stamp_s: float | None = None
+        node.on_time_jump(self._restart)
+
+    def _restart(self) -> None:
+        self._reset()
+        self.last_stamp_s = None
+
+    def screen(self, stamp_s: float) -> bool:
+        """False (a counted drop) for a stamp far ahead of the clock; a jump back restarts.
+
+        Call it before anything uses the stamp, so that a bad one moves no state.
+        """
+        if self.node.stamp_in_future(stamp_s, "frame"):
+            return False
+        if self.last_stamp_s is not None:
+            self.node.time_jumped_back(stamp_s, self.last_stamp_s, "frame")
+        return True
 
     def admit(self, frame_id: str, stamp_s: float) -> bool:
         if frame_id != self.frame_id:

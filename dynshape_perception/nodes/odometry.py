@@ -28,6 +28,15 @@ class PoseBuffer:
     def newest_stamp_s(self) -> float | None:
         return self._poses[-1][0] if self._poses else None
 
+    def clear(self) -> None:
+        self._poses.clear()
+
+    def gap_s(self, stamp_s: float) -> float:
+        """How far ``stamp_s`` lies outside the buffered span (0 inside; inf when empty)."""
+        if not self._poses:
+            return math.inf
+        return max(self._poses[0][0] - stamp_s, stamp_s - self._poses[-1][0], 0.0)
+
     def add(self, stamp_s: float, x: float, y: float, yaw: float) -> bool:
         """Append a pose; False (and nothing kept) unless its stamp is after the newest one."""
         newest = self.newest_stamp_s

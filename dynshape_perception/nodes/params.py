@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dynshape_perception.config import Bounds, default_bounds
+from dynshape_perception.config import Bounds, default_bounds, predictor_history_steps
 from dynshape_perception.core.perception.clustering import ClusterParams
 from dynshape_perception.core.perception.pipeline import PipelineParams
 from dynshape_perception.core.perception.tracking import TrackerParams
@@ -73,6 +73,11 @@ _MAX_SWITCH_INTERVAL_MS = 100.0
 _MAX_RANGE_M = 500.0
 _MIN_CORRIDOR_M = 0.1
 _MAX_GROUND_BAND_M = 10.0
+_MAX_STAMP_TOLERANCE_S = 3600.0
+_MIN_STAMP_TOLERANCE_S = 0.01
+# Intensity scale: 1/65535 (16-bit drivers) must fit, with room on both sides.
+_MIN_INTENSITY_SCALE = 1e-9
+_MAX_INTENSITY_SCALE = 1e9
 # Executor options that take None (leave the thread or interpreter as it is) are 0 here:
 # a ROS parameter has one fixed type.
 _OFF = 0
@@ -335,6 +340,15 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             _PIPELINE.subsample_over_bound,
             "subsample a cloud above bounds.max_points (seeded) instead of dropping it",
         ),
+        ParamSpec(
+            "points.intensity_scale",
+            1.0,
+            "factor applied to the cloud's intensity field: the segmenter expects [0, 1] "
+            "(1/255 for 8-bit drivers such as Velodyne, 1/65535 for 16-bit ones such as "
+            "Ouster); clouds outside [0, 1] after it are clipped and counted",
+            low=_MIN_INTENSITY_SCALE,
+            high=_MAX_INTENSITY_SCALE,
+        ),
     ),
     "segmentation": (
         ParamSpec(
@@ -406,6 +420,33 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             low=-math.pi,
             high=math.pi,
         ),
+        ParamSpec(
+            "odometry.max_extrapolation_s",
+            0.5,
+            "a frame stamped further than this outside the buffered odometry (odometry "
+            "stopped or lagging) is dropped as odom_stale instead of using the end pose",
+            low=0.0,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+    ),
+    "stamps": (
+        ParamSpec(
+            "stamps.future_tolerance_s",
+            5.0,
+            "an input stamped further than this ahead of the node's clock is dropped "
+            "(future_stamp) and never advances the node's state",
+            low=_MIN_STAMP_TOLERANCE_S,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_back_tolerance_s",
+            10.0,
+            "an input stamped further than this before the newest one is a time jump (a "
+            "looped bag, a clock reset): tracks and odometry restart (time_jump_reset); a "
+            "smaller step back is dropped as stale",
+            low=_MIN_STAMP_TOLERANCE_S,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
     ),
     "tracking": (
         ParamSpec(
@@ -462,8 +503,12 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ParamSpec(
             "prediction.min_history_steps",
             _PIPELINE.min_history_steps,
-            "history samples (at the predictor's step) an agent needs to be predicted",
+            "history samples (at the predictor's step) an agent needs to be predicted; at "
+            "most the predictor's history steps (predictor.history_steps of "
+            "config/models.yaml, capped by bounds.max_history_steps), checked on set",
             low=1,
+            # Not the predictor's steps: the on-set check then gives the reason, where
+            # rclpy's range check would only say "out of range".
             high=_BOUNDS.T,
         ),
     ),
@@ -487,8 +532,8 @@ _TIERED = ("tiers", "executor", "near_field")
 
 NODE_GROUPS: dict[str, tuple[str, ...]] = {
     "pointcloud_node": ("engine", "jit", "io", "points", "segmentation", *_TIERED),
-    "tracker_node": ("engine", "jit", "io", "odometry", "tracking", "tracker_input"),
-    "prediction_node": ("engine", "jit", "io", "odometry", "prediction", "markers"),
+    "tracker_node": ("engine", "jit", "io", "odometry", "stamps", "tracking", "tracker_input"),
+    "prediction_node": ("engine", "jit", "io", "odometry", "stamps", "prediction", "markers"),
     "perception_pipeline": (
         "engine",
         "jit",
@@ -496,6 +541,7 @@ NODE_GROUPS: dict[str, tuple[str, ...]] = {
         "points",
         "segmentation",
         "odometry",
+        "stamps",
         "tracking",
         "prediction",
         "markers",
@@ -638,8 +684,13 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
     executor_options(values)
     near_field(values)
     pipeline = pipeline_params(values)
-    if pipeline.min_history_steps > bounds.T:
-        raise ConfigError(
-            f"prediction.min_history_steps {pipeline.min_history_steps} exceeds "
-            f"bounds.max_history_steps {bounds.T}: no agent could ever be predicted"
-        )
+    # Only where the node predicts: the others would refuse to start over a value they
+    # never use (bounds.max_history_steps: 1 with the default minimum of 2).
+    if "prediction.min_history_steps" in specs:
+        steps = predictor_history_steps(bounds)
+        if pipeline.min_history_steps > steps:
+            raise ConfigError(
+                f"prediction.min_history_steps {pipeline.min_history_steps} exceeds the "
+                f"{steps} history steps the predictor gets (predictor.history_steps, at most "
+                f"bounds.max_history_steps {bounds.T}): no agent could ever be predicted"
+            )

@@ -40,6 +40,9 @@ from dynshape_perception.nodes.tiered import (
 )
 
 NOT_TRACKED = "frames_not_tracked"
+# Truncations at the bounds: tracks at bounds.max_tracks, agents at bounds.max_agents.
+TRACKS_DROPPED = "tracks_dropped"
+AGENTS_DROPPED = "agents_dropped"
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class PerceptionPipelineNode(SegmentingNode):
         )
         self.counters.update(POINT_COUNTERS)
         self.counters[NOT_TRACKED] = 0
+        self.counters[TRACKS_DROPPED] = 0
+        self.counters[AGENTS_DROPPED] = 0
         # The tracker's state is touched by tier 2 (a lane) and reset by a frame change
         # (the subscription); the history batcher's statistics by tier 3 units.
         self._track_lock = threading.Lock()
@@ -119,7 +124,12 @@ class PerceptionPipelineNode(SegmentingNode):
             t0 = time.perf_counter()
             points = self.points_of(msg, self.pipeline)
             stamp = stamp_s(msg.header.stamp)
-            pose, frame_id = self.odometry.pose_at(stamp, msg.header.frame_id)
+            if not self.frame.screen(stamp):
+                return
+            located = self.odometry.pose_at(stamp, msg.header.frame_id)
+            if located is None:
+                return
+            pose, frame_id = located
             if not self.frame.admit(frame_id, stamp):
                 return
             arrival = self.scheduler.arrive("points", stamp)
@@ -166,6 +176,8 @@ class PerceptionPipelineNode(SegmentingNode):
         if result.tracks is None:
             return
         self.tracks.publish(table_msg(result.tracks, frame.fixed))
+        self.set_counter(TRACKS_DROPPED, self.pipeline.tracker.dropped_tracks)
+        self.set_counter(AGENTS_DROPPED, self.pipeline.dropped_agents)
         self.count("frames_out")
         self.record_latency({**result.cloud.latency_ms, "track": result.track_ms})
         self.scheduler.submit(

@@ -29,6 +29,7 @@ from dynshape_perception.nodes.messages import marker_array, stamp_s, table_msg
 from dynshape_perception.nodes.track_histories import TrackHistories
 
 MS_PER_S = 1000.0
+AGENTS_DROPPED = "agents_dropped"
 
 
 class PredictionNode(PerceptionNode):
@@ -42,6 +43,7 @@ class PredictionNode(PerceptionNode):
         self.histories = TrackHistories(self.bounds, step_s)
         self.frame = FixedFrame(self, self.histories.reset)
         self.odometry = OdometryInput(self)
+        self.counters[AGENTS_DROPPED] = 0
         self.predictions = self.create_publisher(PointCloud2, "predictions", self.output_qos)
         self.markers = self.create_publisher(MarkerArray, "markers", self.output_qos)
         self.create_subscription(PointCloud2, "tracks", self.on_tracks, self.input_qos)
@@ -52,10 +54,13 @@ class PredictionNode(PerceptionNode):
             tracks = cloud_to_table(msg, TRACK_DTYPE)
             self.bounds.check("M", tracks.shape[0], "tracks")
             stamp = stamp_s(msg.header.stamp)
-            if not self.frame.admit(msg.header.frame_id, stamp):
+            if not self.frame.screen(stamp):
+                return
+            located = self.odometry.pose_at(stamp, msg.header.frame_id)
+            if located is None or not self.frame.admit(msg.header.frame_id, stamp):
                 return
             self.histories.update(tracks, stamp)
-            ego, _ = self.odometry.pose_at(stamp, msg.header.frame_id)
+            ego = located[0]
             ids, batch, lengths = self.histories.batch(
                 tracks, ego, int(self.values["prediction.min_history_steps"])
             )
@@ -70,7 +75,7 @@ class PredictionNode(PerceptionNode):
             self.predictions.publish(table_msg(predictions, head))
             self.markers.publish(marker_array(tracks, predictions, head, self.marker_style()))
             self.count("frames_out")
-            self.set_counter("agents_dropped", self.histories.dropped_agents)
+            self.set_counter(AGENTS_DROPPED, self.histories.dropped_agents)
             self.record_latency(
                 {
                     "histories": (t1 - t0) * MS_PER_S,

@@ -24,6 +24,9 @@ SEGMENTING_COUNTERS = {
     "near_field_default_plane": 0,
     "frames_far_field_subsampled": 0,
     "segment_chunks": 0,
+    # Obstacles cut at bounds.max_obstacles: by the full cloud, by the near field.
+    "detections_dropped": 0,
+    "near_field_detections_dropped": 0,
 }
 
 
@@ -75,6 +78,7 @@ class SegmentingNode(PerceptionNode):
     def _publish_near(self, head: Any, result: NearResult) -> None:
         self.near_obstacles.publish(table_msg(result.obstacles, head))
         self.count("near_field_out")
+        self.count("near_field_detections_dropped", result.dropped)
         if result.default_plane:
             self.count("near_field_default_plane")
         self.record_latency({NEAR_FIELD: result.ms})
@@ -83,3 +87,4 @@ class SegmentingNode(PerceptionNode):
         if cloud.far_field_subsampled:
             self.count("frames_far_field_subsampled")
         self.count("segment_chunks", cloud.chunks)
+        self.set_counter("detections_dropped", self.pipeline.dropped_detections)

@@ -74,6 +74,8 @@ class NearResult:
     points: int
     ms: float
     default_plane: bool
+    # Obstacles beyond bounds.max_obstacles, left out (the nearest are kept).
+    dropped: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,13 +125,17 @@ class Segmentation:
             fitted = self.plane
             ground = fitted or GroundPlane.default()
             selected = points[near.select(points, fitted)]
+            dropped = 0
             if selected.shape[0] == 0:
                 obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)
             else:
                 scores = self.fast("forward", selected, ground.as_array())[0]
                 obstacles = cluster_obstacles(selected, scores, cluster, ground)
+                dropped = max(0, obstacles.shape[0] - self.pipeline.bounds.N)
                 obstacles = obstacles[: self.pipeline.bounds.N]
-            return NearResult(obstacles, int(selected.shape[0]), _elapsed_ms(start), fitted is None)
+            return NearResult(
+                obstacles, int(selected.shape[0]), _elapsed_ms(start), fitted is None, dropped
+            )
 
         return job
 

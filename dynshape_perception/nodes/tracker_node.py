@@ -30,6 +30,8 @@ from dynshape_perception.nodes.messages import stamp_s, table_msg
 from dynshape_perception.nodes.vision_input import detection3d_array_type, detections_to_obstacles
 
 MS_PER_S = 1000.0
+# Tracks the tracker let go at bounds.max_tracks.
+TRACKS_DROPPED = "tracks_dropped"
 
 
 class TrackerNode(PerceptionNode):
@@ -48,6 +50,7 @@ class TrackerNode(PerceptionNode):
         )
         self.frame = FixedFrame(self, self.pipeline.tracker.reset)
         self.odometry = OdometryInput(self)
+        self.counters[TRACKS_DROPPED] = 0
         self.tracks = self.create_publisher(PointCloud2, "tracks", self.output_qos)
         self._subscribe_input(str(self.values["tracker.input_type"]))
 
@@ -82,10 +85,16 @@ class TrackerNode(PerceptionNode):
         t0 = time.perf_counter()
         self.bounds.check("N", obstacles.shape[0], "obstacles")
         stamp = stamp_s(header.stamp)
-        pose, frame_id = self.odometry.pose_at(stamp, header.frame_id)
+        if not self.frame.screen(stamp):
+            return
+        located = self.odometry.pose_at(stamp, header.frame_id)
+        if located is None:
+            return
+        pose, frame_id = located
         if not self.frame.admit(frame_id, stamp):
             return
         tracks = self.pipeline.track(self.pipeline.to_fixed_frame(obstacles, pose), stamp)
+        self.set_counter(TRACKS_DROPPED, self.pipeline.tracker.dropped_tracks)
         t1 = time.perf_counter()
         self.tracks.publish(table_msg(tracks, output_header(header.stamp, frame_id)))
         self.count("frames_out")

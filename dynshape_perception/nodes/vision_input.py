@@ -17,6 +17,8 @@ from dynshape_perception.core.tables import (
 from dynshape_perception.errors import ConfigError, MessageError
 from dynshape_perception.nodes.odometry import yaw_from_quaternion
 
+UINT32_MAX = 2**32 - 1
+SIZE_FIELDS = ("length", "width", "height")
 CLASS_LABELS = {
     "car": LABEL_CAR,
     "vehicle": LABEL_CAR,
@@ -39,9 +41,17 @@ def detection3d_array_type() -> type:
 
 
 def _label(class_id: str) -> int:
+    """A class name (unknown names: LABEL_UNKNOWN) or a uint32 label in ASCII digits."""
     text = class_id.strip().lower()
-    if text.isdigit():
-        return int(text)
+    digits = text[1:] if text[:1] in "+-" else text
+    if digits.isascii() and digits.isdecimal() and digits == text:
+        label = int(text)
+        if label > UINT32_MAX:
+            raise MessageError(f"class_id {class_id!r} exceeds the uint32 label range")
+        return label
+    # int() would take these (or fail on them); a label is an unsigned ASCII number.
+    if digits.isnumeric():
+        raise MessageError(f"class_id {class_id!r} is not an unsigned ASCII number")
     return CLASS_LABELS.get(text, LABEL_UNKNOWN)
 
 
@@ -65,4 +75,7 @@ def detections_to_obstacles(msg: Any) -> np.ndarray:
     floats = [n for n in OBSTACLE_DTYPE.names or () if OBSTACLE_DTYPE[n].kind == "f"]
     if out.size and not all(np.isfinite(out[n]).all() for n in floats):
         raise MessageError("a detection holds NaN or Inf")
+    for name in SIZE_FIELDS:
+        if out.size and not (out[name] > 0.0).all():
+            raise MessageError(f"a detection's box {name} is not positive")
     return out

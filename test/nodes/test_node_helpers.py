@@ -155,3 +155,80 @@ def test_detections_to_obstacles() -> None:
     msg.detections.append(_detection(math.nan, 0.5, "car"))
     with pytest.raises(MessageError, match="NaN"):
         detections_to_obstacles(msg)
+
+
+@pytest.mark.parametrize(
+    ("ids", "xs", "match"),
+    [
+        ([1, 2], [math.nan, 6.0], "NaN or Inf"),
+        ([1, 2, 2], [14.0, 6.0, 7.0], r"id\(s\) \[2\] repeated"),
+    ],
+)
+def test_track_histories_refuse_a_bad_message_before_storing_it(
+    ids: list[int], xs: list[float], match: str
+) -> None:
+    hist = TrackHistories(Bounds(T=8), step_s=0.4)
+    for k in range(5):
+        hist.update(_tracks([1, 2], [10.0 + k, 2.0 + k]), 0.4 * k)
+    with pytest.raises(MessageError, match=match):
+        hist.update(_tracks(ids, xs), 2.0)
+    # Nothing of it was kept: the next frame batches as if it never came.
+    hist.update(_tracks([1, 2], [15.0, 7.0]), 2.4)
+    got, batch, lengths = hist.batch(_tracks([1, 2], [15.0, 7.0]), Pose2D(), min_steps=2)
+    assert got.tolist() == [2, 1] and lengths.tolist() == [7, 7]
+    assert np.isfinite(batch).all()
+
+
+def test_track_histories_skip_a_repeated_stamp_and_refuse_an_older_one() -> None:
+    hist = TrackHistories(Bounds(T=8), step_s=0.4)
+    hist.update(_tracks([1], [10.0]), 0.0)
+    hist.update(_tracks([1], [11.0]), 0.4)
+    hist.update(_tracks([1], [99.0]), 0.4)
+    with pytest.raises(MessageError, match="before its newest"):
+        hist.update(_tracks([1], [12.0]), 0.2)
+    ids, batch, lengths = hist.batch(_tracks([1], [11.0]), Pose2D(), min_steps=2)
+    assert ids.tolist() == [1] and lengths.tolist() == [2]
+    np.testing.assert_allclose(batch[0, :, 0], [10.0, 11.0])
+
+
+@pytest.mark.parametrize(
+    ("class_id", "match"),
+    [
+        ("99999999999", "uint32"),
+        (str(2**32), "uint32"),
+        ("\u00b2", "unsigned ASCII number"),
+        ("\u0663", "unsigned ASCII number"),
+        ("-3", "unsigned ASCII number"),
+    ],
+)
+def test_detections_with_a_bad_numeric_class_id_are_refused(class_id: str, match: str) -> None:
+    msg = SimpleNamespace(detections=[_detection(3.0, 0.9, class_id)])
+    with pytest.raises(MessageError, match=match):
+        detections_to_obstacles(msg)
+
+
+def test_detection_labels_at_the_uint32_edge_and_unknown_names() -> None:
+    msg = SimpleNamespace(
+        detections=[_detection(3.0, 0.9, str(2**32 - 1)), _detection(4.0, 0.9, "bicycle")]
+    )
+    assert detections_to_obstacles(msg)["label"].tolist() == [2**32 - 1, 0]
+
+
+@pytest.mark.parametrize("size", [(-5.0, 2.0, 1.5), (4.0, 0.0, 1.5), (4.0, 2.0, -1.0)])
+def test_detections_with_a_non_positive_box_size_are_refused(
+    size: tuple[float, float, float],
+) -> None:
+    det = _detection(3.0, 0.9, "car")
+    det.bbox.size = SimpleNamespace(x=size[0], y=size[1], z=size[2])
+    with pytest.raises(MessageError, match="not positive"):
+        detections_to_obstacles(SimpleNamespace(detections=[det]))
+
+
+def test_pose_buffer_gap_outside_its_span_and_clear() -> None:
+    buf = PoseBuffer(capacity=4)
+    assert buf.gap_s(1.0) == math.inf
+    buf.add(1.0, 0.0, 0.0, 0.0)
+    buf.add(2.0, 0.0, 0.0, 0.0)
+    assert (buf.gap_s(1.5), buf.gap_s(2.75), buf.gap_s(0.5)) == (0.0, 0.75, 0.5)
+    buf.clear()
+    assert len(buf) == 0 and buf.newest_stamp_s is None

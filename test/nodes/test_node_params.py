@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dynshape_perception.config import default_bounds
+from dynshape_perception.config import default_bounds, predictor_history_steps
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import descriptor
@@ -153,3 +153,45 @@ def test_values_reach_the_core_objects() -> None:
     assert pipeline.subsample_over_bound
     assert P.jit_config(values).hotness_threshold == 3
     assert P.bounds_from(values).P == 1000
+
+
+def test_min_history_is_checked_against_the_predictor_steps() -> None:
+    specs = P.node_specs("prediction_node")
+    values: dict[str, P.Value] = {n: s.default for n, s in specs.items()}
+    steps = predictor_history_steps(P.bounds_from(values))
+    assert steps < default_bounds().T
+    values["prediction.min_history_steps"] = steps
+    P.validate(values, specs)
+    values["prediction.min_history_steps"] = steps + 1
+    with pytest.raises(ConfigError, match=f"the {steps} history steps the predictor gets"):
+        P.validate(values, specs)
+
+
+@pytest.mark.parametrize("node", ["pointcloud_node", "tracker_node"])
+def test_nodes_that_do_not_predict_start_with_one_history_step(node: str) -> None:
+    specs = P.node_specs(node)
+    assert "prediction.min_history_steps" not in specs
+    values: dict[str, P.Value] = {n: s.default for n, s in specs.items()}
+    values["bounds.max_history_steps"] = 1
+    P.validate(values, specs)
+    predicting = P.node_specs("prediction_node")
+    values = {n: s.default for n, s in predicting.items()}
+    values["bounds.max_history_steps"] = 1
+    with pytest.raises(ConfigError, match="no agent could ever be predicted"):
+        P.validate(values, predicting)
+
+
+def test_input_screening_parameters_carry_units_and_ranges() -> None:
+    specs = P.all_specs()
+    scale = descriptor(specs["points.intensity_scale"])
+    assert specs["points.intensity_scale"].default == 1.0
+    assert 0.0 < scale.floating_point_range[0].from_value <= 1.0 / 65535.0
+    for name, default in (
+        ("odometry.max_extrapolation_s", 0.5),
+        ("stamps.future_tolerance_s", 5.0),
+        ("stamps.jump_back_tolerance_s", 10.0),
+    ):
+        assert specs[name].default == default and descriptor(specs[name]).floating_point_range
+    for node in ("tracker_node", "prediction_node", "perception_pipeline"):
+        assert "stamps.future_tolerance_s" in P.node_specs(node)
+    assert "points.intensity_scale" in P.node_specs("pointcloud_node")

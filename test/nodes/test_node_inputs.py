@@ -1,0 +1,228 @@
+"""Input screening of the nodes, in process: stamps, time jumps, odometry, intensity, counters."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import rclpy
+from nav_msgs.msg import Odometry
+from rclpy.context import Context
+from rclpy.node import Node
+
+from dynshape_perception.config import Bounds
+from dynshape_perception.core.io.pointcloud2 import REASONS, points_to_cloud
+from dynshape_perception.core.perception.ground import GroundPlane
+from dynshape_perception.core.perception.pipeline import Pipeline, PipelineParams
+from dynshape_perception.core.tables import OBSTACLE_DTYPE
+from dynshape_perception.nodes import params as P
+from dynshape_perception.nodes.base import (
+    FUTURE_STAMP,
+    INTENSITY_OUT_OF_RANGE,
+    ODOM_BACKWARDS,
+    ODOM_REASONS,
+    ODOM_STALE,
+    POINT_COUNTERS,
+    STALE_STAMP,
+    TIME_JUMP_RESET,
+    FixedFrame,
+    OdometryInput,
+    PerceptionNode,
+    model_not_loaded,
+)
+from dynshape_perception.nodes.drops import DropCounter
+from dynshape_perception.nodes.messages import NS_PER_S, cloud_msg, header, time_msg
+from dynshape_perception.nodes.segmenting import SEGMENTING_COUNTERS, SegmentingNode
+from dynshape_perception.nodes.tiered import FullCloud, NearResult
+
+
+class InputNode(Node):
+    """A bare rclpy node with PerceptionNode's input handling and none of its engines."""
+
+    stamp_in_future = PerceptionNode.stamp_in_future
+    on_time_jump = PerceptionNode.on_time_jump
+    time_jumped_back = PerceptionNode.time_jumped_back
+    ros_time_s = PerceptionNode.ros_time_s
+    points_of = PerceptionNode.points_of
+    _scale_intensity = PerceptionNode._scale_intensity
+    count = PerceptionNode.count
+    set_counter = PerceptionNode.set_counter
+    note = PerceptionNode.note
+
+    def __init__(self, context: Context, node: str, **overrides: P.Value) -> None:
+        super().__init__(f"input_{node}", context=context)
+        self.values = {n: s.default for n, s in P.node_specs(node).items()}
+        self.values.update(overrides)
+        self.warnings: list[str] = []
+        self.drops = DropCounter(
+            (*REASONS, STALE_STAMP, *ODOM_REASONS), self.warnings.append, throttle_s=0.0
+        )
+        self.counters: dict[str, int] = dict(POINT_COUNTERS)
+        self.notes: dict[str, str] = {}
+        self._warn_notes: set[str] = set()
+        self._stats_lock = threading.Lock()
+        self._time_resets: list[Any] = []
+        self.input_qos = 5
+
+
+@pytest.fixture(scope="module")
+def context() -> Iterator[Context]:
+    ctx = Context()
+    rclpy.init(args=[], context=ctx)
+    yield ctx
+    rclpy.shutdown(context=ctx)
+
+
+@pytest.fixture
+def tracker(context: Context) -> Iterator[InputNode]:
+    node = InputNode(context, "tracker_node")
+    yield node
+    node.destroy_node()
+
+
+def _odom(stamp_s: float, x: float) -> Odometry:
+    msg = Odometry()
+    msg.header = header(time_msg(round(stamp_s * NS_PER_S)), "odom")
+    msg.pose.pose.position.x = x
+    msg.pose.pose.orientation.w = 1.0
+    return msg
+
+
+class Resets:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> None:
+        self.n += 1
+
+
+def test_a_far_future_stamp_is_dropped_and_moves_no_state(tracker: InputNode) -> None:
+    resets = Resets()
+    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    t = 100.0
+    for k in range(3):
+        odometry._on_odom(_odom(t + 0.1 * k, float(k)))
+        assert frame.screen(t + 0.1 * k) and frame.admit("odom", t + 0.1 * k)
+    future = tracker.ros_time_s() + 10 * float(tracker.values["stamps.future_tolerance_s"])
+    odometry._on_odom(_odom(future, 999.0))
+    assert not frame.screen(future)
+    assert tracker.drops.counts[FUTURE_STAMP] == 2
+    # Later inputs go on as before: no stale frames, no odometry "going back".
+    for k in range(3, 20):
+        odometry._on_odom(_odom(t + 0.1 * k, float(k)))
+        assert frame.screen(t + 0.1 * k) and frame.admit("odom", t + 0.1 * k)
+    assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 0
+    located = odometry.pose_at(t + 1.9, "lidar")
+    assert located is not None and located[0].x == pytest.approx(19.0)
+    assert tracker.counters[TIME_JUMP_RESET] == 0
+
+
+def test_a_jump_back_in_time_restarts_frame_and_odometry(tracker: InputNode) -> None:
+    resets = Resets()
+    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    for k in range(50):
+        odometry._on_odom(_odom(100.0 + 0.1 * k, float(k)))
+        assert frame.screen(100.0 + 0.1 * k) and frame.admit("odom", 100.0 + 0.1 * k)
+    assert resets.n == 1  # the first frame set the fixed frame
+    # A small step back is a stale input, as before.
+    odometry._on_odom(_odom(104.0, 0.0))
+    assert frame.screen(104.0) and not frame.admit("odom", 104.0)
+    assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 1
+    # The bag loops: odometry restarts first, the frame then is simply admitted.
+    tolerance_s = float(tracker.values["stamps.jump_back_tolerance_s"])
+    start = 104.9 - 2 * tolerance_s
+    odometry._on_odom(_odom(start, -5.0))
+    assert tracker.counters[TIME_JUMP_RESET] == 1 and resets.n == 2
+    assert len(odometry.buffer) == 1
+    assert frame.screen(start) and frame.admit("odom", start)
+    located = odometry.pose_at(start, "lidar")
+    assert located is not None and located[0].x == -5.0
+    # The frame first this time: odometry restarts with it.
+    for k in range(1, 5):
+        odometry._on_odom(_odom(start + 0.1 * k, -5.0 + k))
+        assert frame.screen(start + 0.1 * k) and frame.admit("odom", start + 0.1 * k)
+    again = start - 2 * tolerance_s
+    assert frame.screen(again) and frame.admit("odom", again)
+    assert tracker.counters[TIME_JUMP_RESET] == 2 and resets.n == 3 and len(odometry.buffer) == 0
+    odometry._on_odom(_odom(again, 7.0))
+    assert len(odometry.buffer) == 1
+    # A restart is no dropped input.
+    assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 1
+
+
+def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: InputNode) -> None:
+    odometry = OdometryInput(tracker)
+    for k in range(10):
+        odometry._on_odom(_odom(100.0 + 0.1 * k, 10.0 * k))
+    limit_s = float(tracker.values["odometry.max_extrapolation_s"])
+    assert limit_s == 0.5
+    located = odometry.pose_at(100.9 + limit_s / 2, "lidar")
+    assert located is not None and located[1] == "odom"
+    assert odometry.pose_at(100.9 + 2 * limit_s, "lidar") is None
+    assert odometry.pose_at(100.0 - 2 * limit_s, "lidar") is None
+    assert tracker.drops.counts[ODOM_STALE] == 2
+    assert "odometry" in tracker._warn_notes and "stale" in tracker.notes["odometry"]
+    odometry._on_odom(_odom(102.5, 5.0))
+    assert odometry.pose_at(102.5, "lidar") is not None
+    assert tracker.notes["odometry"] == "ok (frame odom)" and "odometry" not in tracker._warn_notes
+
+
+def test_without_any_odometry_the_sensor_frame_is_still_used(tracker: InputNode) -> None:
+    odometry = OdometryInput(tracker)
+    located = odometry.pose_at(100.0, "lidar")
+    assert located is not None and located[1] == "lidar"
+    assert tracker.drops.counts[ODOM_STALE] == 0
+
+
+def _cloud(intensity: float, n: int = 50) -> Any:
+    points = np.zeros((n, 4), np.float32)
+    points[:, 0] = np.arange(n)
+    points[:, 3] = np.linspace(0.0, intensity, n)
+    return cloud_msg(points_to_cloud(points), header(time_msg(1), "lidar"))
+
+
+def _pipeline() -> Pipeline:
+    unused = model_not_loaded("any")
+    return Pipeline(unused, unused, unused, PipelineParams(), Bounds())
+
+
+@pytest.mark.parametrize(("scale", "out_of_range"), [(1.0, 1), (1.0 / 255.0, 0)])
+def test_intensity_is_scaled_and_out_of_range_clouds_are_counted(
+    context: Context, scale: float, out_of_range: int
+) -> None:
+    node = InputNode(context, "pointcloud_node", **{"points.intensity_scale": scale})
+    try:
+        pipeline = _pipeline()
+        for _ in range(2):
+            points = node.points_of(_cloud(255.0), pipeline)
+            assert points[:, 3].min() >= 0.0 and points[:, 3].max() <= 1.0
+        assert points[-1, 3] == pytest.approx(1.0)
+        assert node.counters[INTENSITY_OUT_OF_RANGE] == 2 * out_of_range
+        warned = [w for w in node.warnings if "points.intensity_scale" in w]
+        assert len(warned) == out_of_range  # once, however many clouds
+        assert node.points_of(_cloud(1.0), pipeline)[-1, 3] == pytest.approx(scale)
+    finally:
+        node.destroy_node()
+
+
+def test_truncations_at_the_bounds_reach_the_counters() -> None:
+    node: Any = SimpleNamespace(
+        counters=dict(SEGMENTING_COUNTERS),
+        _stats_lock=threading.Lock(),
+        near_obstacles=SimpleNamespace(publish=lambda msg: None),
+        pipeline=SimpleNamespace(dropped_detections=3),
+        latency={},
+        last_latency_ms={},
+    )
+    for name in ("count", "set_counter", "record_latency"):
+        setattr(node, name, getattr(PerceptionNode, name).__get__(node))
+    empty = np.zeros(0, dtype=OBSTACLE_DTYPE)
+    near = NearResult(empty, 0, 1.0, False, dropped=2)
+    SegmentingNode._publish_near(node, header(time_msg(1), "lidar"), near)
+    SegmentingNode.count_full_cloud(node, FullCloud(empty, GroundPlane.default(), 0, False, 1, {}))
+    assert node.counters["near_field_detections_dropped"] == 2
+    assert node.counters["detections_dropped"] == 3
