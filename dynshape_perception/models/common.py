@@ -74,6 +74,20 @@ class ModelSpec:
             if functions is None or fn.name in functions
         }
 
+    def check_signature(self, function: str, dims: Mapping[str, int]) -> str | None:
+        """Why ``dims`` cannot be a call of ``function`` (names, bounds), or None if it can."""
+        fn = next((f for f in self.functions if f.name == function), None)
+        if fn is None:
+            return f"{self.model} has no function {function!r}"
+        names = {d for t in fn.inputs for d in t.shape if isinstance(d, str)}
+        if set(dims) != names:
+            return f"{self.model}.{function} has dims {sorted(names)}, not {sorted(dims)}"
+        for dim, value in dims.items():
+            bound = self.bounds.get(dim)
+            if value < 0 or (bound is not None and value > bound):
+                return f"{dim}={value} lies outside [0, {bound}]"
+        return None
+
     def bind_dims(self, function: str, arrays: list[np.ndarray]) -> dict[str, int]:
         """Validate ``arrays`` against ``function``'s inputs; return the symbolic dims' values."""
         fn = self.function(function)
@@ -86,6 +100,9 @@ class ModelSpec:
             expected = _shape_text(spec.shape)
             if not isinstance(arr, np.ndarray):
                 raise ShapeError(f"{spec.name} must be a numpy array {expected}, got {type(arr)}")
+            # A mask hides NaN from the finiteness check, and the kernels ignore it anyway.
+            if isinstance(arr, np.ma.MaskedArray):
+                raise ShapeError(f"{spec.name} is a masked array: pass plain values")
             if arr.ndim != len(spec.shape):
                 raise ShapeError(
                     f"{spec.name} has rank {arr.ndim}, expected {expected} {spec.dtype}"

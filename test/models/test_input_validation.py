@@ -38,6 +38,20 @@ def test_non_finite_values(bad: float) -> None:
         SEG.bind_dims("forward", [points, GROUND])
 
 
+def test_a_masked_array_is_refused_since_its_mask_hides_nan() -> None:
+    points = np.ma.masked_invalid(np.array([[0, 0, 0, 0], [np.nan, 0, 0, 0]], np.float32))
+    with pytest.raises(ShapeError, match="points is a masked array"):
+        SEG.bind_dims("forward", [points, GROUND])
+
+
+def test_profile_signatures_are_checked_against_the_spec() -> None:
+    assert ASSOC.check_signature("forward", {"N": 3, "M": 4}) is None
+    assert "no function" in str(ASSOC.check_signature("backward", {"N": 3, "M": 4}))
+    assert "has dims" in str(ASSOC.check_signature("forward", {"N": 3}))
+    assert "outside [0, 128]" in str(ASSOC.check_signature("forward", {"N": 129, "M": 4}))
+    assert "outside" in str(ASSOC.check_signature("forward", {"N": -1, "M": 4}))
+
+
 def test_count_above_bound() -> None:
     det = np.zeros((129, 8), np.float32)
     with pytest.raises(ShapeError, match=r"detections has N=129, above its bound 128"):

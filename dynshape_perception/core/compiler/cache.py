@@ -130,12 +130,15 @@ class ArtefactCache:
             sidecar = Sidecar.from_json(side.read_text())
             if not lib.is_file() or file_sha256(lib) != sidecar.library_sha256:
                 raise CacheError(f"{lib} does not match its recorded checksum")
-        except (CacheError, OSError, ValueError, TypeError) as err:
-            log.warning("discarding corrupt cache entry %s (%s); rebuilding", folder, err)
-            self.rebuilt_corrupt += 1
-            shutil.rmtree(folder, ignore_errors=True)
+        except (CacheError, OSError, ValueError, TypeError, RecursionError) as err:
+            self._discard(folder, str(err))
             return None
         return Artefact(lib, sidecar, cache_hit=True)
+
+    def _discard(self, folder: Path, why: str) -> None:
+        log.warning("discarding corrupt cache entry %s (%s); rebuilding", folder, why)
+        self.rebuilt_corrupt += 1
+        shutil.rmtree(folder, ignore_errors=True)
 
     def get_or_build(
         self,
@@ -149,8 +152,14 @@ class ArtefactCache:
         key, _ = cache_key(model, weights, profile, dims, functions, bound)
         found = self.lookup(key)
         if found is not None:
-            self.hits += 1
-            return found
+            side = found.sidecar
+            # The key is a hash: an entry must also say it holds what was asked for.
+            held = (side.model, side.weights_checksum, side.pinned_dims, side.target_spec)
+            asked = (model.name, weights_checksum(weights), dict(dims or {}), profile.key())
+            if held == asked:
+                self.hits += 1
+                return found
+            self._discard(found.library_path.parent, f"sidecar holds {held[0]} {held[2]}")
         self.misses += 1
         result = compile_model(model, weights, profile, dims, functions, bound)
         return self.store(key, model, weights, result)

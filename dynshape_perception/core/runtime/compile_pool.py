@@ -31,6 +31,9 @@ OnDone = Callable[[Signature, CompileResult | None, float, str], None]
 # Compiles run at lower CPU priority so that the frame loop keeps its cores.
 WORKER_NICENESS = 10
 STALL_S = 3.0
+# How often a worker waiting on a compile checks whether the pool was closed.
+AWAIT_POLL_S = 0.2
+ABANDONED_POLL_S = 1.0
 # A thread pool must slow calls this much less than a process pool to be chosen, each
 # judged on this many calls that ran while it compiled.
 TRIAL_MARGIN = 0.02
@@ -169,6 +172,8 @@ class CompilePool:
         self._busy = 0
         self._yielding = 0
         self._stopped: list[int] = []
+        # Compile threads that ran past their timeout and could not be stopped.
+        self._abandoned: list[threading.Thread] = []
         self.yield_s = 0.0
         self.yields = 0
         self._yield_started = 0.0
@@ -191,14 +196,24 @@ class CompilePool:
             # Start the worker now: importing TVM would otherwise delay the first compile.
             pool.submit(_ready)
             return pool
-        return cf.ThreadPoolExecutor(max_workers=self._size, thread_name_prefix="jit-build")
+        return DaemonThreadExecutor("jit-build")
 
     def _replace_executor(self) -> None:
-        """New workers in ``self.mode``; the old ones are ended, whatever they were doing."""
+        """New workers in ``self.mode``; the old ones are ended, whatever they were doing.
+
+        Threads cannot be ended: those still compiling are kept count of, and while as many
+        run as the pool has workers, no new compile starts beside them.
+        """
         old = self._executor
         self._executor = self._new_executor()
         _terminate_processes(old)
+        if isinstance(old, DaemonThreadExecutor):
+            self._abandoned.extend(old.threads)
         old.shutdown(wait=False, cancel_futures=True)
+
+    def _held_by_abandoned_locked(self) -> bool:
+        self._abandoned = [t for t in self._abandoned if t.is_alive()]
+        return len(self._abandoned) >= self._size
 
     def submit(self, request: CompileRequest, benefit_ms: float, on_done: OnDone) -> bool:
         """Queue a compile unless the same (model, key) is queued or running."""
@@ -305,18 +320,45 @@ class CompilePool:
     def _serve(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and (not self._heap or self._paused or self._yielding):
-                    self._cv.wait()
+                while not self._closed and (
+                    not self._heap
+                    or self._paused
+                    or self._yielding
+                    or self._held_by_abandoned_locked()
+                ):
+                    # Polled while abandoned compiles run: nothing signals their end.
+                    self._cv.wait(ABANDONED_POLL_S if self._abandoned else None)
                 if self._closed:
                     return
                 if self._auto and not self.choice and self._busy == 0:
                     self._trial_step_locked()
                 job = heapq.heappop(self._heap)
                 self._busy += 1
-            self._run(job)
-            with self._cv:
-                self._busy -= 1
-                self._pending.discard((job.model, job.key))
+            try:
+                self._run(job)
+            except Exception:  # a broken callback must not end this worker
+                log.exception("JIT: finishing the compile of %s %s failed", job.model, job.key)
+            finally:
+                with self._cv:
+                    self._busy -= 1
+                    self._pending.discard((job.model, job.key))
+
+    def _await(self, future: cf.Future[CompileResult]) -> CompileResult | None:
+        """The compile's result; None if the pool closed meanwhile. Time its worker spent
+        stopped through heavy calls does not count against the timeout: a compile stretched
+        by yielding is not a hung one."""
+        started = time.perf_counter()
+        stopped_before = self._stopped_so_far()
+        while True:
+            running_s = time.perf_counter() - started - (self._stopped_so_far() - stopped_before)
+            left_s = self._timeout_s - running_s
+            if left_s <= 0.0:
+                raise cf.TimeoutError
+            try:
+                return future.result(timeout=min(left_s, AWAIT_POLL_S))
+            except cf.TimeoutError:
+                if self._closed:
+                    return None
 
     def _run(self, job: CompileJob) -> None:
         started = time.perf_counter()
@@ -326,7 +368,7 @@ class CompilePool:
         stopped_before = self._stopped_so_far() if measuring else 0.0
         try:
             future = self._executor.submit(self._compile_fn, job.request, self._weights[job.model])
-            result = future.result(timeout=self._timeout_s)
+            done = self._await(future)
         except cf.TimeoutError:
             self._restart_executor()
             job.on_done(job.key, None, time.perf_counter() - started, "timeout")
@@ -335,6 +377,9 @@ class CompilePool:
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return
+        if done is None:
+            return
+        result = done
         if measuring:
             stopped = self._stopped_so_far() - stopped_before
             with self._cv:
@@ -380,7 +425,7 @@ class CompilePool:
         with self._cv:
             if self._stopped:
                 self._resume_stopped()
-        self._replace_executor()
+            self._replace_executor()
 
     def shutdown(self, wait: bool = True) -> None:
         with self._cv:
@@ -412,6 +457,40 @@ def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) ->
     if process_stretch is not None and process_stretch >= TRIAL_STRETCH:
         return "thread"
     return "process"
+
+
+class DaemonThreadExecutor(cf.Executor):
+    """One daemon thread per compile.
+
+    A Python thread cannot be stopped: a compile past its timeout is abandoned and runs on.
+    ``ThreadPoolExecutor`` would join it at interpreter exit, so a hung compile would keep
+    the process from exiting; a daemon thread does not.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._count = itertools.count()
+        self.threads: list[threading.Thread] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
+        future: cf.Future[Any] = cf.Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as err:  # noqa: BLE001 - the waiting side re-raises it
+                future.set_exception(err)
+
+        thread = threading.Thread(target=run, name=f"{self._name}_{next(self._count)}", daemon=True)
+        self.threads = [t for t in self.threads if t.is_alive()]
+        self.threads.append(thread)
+        thread.start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to join: a running compile is abandoned, not waited for."""
 
 
 def _terminate_processes(executor: cf.Executor) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar
+from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar, file_sha256
 from dynshape_perception.core.runtime.compile_pool import CompilePool
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.metrics import (
@@ -151,12 +151,16 @@ class SpecialisationCache:
 
 
 def check_sidecar(library: Path, model: str, key: Signature) -> None:
-    """The library beside this sidecar is the specialisation of ``key``, and nothing else."""
+    """The library beside this sidecar is the specialisation of ``key``, and nothing else,
+    and it is the very file the worker validated: loading a truncated one would crash the
+    serving process (SIGBUS), where a refusal is only a strike."""
     side = Sidecar.from_json((library.parent / SIDECAR).read_text())
     if side.model != model or side.pinned_dims != key.as_dict():
         raise ValidationError(f"{library} holds {side.model} {side.pinned_dims}, not {key}")
     if side.functions != [key.function]:
         raise ValidationError(f"{library} holds functions {side.functions}, not {key.function}")
+    if file_sha256(library) != side.library_sha256:
+        raise ValidationError(f"{library} does not match its recorded checksum")
 
 
 class Dispatcher:
@@ -493,10 +497,10 @@ class Dispatcher:
         try:
             check_sidecar(Path(result.path), self.model.name, key)
             loaded = LoadedModel(self.model, Path(result.path), functions=(key.function,))
+            nbytes = Path(result.path).stat().st_size
         except Exception as err:  # noqa: BLE001 - a library that fails to load stays out
             self._fail(key, state, compile_s, f"load failed: {err}")
             return
-        nbytes = Path(result.path).stat().st_size
         entry = Specialisation(key, loaded, nbytes, speedup)
         # Linked before the put, so that an eviction the put (or a racing one) makes unlinks it.
         state.entry = entry

@@ -72,12 +72,19 @@ class Engine:
                     self.jit.prior_compile_weight, busy_s=lambda: self.metrics.busy_s
                 ),
             )
-        for name in models:
-            model = model_definition(name)
-            artefact = self.cache.get_or_build(model, self.weights[name], self.target)
-            generic = LoadedModel(model, artefact.library_path)
-            self.dispatchers[name] = Dispatcher(model, generic, self.jit, self.metrics, self.pool)
-            self.planned[name] = artefact.sidecar.planned_bytes
+        try:
+            for name in models:
+                model = model_definition(name)
+                artefact = self.cache.get_or_build(model, self.weights[name], self.target)
+                generic = LoadedModel(model, artefact.library_path)
+                self.dispatchers[name] = Dispatcher(
+                    model, generic, self.jit, self.metrics, self.pool
+                )
+                self.planned[name] = artefact.sidecar.planned_bytes
+        except BaseException:
+            # The pool's threads and worker process would outlive the failed engine.
+            self.close()
+            raise
 
     def __getitem__(self, name: str) -> Dispatcher:
         return self.dispatchers[name]
@@ -102,6 +109,12 @@ class Engine:
                 continue
             per_key: Counter[Signature] = Counter()
             for sig, calls in counter.items():
+                problem = dispatcher.model.spec.check_signature(sig.function, sig.as_dict())
+                if problem is not None:
+                    # A profile from an older model or other bounds: that entry is no guide.
+                    log.warning("shape profile %s: skipping %s %s: %s", path, name, sig, problem)
+                    self.metrics.bump("profile_entries_skipped")
+                    continue
                 per_key[dispatcher.key_of(sig)] += calls
             keys = [
                 key

@@ -86,6 +86,8 @@ class JitMetrics:
     degraded_episodes: int = 0
     degraded: bool = False
     latency_signatures_dropped: int = 0
+    # Warm-up profile entries that name no function, other dims, or shapes past the bounds.
+    profile_entries_skipped: int = 0
     events: list[CompileEvent] = field(default_factory=list)
     # Per model, its dispatcher's latency rows and call tally: each dispatcher owns, bounds and
     # updates its own, so a call touches nothing shared; reads here sum them.
@@ -171,6 +173,7 @@ class JitMetrics:
                 "degraded": self.degraded,
                 "degraded_episodes": self.degraded_episodes,
                 "latency_signatures_dropped": self.latency_signatures_dropped,
+                "profile_entries_skipped": self.profile_entries_skipped,
             }
 
     def latency_table(self) -> dict[str, dict[str, dict[str, float]]]:

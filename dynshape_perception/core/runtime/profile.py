@@ -30,22 +30,39 @@ def dump_profile(profiles: Mapping[str, Counter[Signature]], path: Path) -> None
 
 
 def load_profile(path: Path) -> dict[str, Counter[Signature]]:
+    """The profile at ``path``; anything but the layout ``dump_profile`` writes, with integer
+    dims and call counts, is a ``ConfigError``."""
     try:
         doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as err:
         raise ConfigError(f"cannot read shape profile {path}: {err}") from err
     if not isinstance(doc, dict) or doc.get("version") != PROFILE_VERSION:
         raise ConfigError(f"{path} is not a version-{PROFILE_VERSION} shape profile")
     out: dict[str, Counter[Signature]] = {}
-    try:
-        for model, entries in (doc.get("models") or {}).items():
-            counter: Counter[Signature] = Counter()
-            for entry in entries:
-                dims = {str(k): int(v) for k, v in entry["dims"].items()}
-                if any(v < 0 for v in dims.values()):
-                    raise ValueError(f"negative dim in {entry}")
-                counter[Signature.of(str(entry["function"]), dims)] += int(entry["calls"])
-            out[str(model)] = counter
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ConfigError(f"malformed shape profile {path}: {err}") from err
+    models = doc.get("models") or {}
+    if not isinstance(models, dict):
+        raise ConfigError(f"malformed shape profile {path}: models must be a mapping")
+    for model, entries in models.items():
+        if not isinstance(entries, list):
+            raise ConfigError(f"malformed shape profile {path}: {model} must list signatures")
+        counter: Counter[Signature] = Counter()
+        for entry in entries:
+            function, dims, calls = _entry(entry, path)
+            counter[Signature.of(function, dims)] += calls
+        out[str(model)] = counter
     return out
+
+
+def _entry(entry: object, path: Path) -> tuple[str, dict[str, int], int]:
+    if not isinstance(entry, dict) or not {"function", "dims", "calls"} <= entry.keys():
+        raise ConfigError(f"malformed shape profile {path}: {entry!r} needs function, dims, calls")
+    function, dims, calls = entry["function"], entry["dims"], entry["calls"]
+    if not isinstance(function, str) or not isinstance(dims, dict):
+        raise ConfigError(f"malformed shape profile {path}: {entry!r}")
+    # Exact ints: 3.9 or true would name a shape the run never saw.
+    values = [calls, *dims.values()]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise ConfigError(f"malformed shape profile {path}: dims and calls must be integers")
+    if calls < 1 or any(v < 0 for v in dims.values()):
+        raise ConfigError(f"malformed shape profile {path}: {entry!r} has negative values")
+    return function, {str(k): v for k, v in dims.items()}, calls

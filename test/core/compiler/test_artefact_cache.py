@@ -72,6 +72,31 @@ def test_corrupt_library_is_discarded_and_rebuilt(
     np.testing.assert_allclose(out, MODEL.reference("forward", WEIGHTS, [DET, DET])[0], rtol=1e-4)
 
 
+@pytest.mark.parametrize("damage", ["nested", "other_model", "other_weights", "other_dims"])
+def test_a_sidecar_that_does_not_describe_its_key_is_discarded(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key is a hash: a hostile or misplaced sidecar must not make another build a hit."""
+    artefact = ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    side_path = artefact.library_path.parent / SIDECAR
+    side = json.loads(side_path.read_text())
+    if damage == "nested":
+        side_path.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        field, value = {
+            "other_model": ("model", "predictor"),
+            "other_weights": ("weights_checksum", "0" * 64),
+            "other_dims": ("pinned_dims", {"N": 7}),
+        }[damage]
+        side[field] = value
+        side_path.write_text(json.dumps(side))
+    with caplog.at_level(logging.WARNING):
+        again = ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))
+    assert not again.cache_hit
+    assert "discarding corrupt cache entry" in caplog.text
+    assert json.loads((again.library_path.parent / SIDECAR).read_text())["model"] == "associator"
+
+
 def test_missing_library_with_sidecar_is_rebuilt(tmp_path: Path) -> None:
     cache = ArtefactCache(tmp_path)
     artefact = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"))

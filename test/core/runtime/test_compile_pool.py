@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from collections.abc import Mapping
@@ -186,7 +187,7 @@ def test_a_specialisation_that_differs_from_generic_is_a_strike(cache_root: Path
         assert "differ from the generic build" in eng.metrics.events[0].reason
 
 
-def test_a_library_for_another_key_is_refused(cache_root: Path) -> None:
+def test_a_library_for_another_key_is_refused(cache_root: Path, tmp_path: Path) -> None:
     from dynshape_perception.core.runtime.dispatcher import check_sidecar
 
     built = compile_to_cache(
@@ -197,6 +198,17 @@ def test_a_library_for_another_key_is_refused(cache_root: Path) -> None:
         check_sidecar(Path(built.path), "associator", Signature.of("forward", {"N": 8, "M": 4}))
     with pytest.raises(ValidationError, match="holds"):
         check_sidecar(Path(built.path), "predictor", Signature.of("forward", {"N": 4, "M": 4}))
+    # Truncated after the worker validated it: loading it would crash the process (SIGBUS).
+    # A copy is damaged: the cached file may be mapped into this process already.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    data = Path(built.path).read_bytes()
+    (copy / Path(built.path).name).write_bytes(data[: len(data) // 2])
+    shutil.copy(Path(built.path).parent / SIDECAR, copy / SIDECAR)
+    with pytest.raises(ValidationError, match="checksum"):
+        check_sidecar(
+            copy / Path(built.path).name, "associator", Signature.of("forward", {"N": 4, "M": 4})
+        )
 
 
 def run_one(pool: CompilePool, n: int, cache_root: Path) -> str:
@@ -292,3 +304,111 @@ def test_the_trial_measures_how_long_process_compiles_were_stopped(cache_root: P
 def test_unknown_compile_mode_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="compile mode must be auto, process or thread"):
         CompilePool(WEIGHTS, "x86_64", tmp_path, mode="fork")
+
+
+def sleeping_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: a compile that takes 2 s (a thread cannot be stopped), then fails."""
+    time.sleep(2.0)
+    raise RuntimeError("injected slow compile")
+
+
+def test_a_timed_out_thread_compile_is_abandoned_and_holds_back_the_next(tmp_path: Path) -> None:
+    done: list[tuple[Signature, str, float]] = []
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="thread",
+        timeout_s=0.3,
+        compile_fn=sleeping_compiler_fault_injector,
+    )
+    try:
+        first = Signature.of("forward", {"N": 4, "M": 4})
+        second = Signature.of("forward", {"N": 5, "M": 5})
+        started = time.monotonic()
+        pool.submit(request(first, tmp_path), 2.0, lambda k, r, s, why: done.append((k, why, 0)))
+        pool.submit(
+            request(second, tmp_path),
+            1.0,
+            lambda k, r, s, why: done.append((k, why, time.monotonic() - started)),
+        )
+        assert pool.wait_idle(30.0)
+        assert [(k, why) for k, why, _ in done] == [(first, "timeout"), (second, "timeout")]
+        # The second compile did not start beside the abandoned first one, still running.
+        assert done[1][2] >= 2.0
+        # The abandoned threads are daemons: they cannot keep the process from exiting.
+        builders = [t for t in threading.enumerate() if t.name.startswith("jit-build")]
+        assert builders and all(t.daemon for t in builders)
+    finally:
+        pool.shutdown()
+
+
+def test_close_does_not_wait_for_a_running_thread_compile(tmp_path: Path) -> None:
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="thread", compile_fn=sleeping_compiler_fault_injector
+    )
+    called: list[str] = []
+    pool.submit(
+        request(Signature.of("forward", {"N": 4, "M": 4}), tmp_path),
+        1.0,
+        lambda *a: called.append("done"),
+    )
+    deadline = time.monotonic() + 5
+    while not pool.compiling_now() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    pool.shutdown()
+    assert time.monotonic() - started < 1.5
+    time.sleep(2.5)
+    assert called == []
+
+
+def test_a_raising_completion_callback_does_not_stall_the_pool(tmp_path: Path) -> None:
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="thread", compile_fn=failing_compiler_fault_injector
+    )
+    seen: list[Signature] = []
+
+    def broken_callback_fault_injector(key: Signature, *rest: object) -> None:
+        seen.append(key)
+        raise RuntimeError("injected callback failure")
+
+    try:
+        for n in (4, 5):
+            key = Signature.of("forward", {"N": n, "M": n})
+            pool.submit(request(key, tmp_path), 1.0, broken_callback_fault_injector)
+        assert pool.wait_idle(30.0)
+        assert len(seen) == 2
+        assert not pool.in_flight("associator", Signature.of("forward", {"N": 4, "M": 4}))
+    finally:
+        pool.shutdown()
+
+
+def test_stopped_time_does_not_count_against_the_compile_timeout(tmp_path: Path) -> None:
+    """A worker stopped through heavy calls for longer than the timeout is not timed out."""
+    done: list[str] = []
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="process",
+        timeout_s=STALL_S + 2.0,
+        compile_fn=stalling_compiler_fault_injector,
+    )
+    try:
+        pool.submit(
+            request(Signature.of("forward", {"N": 4, "M": 4}), tmp_path),
+            1.0,
+            lambda k, r, s, why: done.append(why),
+        )
+        deadline = time.monotonic() + 60
+        while not pool.compiling_now() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pool.yielding():
+            time.sleep(STALL_S + 2.5)
+        assert pool.wait_idle(30.0)
+        assert done and done[0] != "timeout" and "injected stall" in done[0]
+    finally:
+        pool.shutdown()

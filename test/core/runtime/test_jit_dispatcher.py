@@ -25,9 +25,10 @@ from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.policy import JitConfig
-from dynshape_perception.core.runtime.profile import dump_profile
+from dynshape_perception.core.runtime.profile import dump_profile, load_profile
 from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
+from dynshape_perception.errors import ConfigError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -284,6 +285,82 @@ def test_profile_and_latency_rows_drop_signatures_seen_once_past_their_bound(
         dropped = eng.metrics.snapshot()["latency_signatures_dropped"]
         assert dropped == d.profile_dropped == 40 - len(counts)
         assert eng.metrics.calls == 78
+
+
+ONE_ENTRY = "version: 1\nmodels: {associator: [{function: forward, %s}]}"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (b"\xff\xfe not utf-8", "cannot read"),
+        (
+            ONE_ENTRY % "dims: {N: 3.9, M: 2}, calls: 9",
+            "must be integers",
+        ),
+        (
+            ONE_ENTRY % "dims: {N: true, M: 2}, calls: 9",
+            "must be integers",
+        ),
+        (
+            ONE_ENTRY % "dims: {N: 3, M: 2}, calls: -5",
+            "negative",
+        ),
+        (
+            ONE_ENTRY % "dims: {N: .inf, M: 2}, calls: 9",
+            "must be integers",
+        ),
+        ("version: 1\nmodels: {associator: [{function: forward, dims: {N: 3}}]}", "needs"),
+        ("version: 1\nmodels: [1, 2]", "must be a mapping"),
+        ("version: 1\nmodels: {associator: 7}", "must list"),
+        ("version: 1\nmodels: " + "[" * 5000 + "]" * 5000, "cannot read|must be a mapping"),
+    ],
+)
+def test_a_malformed_shape_profile_is_a_config_error(
+    tmp_path: Path, text: str | bytes, match: str
+) -> None:
+    path = tmp_path / "shapes.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_profile(path)
+
+
+def test_warm_up_skips_profile_entries_the_models_cannot_take(
+    cache_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A profile from another model version or other bounds: its stray entries are skipped
+    with a warning and a count, the rest still warms."""
+    profile = tmp_path / "shapes.yaml"
+    good = Signature.of("forward", {"N": 12, "M": 7})
+    stray = {
+        Signature.of("nope", {"N": 3, "M": 3}): 50,
+        Signature.of("forward", {"N": 100_000_000_000, "M": 3}): 50,
+        Signature.of("forward", {"N": 500, "M": 3}): 50,
+        Signature.of("forward", {"N": 3}): 50,
+    }
+    dump_profile({"associator": Counter({good: 20, **stray})}, profile)
+    with associator_engine(cache_root, eager_config(mode="frozen")) as eng:
+        with caplog.at_level(logging.WARNING):
+            assert eng.warm_up(profile, wait_s=120) == 1
+        assert eng.metrics.snapshot()["profile_entries_skipped"] == 4
+        assert eng["associator"].cache.keys() == [eng["associator"].key_of(good)]
+    assert "no function 'nope'" in caplog.text and "outside [0, 128]" in caplog.text
+
+
+def test_a_failed_engine_start_leaves_no_compile_workers(cache_root: Path) -> None:
+    with pytest.raises(KeyError):
+        Engine(
+            "x86_64",
+            eager_config(),
+            cache_dir=cache_root,
+            models=("associator", "no_such_model"),
+            weights=WEIGHTS,
+        )
+    time.sleep(0.5)
+    assert not [t for t in threading.enumerate() if t.name.startswith("jit-compile")]
 
 
 def test_warm_up_counts_hotness_per_bucket_not_per_point_count(
