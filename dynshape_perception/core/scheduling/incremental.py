@@ -514,6 +514,10 @@ def track_observations(
     A track is observed at a tick only when its measurements span the tick (no
     extrapolation, as ``resample_history``); the history of a track is its resampled
     path ending at the tick, so the incremental and the full path see the same samples.
+    That holds while the tracker keeps at least ``max_history`` ticks of a track
+    (``TrackerParams.max_history_s`` and ``max_history_points`` at the detection rate): a
+    history the tracker has already cut short stops growing, which the incremental path
+    cannot see without rebuilding every history each tick.
     """
     end = tick * step_s
     steps = int(max_history or default_bounds().T)
