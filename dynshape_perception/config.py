@@ -102,10 +102,7 @@ def _mapping(raw: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _whole(name: str, value: Any) -> int:
-    """An integer as written: 1.9 or true is a typo, not 1."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"bound {name} must be an integer, got {value!r}")
-    return value
+    return integer(f"bound {name}", value)
 
 
 def _interval(name: str, value: Any) -> tuple[float, float]:
@@ -136,7 +133,20 @@ def predictor_history_steps(bounds: Bounds | None = None) -> int:
 
 
 def check_seed(name: str, value: object) -> int:
-    """A random seed as NumPy takes it: a non-negative integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
+    """A random seed as every generator here takes it: an integer in [0, 2**63)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ConfigError(f"{name} must be an integer >= 0 and < 2**63, got {value!r}")
     return value
+
+
+def integer(name: str, value: object) -> int:
+    """An integer setting as written: 6.9, true or "six" is a typo, not 6."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    return float(value)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import site
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,8 +19,12 @@ def share_dir() -> Path:
     if override:
         return Path(override)
     source_root = Path(__file__).resolve().parents[1]
-    if (source_root / "config" / "models.yaml").is_file():
-        return source_root
+    # A source tree, then a pip install's data_files (``<prefix>/share/<package>``), which
+    # needs no ROS environment; the ament index last.
+    installed = [Path(sys.prefix), *(Path(p).parents[2] for p in site.getsitepackages())]
+    for root in (source_root, *(prefix / "share" / PACKAGE for prefix in installed)):
+        if (root / "config" / "models.yaml").is_file():
+            return root
     try:
         from ament_index_python.packages import get_package_share_directory
 

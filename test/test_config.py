@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from dynshape_perception import resources
 from dynshape_perception.config import check_seed, default_config, load_models_config
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.models import model_definition
 
 
 @pytest.mark.parametrize(
@@ -55,3 +57,44 @@ def test_the_shipped_models_yaml_loads() -> None:
 def test_seeds_must_be_non_negative_integers(seed: object) -> None:
     with pytest.raises(ConfigError, match="integer >= 0"):
         check_seed("seed", seed)
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        ("segmenter:\n  hidden: 64\n", "three widths"),
+        ("segmenter:\n  hidden: [64, 128, 2.5]\n", "segmenter.hidden must be an integer"),
+        ("predictor:\n  K: six\n", "predictor.K must be an integer"),
+        ("predictor:\n  K: 6.9\n", "predictor.K must be an integer"),
+        ("predictor:\n  step_s: .nan\n", "step_s must be a finite number"),
+        ("associator:\n  features: null\n", "associator.features must be an integer"),
+    ],
+)
+def test_malformed_model_sections_are_config_errors(
+    tmp_path: Path, section: str, match: str
+) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(section)
+    config = load_models_config(path)
+    name = section.split(":")[0]
+    with pytest.raises(ConfigError, match=match):
+        model_definition(name, config)
+
+
+def test_an_installed_package_finds_its_share_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip puts data_files under <prefix>/share/<package>: no ROS environment needed."""
+    share = tmp_path / "prefix" / "share" / "dynshape_perception"
+    (share / "config").mkdir(parents=True)
+    (share / "config" / "models.yaml").write_text("bounds: {}\n")
+    site_packages = tmp_path / "prefix" / "lib" / "python3.11" / "site-packages"
+    monkeypatch.setattr(resources, "__file__", str(site_packages / "dynshape_perception" / "r.py"))
+    monkeypatch.setattr(resources.sys, "prefix", str(tmp_path / "prefix"))
+    monkeypatch.delenv("DYNSHAPE_PERCEPTION_SHARE", raising=False)
+    resources.share_dir.cache_clear()
+    try:
+        assert resources.share_dir() == share
+        assert resources.config_path("models.yaml").is_file()
+    finally:
+        resources.share_dir.cache_clear()

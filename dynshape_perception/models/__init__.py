@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dynshape_perception.config import ModelsConfig, default_config
+from dynshape_perception.config import ModelsConfig, default_config, integer, number
+from dynshape_perception.errors import ConfigError
 from dynshape_perception.models import associator, predictor, segmenter
 from dynshape_perception.models.common import ModelDef
 
@@ -14,16 +15,26 @@ def model_definition(name: str, config: ModelsConfig | None = None) -> ModelDef:
     cfg = config or default_config()
     if name == "segmenter":
         sec = cfg.section("segmenter")
+        hidden = sec.get("hidden", [64, 128, 256])
+        if not isinstance(hidden, list) or len(hidden) != 3:
+            raise ConfigError(f"models.yaml segmenter.hidden must be three widths, got {hidden!r}")
         return segmenter.definition(
             cfg.bounds,
-            segmenter.SegmenterConfig(hidden=tuple(sec.get("hidden", (64, 128, 256)))),  # type: ignore[arg-type]
+            segmenter.SegmenterConfig(
+                hidden=(
+                    integer("segmenter.hidden", hidden[0]),
+                    integer("segmenter.hidden", hidden[1]),
+                    integer("segmenter.hidden", hidden[2]),
+                )
+            ),
         )
     if name == "associator":
         sec = cfg.section("associator")
         return associator.definition(
             cfg.bounds,
             associator.AssociatorConfig(
-                features=int(sec.get("features", 8)), hidden=int(sec.get("hidden", 32))
+                features=integer("associator.features", sec.get("features", 8)),
+                hidden=integer("associator.hidden", sec.get("hidden", 32)),
             ),
         )
     if name == "predictor":
@@ -31,10 +42,10 @@ def model_definition(name: str, config: ModelsConfig | None = None) -> ModelDef:
         return predictor.definition(
             cfg.bounds,
             predictor.PredictorConfig(
-                hypotheses=int(sec.get("K", 6)),
-                horizon=int(sec.get("H", 12)),
-                step_s=float(sec.get("step_s", 0.4)),
-                hidden=int(sec.get("hidden", 32)),
+                hypotheses=integer("predictor.K", sec.get("K", 6)),
+                horizon=integer("predictor.H", sec.get("H", 12)),
+                step_s=number("predictor.step_s", sec.get("step_s", 0.4)),
+                hidden=integer("predictor.hidden", sec.get("hidden", 32)),
             ),
         )
     raise KeyError(f"unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,22 @@ def read_manifest(directory: Path | None = None) -> dict[str, Any]:
         return {"models": {}}
     try:
         raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise WeightsError(f"{path} is not valid YAML: {err}") from err
-    raw.setdefault("models", {})
+    if not isinstance(raw, dict):
+        raise WeightsError(f"{path} must hold a mapping")
+    models = raw.setdefault("models", {})
+    if models is None:
+        models = raw["models"] = {}
+    if not isinstance(models, dict):
+        raise WeightsError(f"{path}: models must map names to entries")
+    for name, entry in models.items():
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("file"), str)
+            and isinstance(entry.get("sha256"), str)
+        ):
+            raise WeightsError(f"{path}: entry {name!r} needs file and sha256 strings")
     return dict(raw)
 
 
@@ -54,8 +68,12 @@ def load_weights(
         raise WeightsError(f"cannot read weights {path}: {err}") from err
     if sha256_bytes(data) != entry["sha256"]:
         raise WeightsError(f"{path} fails its manifest checksum; refit or restore it")
-    with np.load(io.BytesIO(data)) as npz:
-        arrays = {k: npz[k].astype(np.float32) for k in npz.files}
+    try:
+        with np.load(io.BytesIO(data)) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+        raise WeightsError(f"{path} is not a NumPy .npz of arrays: {err}") from err
+    check_arrays(arrays, str(path))
     missing = set(expected) - set(arrays)
     extra = set(arrays) - set(expected)
     if missing or extra:
@@ -64,6 +82,16 @@ def load_weights(
         if tuple(arrays[key].shape) != tuple(shape):
             raise WeightsError(f"{path}: {key} has shape {arrays[key].shape}, expected {shape}")
     return arrays
+
+
+def check_arrays(weights: Mapping[str, Any], where: str) -> None:
+    """float32 and finite, as fitted: a cast would hide a wrong file, and NaN spreads."""
+    for key, value in weights.items():
+        if not isinstance(value, np.ndarray) or value.dtype != np.float32:
+            got = getattr(value, "dtype", type(value).__name__)
+            raise WeightsError(f"{where}: {key} must be a float32 array, got {got}")
+        if not np.isfinite(value).all():
+            raise WeightsError(f"{where}: {key} holds NaN or Inf")
 
 
 def weights_checksum(weights: Mapping[str, np.ndarray]) -> str:
@@ -82,6 +110,9 @@ def save_weights(
 ) -> Path:
     """Write ``<name>.npz`` deterministically and update the manifest, both atomically."""
     directory = directory or models_dir()
+    for key, value in weights.items():
+        if not np.isfinite(value).all():
+            raise WeightsError(f"{name}: {key} holds NaN or Inf (did the fit diverge?)")
     directory.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     # np.savez stamps zip entries with the current time; fixed order and ZIP_STORED keep

@@ -23,7 +23,7 @@ from dynshape_perception.core.fit.data import (
 from dynshape_perception.core.fit.schedule import cosine_share, set_learning_rate
 from dynshape_perception.core.fit.torch_env import configure
 from dynshape_perception.core.fit.torch_models import Predictor, load_numpy, to_numpy
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.models.common import ModelDef
 from dynshape_perception.models.predictor import PredictorConfig
 from dynshape_perception.models.registry import parameter_shapes
@@ -92,11 +92,14 @@ def training_windows(
             real.append(windows)
         used.append(source)
     empty = np.zeros((0, OBS_STEPS + PRED_STEPS, 2))
-    return (
-        np.concatenate(real) if real else empty,
-        np.concatenate(synth) if synth else empty,
-        used,
-    )
+    out_real = np.concatenate(real) if real else empty
+    out_synth = np.concatenate(synth) if synth else empty
+    if out_real.shape[0] + out_synth.shape[0] == 0:
+        names = ", ".join(sources)
+        raise DataError(
+            f"no {OBS_STEPS + PRED_STEPS}-step track windows in {names}: nothing to fit on"
+        )
+    return out_real, out_synth, used
 
 
 def _sample(real: Tensor, synth: Tensor, fit: PredictorFitConfig, gen: torch.Generator) -> Tensor:

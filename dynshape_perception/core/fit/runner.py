@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.core.fit import associator, predictor, segmenter
 from dynshape_perception.core.fit.data import Source, parse_sources
 from dynshape_perception.core.fit.torch_env import fit_environment
@@ -84,6 +85,7 @@ def fit_command(model: str, sources: tuple[str, ...], seed: int) -> str:
 
 def fit_and_save(model: str, data: str | None, seed: int, out_dir: Path | None = None) -> FitReport:
     """Fit ``model`` on the named sources and write ``<model>.npz`` and its manifest entry."""
+    check_seed("--seed", seed)
     if model not in PLANS:
         raise ConfigError(f"unknown model {model!r}; expected one of {', '.join(MODEL_NAMES)}")
     plan = PLANS[model]

@@ -22,6 +22,7 @@ from dynshape_perception.core.runtime.shapes import Signature
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
+from dynshape_perception.models.weights import check_arrays
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class Engine:
             model = model_definition(name)
             if weights is not None and name in weights:
                 w = weights[name]
+                check_arrays(w, f"weights given for {name}")
                 expected = parameter_shapes(model)
                 if {k: tuple(v.shape) for k, v in w.items()} != expected:
                     raise ConfigError(f"weights given for {name} do not match its parameters")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ from dynshape_perception.core.fit.data import (
     synthetic_windows,
 )
 from dynshape_perception.core.fit.runner import fit_command
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import ConfigError, DataError
 
 ALLOWED = ("eth", "hotel", "synthetic")
 
@@ -50,3 +52,21 @@ def test_synthetic_spec_is_checked() -> None:
         SyntheticPedestrians(steps=10)
     with pytest.raises(ConfigError, match="idle_share"):
         SyntheticPedestrians(idle_share=1.0)
+
+
+def test_sources_without_any_window_are_a_data_error(tmp_path: Path) -> None:
+    from dynshape_perception.core.fit.predictor import PredictorFitConfig, training_windows
+
+    (tmp_path / "eth_ucy").mkdir()
+    (tmp_path / "eth_ucy" / "biwi_hotel.txt").write_text("")
+    with pytest.raises(DataError, match="nothing to fit on"):
+        training_windows(("hotel",), 0, PredictorFitConfig(), tmp_path)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64])
+def test_fit_seeds_are_checked_before_anything_runs(seed: int, tmp_path: Path) -> None:
+    from dynshape_perception.core.fit.runner import fit_and_save
+
+    with pytest.raises(ConfigError, match="--seed must be an integer"):
+        fit_and_save("associator", None, seed, tmp_path)
+    assert not list(tmp_path.iterdir())
