@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from dynshape_perception.cli.main import check_output_dir, check_output_file
 from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.compiler.targets import available_profiles
 from dynshape_perception.models import MODEL_NAMES
@@ -28,6 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dynshape_perception.core import bundle
 
+    bundle.check_python(args.python)
+    bundle.check_max_mb(args.max_mb)
+    check_output_dir(args.out, "--out")
+    if args.json:
+        check_output_file(args.json, "--json")
+    if args.cache_dir:
+        check_output_dir(args.cache_dir, "--cache-dir")
     report = bundle.write_bundle(
         args.target,
         args.out,

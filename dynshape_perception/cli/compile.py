@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from dynshape_perception.cli.main import check_output_dir
 from dynshape_perception.core.compiler.cache import ArtefactCache, default_cache_dir, export_to
 from dynshape_perception.core.compiler.targets import available_profiles, load_profile
 from dynshape_perception.models import MODEL_NAMES
@@ -21,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.target)
+    check_output_dir(args.out, "--out")
+    if args.cache_dir:
+        check_output_dir(args.cache_dir, "--cache-dir")
     cache = ArtefactCache(args.cache_dir or default_cache_dir())
     names = MODEL_NAMES if args.model == "all" else (args.model,)
     for name in names:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import numpy as np
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.core.perception.pipeline import Pipeline, PipelineParams, Pose2D
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.core.scenes import driving_scene
+from dynshape_perception.errors import ConfigError
 
 EGO_SPEED_MPS = 5.0
 FRAME_PERIOD_S = 0.1
@@ -51,7 +54,21 @@ def demo_frames(seed: int, frames: int) -> list[tuple[float, np.ndarray, Pose2D]
     return out
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse values that would run nothing (and print a NaN median) or never time out."""
+    check_seed("--seed", args.seed)
+    if args.frames < 1:
+        raise ConfigError(f"--frames must be >= 1, got {args.frames}")
+    for name in ("frame_timeout_s", "startup_timeout_s"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(
+                f"--{name.replace('_', '-')} must be a finite number > 0, got {value}"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     return run_in_process(args) if args.in_process else run_dds(args)
 
 

@@ -39,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dynshape_perception.config import check_seed
+
+    check_seed("--seed", args.seed)
+    if args.task == SEGMENTATION and args.plot is not None:
+        from dynshape_perception.core.eval.segmentation import check_plot_path
+
+        check_plot_path(args.plot)
     if args.task == PREDICTION:
         result = evaluate_prediction_file(args.eth_ucy, args.weights_dir, args.seed)
     else:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from dynshape_perception.errors import DynshapeError
+from dynshape_perception.errors import ConfigError, DynshapeError
 
 # verb -> (module under dynshape_perception.cli, one-line help). Modules load lazily so that
 # `--help` and light verbs never pay for importing TVM, OpenCV or rclpy.
@@ -25,6 +27,27 @@ VERBS: dict[str, tuple[str, str]] = {
     "report": ("report", "write an HTML report of a replay run directory"),
     "tune": ("tune", "tune node parameters against bags with Optuna"),
 }
+
+
+def check_output_file(path: Path, what: str = "output file") -> Path:
+    """Refuse an output path that cannot be written before any slow work, not after it."""
+    if path.is_dir():
+        raise ConfigError(f"{what} {path} is a folder")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{what} {path}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {path}: {parent} is not writable")
+    return path
+
+
+def check_output_dir(path: Path, what: str = "output folder") -> Path:
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {path} exists and is not a folder")
+    check_output_file(path / "_", what)
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader (e.g. `| head`) went away: not an error of ours.
         sys.stderr.close()
         return 0
+    except OSError as err:
+        # A path the user named cannot be written or read (exists, is a folder, too long...).
+        logging.getLogger(__name__).info("%s failed", known.verb, exc_info=True)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(err: OSError) -> str:
+    text = str(err) or type(err).__name__
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

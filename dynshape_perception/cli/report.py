@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dynshape_perception.cli.main import check_output_file
 from dynshape_perception.core.replay.report import write_report
 
 
@@ -16,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output_file(args.out, "--out")
     out = write_report(args.run_dir, args.out)
     print(f"report written to {out}")
     return 0

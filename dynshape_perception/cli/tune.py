@@ -8,10 +8,20 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
+from dynshape_perception.cli.main import check_output_dir, check_output_file
 from dynshape_perception.cli.replay import build_engine, settings_from_values
 from dynshape_perception.core.replay.params import Value
 from dynshape_perception.core.replay.settings import ReplaySettings
-from dynshape_perception.core.replay.tuning import Evaluator, load_space, tune, write_best
+from dynshape_perception.core.replay.tuning import (
+    Evaluator,
+    check_tune_seed,
+    first_complete,
+    load_space,
+    open_study,
+    tune,
+    write_best,
+)
+from dynshape_perception.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +51,15 @@ def run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     if args.study:
         space = replace(space, study=args.study)
+    check_tune_seed(args.seed)
+    if args.trials < 1:
+        raise ConfigError(f"--trials must be >= 1, got {args.trials}")
+    check_output_file(args.out, "--out")
+    if args.cache_dir:
+        check_output_dir(args.cache_dir, "--cache-dir")
+    if args.storage is not None:
+        # Fails at once on a URL or file that is no Optuna study, before the engine is built.
+        open_study(args.storage, space.study)
 
     def build(values: Mapping[str, Value]) -> ReplaySettings:
         return settings_from_values(values, "off", args.target)
@@ -54,17 +73,23 @@ def run(args: argparse.Namespace) -> int:
             attrs = trial.user_attrs
             error = attrs.get("prediction_error_m")
             print(
-                f"trial {trial.number:>3}: objective {trial.value:.5g} (misses "
+                f"trial {trial.number:>3}: objective {_fmt(trial.value)} (misses "
                 f"{attrs['miss_rate']:.3f}, p95 {attrs['latency_p95_ms']:.1f} ms, prediction "
                 f"{'n/a' if error is None else f'{error:.3f} m'}) {trial.params}"
             )
 
         study = tune(space, evaluate, args.trials, args.seed, args.storage, defaults, show)
     out = write_best(study, space, args.out, args.bags)
-    first = study.trials[0]
+    first = first_complete(study)
+    first_text = "n/a" if first is None else f"{first.number}: {_fmt(first.value)}"
     print(
-        f"best: trial {study.best_trial.number} objective {study.best_value:.5g} "
-        f"(first trial {first.value:.5g}); {len(study.trials)} trials in study {space.study!r}"
+        f"best: trial {study.best_trial.number} objective {_fmt(study.best_value)} "
+        f"(first completed trial {first_text}); {len(study.trials)} trials in study "
+        f"{space.study!r}"
     )
     print(f"best parameters written to {out}")
     return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.5g}"

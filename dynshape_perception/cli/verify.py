@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dynshape_perception.cli.main import check_output_dir, check_output_file
 from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.verify.cuda import CUDA_TARGETS
 from dynshape_perception.models import MODEL_NAMES
@@ -31,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:
+        check_output_file(args.json, "--json")
+    if args.work_dir:
+        check_output_dir(args.work_dir, "--work-dir")
+    if args.cache_dir:
+        check_output_dir(args.cache_dir, "--cache-dir")
     cache = ArtefactCache(args.cache_dir)
     report: Any
     if args.target == "aarch64":

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -194,6 +197,30 @@ def _readme(report: BundleReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_python(python: str | None) -> str | None:
+    """A destination CPython as ``X.Y``; checked before any artefact is written."""
+    if python is None:
+        return None
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", python):
+        raise BundleError(f"--python must be a CPython version X.Y such as 3.11, got {python!r}")
+    return python
+
+
+def check_max_mb(max_mb: float) -> float:
+    if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)):
+        raise BundleError(f"the size limit must be a number of MB, got {max_mb!r}")
+    if not (math.isfinite(max_mb) and max_mb > 0):
+        raise BundleError(f"the size limit must be a finite number of MB > 0, got {max_mb!r}")
+    return float(max_mb)
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise BundleError(f"{out_dir} exists and is not a folder: not replacing it")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+        raise BundleError(f"{out_dir} is not empty and holds no {MANIFEST}: not replacing it")
+
+
 def write_bundle(
     target: str,
     out_dir: Path,
@@ -203,16 +230,50 @@ def write_bundle(
     max_mb: float = DEFAULT_MAX_MB,
     wheel_cache: Path | None = None,
 ) -> BundleReport:
-    """Write ``out_dir``: artefacts/, cases/, site/tvm, wheels/, plan.json, run_bundle.py."""
+    """Write ``out_dir``: artefacts/, cases/, site/tvm, wheels/, plan.json, run_bundle.py.
+
+    The bundle is assembled in a sibling temp folder and renamed into place only once it is
+    complete and within its size limit, so a failure never leaves a half or oversized bundle.
+    """
     profile = load_profile(target)
-    dest = destination_for(profile, python)
+    dest = destination_for(profile, check_python(python))
+    max_mb = check_max_mb(max_mb)
     cache = cache or ArtefactCache()
     wheel_cache = wheel_cache or wheel_cache_dir()
-    if out_dir.exists():
-        if any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
-            raise BundleError(f"{out_dir} is not empty and holds no {MANIFEST}: not replacing it")
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    _check_out_dir(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        report = _assemble(target, profile, dest, work, cache, models, wheel_cache)
+        if report.total_bytes > max_mb * 1e6:
+            raise BundleError(
+                f"the {target} bundle is {report.total_bytes / 1e6:.1f} MB, over its "
+                f"{max_mb:g} MB limit: {report.sizes}"
+            )
+        # mkdtemp makes the folder 0700; a published bundle gets the usual umask-derived mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(work, 0o777 & ~umask)
+        _check_out_dir(out_dir)
+        if out_dir.is_dir():
+            shutil.rmtree(out_dir)
+        work.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    report.out_dir = out_dir
+    return report
+
+
+def _assemble(
+    target: str,
+    profile: TargetProfile,
+    dest: Destination,
+    out_dir: Path,
+    cache: ArtefactCache,
+    models: Sequence[str],
+    wheel_cache: Path,
+) -> BundleReport:
     report = BundleReport(target, out_dir, dest)
     plan: dict[str, Any] = {"device": "cuda" if profile.is_cuda else "cpu", "models": []}
     for unit in load_models(models):
@@ -263,11 +324,6 @@ def write_bundle(
         (out_dir / n).stat().st_size for n in (RUNNER, runner.PLAN, "README.txt")
     )
     (out_dir / MANIFEST).write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
-    if report.total_bytes > max_mb * 1e6:
-        raise BundleError(
-            f"the {target} bundle is {report.total_bytes / 1e6:.1f} MB, over its {max_mb:g} MB "
-            f"limit: {report.sizes}"
-        )
     return report
 
 

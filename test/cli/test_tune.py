@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from dynshape_perception.cli import tune as tune_cli
 from dynshape_perception.cli.main import main
 from dynshape_perception.core.replay import sources
 from dynshape_perception.core.replay.params import load_params_file
-from dynshape_perception.core.replay.tuning import load_space
+from dynshape_perception.core.replay.tuning import Score, Space, load_space, tune, write_best
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.errors import ConfigError
@@ -146,3 +147,121 @@ def test_example_space_loads() -> None:
         "tracking.gate_distance_m",
     }
     assert space.weights.unpredicted_penalty_m == 2.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("sampler: 5\nparameters: {a.b: {low: 0, high: 1}}", "sampler must be a mapping"),
+        ("sampler: {startup_trials: many}\nparameters: {}", "startup_trials must be an integer"),
+        ("sampler: {startup_trials: 2.5}\nparameters: {}", "startup_trials must be an integer"),
+        ("sampler: {startup_trials: true}\nparameters: {}", "startup_trials must be an integer"),
+        ("sampler: {seed: 5}\nparameters: {}", r"sampler: unknown keys \['seed'\]"),
+        ("fixed: [1, 2]\nparameters: {}", "fixed must be a mapping"),
+        ("fixed: {a.b: [1]}\nparameters: {}", "fixed.a.b must be a boolean"),
+        ("fixed: {a.b: .nan}\nparameters: {}", "fixed.a.b must be a boolean"),
+        ("start: abc\nparameters: {}", "start must be a mapping"),
+        ("start: {c.d: 1}\nparameters: {a.b: {low: 0, high: 2}}", "not tuned: \\['c.d'\\]"),
+        ("parameters: {a.b: {low: -.inf, high: .inf}}", "finite numbers low < high"),
+        ("parameters: {a.b: {low: 0, high: .nan}}", "finite numbers low < high"),
+        ("parameters: {a.b: {low: '0', high: 1}}", "finite numbers low < high"),
+        ("parameters: {a.b: {choices: [null]}}", "choices must be booleans, numbers or strings"),
+        ("parameters: {a.b: {choices: [[1, 2]]}}", "choices must be booleans, numbers or strings"),
+        ("parameters: {a.b: {choices: [1], low: 0}}", "choices take no low"),
+        ("parameters: {a.b: {low: 0.1, high: 1, log: 'false'}}", "log must be true or false"),
+        ("parameters: {a.b: {low: 0.1, high: 1, log: 1}}", "log must be true or false"),
+        ("parameters: {5: {low: 0, high: 1}}", "parameter names must be strings"),
+        ("study: [1]\nparameters: {}", "study must be a non-empty name"),
+        ("objective: {latency_ms: true}\nparameters: {}", "objective.latency_ms"),
+    ],
+)
+def test_bad_space_values(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_space(path)
+
+
+def _constant_score(_: object) -> Score:
+    return Score(miss_rate=0.0, latency_p95_ms=1.0, prediction_error_m=None, frames=1)
+
+
+def _small_space(tmp_path: Path) -> Space:
+    path = tmp_path / "small.yaml"
+    path.write_text("study: small\nparameters: {a.b: {low: 0.1, high: 1.0}}\n")
+    return load_space(path)
+
+
+def test_seeds_must_fit_optuna(tmp_path: Path) -> None:
+    space = _small_space(tmp_path)
+    for seed in (-1, 2**32, True):
+        with pytest.raises(ConfigError, match="--seed"):
+            tune(space, _constant_score, 1, seed)  # type: ignore[arg-type]
+    storage = f"sqlite:///{tmp_path / 'seeds.db'}"
+    tune(space, _constant_score, 2, 2**32 - 3, storage)
+    with pytest.raises(ConfigError, match="plus the 2 trials"):
+        tune(space, _constant_score, 1, 2**32 - 2, storage)
+
+
+def test_tune_cli_refuses_a_negative_seed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tune_cli, "build_engine", _engine_fault_injector)
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    args = ["tune", "--space", str(space), "--bags", str(tmp_path), "--seed", "-1"]
+    assert main(args) == 2
+    assert "--seed must be an integer >= 0" in capsys.readouterr().err
+
+
+def _engine_fault_injector(*_: object) -> Engine:
+    raise AssertionError("the engine must not be built for a bad command line")
+
+
+@pytest.mark.parametrize("kind", ["plain path", "garbage file", "other sqlite", "bad scheme"])
+def test_a_storage_that_is_no_study_fails_before_the_engine(
+    tmp_path: Path,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(tune_cli, "build_engine", _engine_fault_injector)
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    db = tmp_path / "x.db"
+    if kind == "garbage file":
+        db.write_bytes(b"garbage!")
+    if kind == "other sqlite":
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE studies (name TEXT)")
+            conn.execute("INSERT INTO studies VALUES ('x')")
+    storage = {"plain path": str(db), "bad scheme": "nosuch://host/db"}.get(kind, f"sqlite:///{db}")
+    args = ["tune", "--space", str(space), "--bags", str(tmp_path), "--storage", storage]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot open Optuna storage") and err.count("\n") == 1, err
+
+
+def test_write_best_without_a_completed_trial(tmp_path: Path) -> None:
+    space = _small_space(tmp_path)
+    study = optuna.create_study()
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    out = tmp_path / "best.yaml"
+    with pytest.raises(ConfigError, match="no completed trial"):
+        write_best(study, space, out, [])
+    assert not out.exists()
+
+
+def test_a_shared_study_whose_first_trial_failed(
+    tmp_path: Path, setup: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag, space = setup
+    storage = f"sqlite:///{tmp_path / 'failed.db'}"
+    study = optuna.create_study(study_name="test-study", storage=storage)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    out = tmp_path / "best.param.yaml"
+    args = ["tune", "--space", str(space), "--bags", str(bag), "--out", str(out)]
+    assert main([*args, "--trials", "1", "--max-frames", "4", "--storage", storage]) == 0
+    printed = capsys.readouterr().out
+    assert "(first completed trial 1: " in printed and "2 trials in study" in printed
+    assert out.is_file()

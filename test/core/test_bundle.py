@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynshape_perception.core.bundle import RUNNER, BundleReport, write_bundle
+from dynshape_perception.core import bundle as bundle_module
+from dynshape_perception.core.bundle import RUNNER, BundleError, BundleReport, write_bundle
 from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.verify.common import load_arrays, save_arrays
 from dynshape_perception.models import MODEL_NAMES
@@ -96,3 +97,42 @@ def test_cuda_hopper_bundle_fits_and_names_its_cuda_runtime(
     assert "cp312" in wheel.name and "x86_64" in wheel.name
     assert (report.out_dir / "site" / "tvm" / "lib" / "libtvm_runtime_cuda.so").is_file()
     assert json.loads((report.out_dir / "plan.json").read_text())["device"] == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("python", "max_mb", "message"),
+    [
+        ("abc", 60.0, "X.Y"),
+        ("3", 60.0, "X.Y"),
+        (None, float("nan"), "finite number of MB > 0"),
+        (None, -1.0, "finite number of MB > 0"),
+        (None, 0.0, "finite number of MB > 0"),
+    ],
+)
+def test_bad_python_or_limit_writes_nothing(
+    tmp_path: Path, python: str | None, max_mb: float, message: str
+) -> None:
+    with pytest.raises(BundleError, match=message):
+        write_bundle("x86_64", tmp_path / "b", python=python, max_mb=max_mb)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_over_limit_or_failed_bundle_is_never_published(
+    tmp_path: Path, cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "x86_64"
+    with pytest.raises(BundleError, match="over its 1 MB limit"):
+        write_bundle("x86_64", out, ArtefactCache(cache_root), ["segmenter"], max_mb=1.0)
+    assert not list(tmp_path.iterdir()), "nothing published, nothing left to block a retry"
+    report = write_bundle("x86_64", out, ArtefactCache(cache_root), ["segmenter"])
+    assert report.out_dir == out and (out / "bundle.json").is_file()
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+
+    def offline_fault_injector(*_: object) -> Path:
+        raise BundleError("cannot download apache-tvm-ffi: offline")
+
+    monkeypatch.setattr(bundle_module, "fetch_wheel", offline_fault_injector)
+    with pytest.raises(BundleError, match="offline"):
+        write_bundle("x86_64", out, ArtefactCache(cache_root), ["segmenter"])
+    assert [p.name for p in tmp_path.iterdir()] == ["x86_64"], "no temp folder left"
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before, "old bundle intact"

@@ -72,11 +72,12 @@ def available_profiles() -> list[str]:
 
 
 def load_profile(name: str) -> TargetProfile:
-    path = targets_dir() / f"{name}.yaml"
-    if not path.is_file():
+    # Look the name up first: a name like "../x" or 300 characters never reaches the filesystem.
+    if name not in available_profiles():
         raise ConfigError(
             f"unknown target profile {name!r}; available: {', '.join(available_profiles())}"
         )
+    path = targets_dir() / f"{name}.yaml"
     try:
         raw = yaml.safe_load(path.read_text())
         return TargetProfile(

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.errors import DataError, InputValueError, ShapeError
 
 OBS_STEPS = 8
@@ -208,6 +209,7 @@ def evaluate_prediction(
     Metrics are in metres, averaged over windows; ``ci95`` is a seeded percentile bootstrap
     over windows. ``batch_size`` splits the windows for predictors with a bounded batch.
     """
+    check_seed("seed", seed)
     obs_xy, fut_xy = extract_windows(tracks, obs, pred, frame_step)
     if obs_xy.shape[0] == 0:
         raise DataError(f"the scene holds no window of {obs + pred} consecutive annotated frames")

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Polygon, Rectangle
 
-from dynshape_perception.config import Roi, default_config
+from dynshape_perception.config import Roi, check_seed, default_config
 from dynshape_perception.core.perception.ground import fit_ground_plane
 from dynshape_perception.core.tables import (
     LABEL_CAR,
@@ -17,7 +17,7 @@ from dynshape_perception.core.tables import (
     LABEL_POLE,
     LABEL_UNKNOWN,
 )
-from dynshape_perception.errors import DataError, ShapeError
+from dynshape_perception.errors import ConfigError, DataError, ShapeError
 
 GROUND_BAND_M = 0.2
 RAISED_ABOVE_M = 0.3
@@ -81,6 +81,7 @@ def evaluate_segmentation(
     that are scored non-obstacle (score <= threshold); ``raised_detected`` the share of ROI
     points more than RAISED_ABOVE_M above it scored obstacle. A share over no points is NaN.
     """
+    check_seed("seed", seed)
     points, scores = _check_scan(points, scores)
     roi = roi or default_config().roi
     height = fit_ground_plane(points, seed=seed).height(points)
@@ -105,6 +106,20 @@ def _box_corners(row: np.void) -> np.ndarray:
     return local @ rotation.T + np.array([float(row["x"]), float(row["y"])])
 
 
+def check_plot_path(path_png: str | Path) -> Path:
+    """The plot path, if matplotlib can write its format: checked before the slow evaluation."""
+    path = Path(path_png)
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in formats:
+        raise ConfigError(
+            f"cannot write plot {path}: its suffix must be one of "
+            f"{', '.join('.' + f for f in sorted(formats))}"
+        )
+    if path.is_dir():
+        raise ConfigError(f"cannot write plot {path}: it is a folder")
+    return path
+
+
 def plot_bev(
     path_png: str | Path,
     points: np.ndarray,
@@ -122,7 +137,7 @@ def plot_bev(
     Box colours follow the label: car red, pedestrian blue, pole green, unknown orange.
     """
     points, scores = _check_scan(points, scores)
-    path = Path(path_png)
+    path = check_plot_path(path_png)
     obstacle = scores > obstacle_threshold
     fig = Figure(figsize=PLOT_SIZE_IN)
     ax = fig.subplots()
@@ -158,6 +173,6 @@ def plot_bev(
     ax.set_title(title or f"{points.shape[0]} points, {len(clusters)} clusters")
     try:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    except OSError as err:
+    except (OSError, ValueError) as err:
         raise DataError(f"cannot write plot {path}: {err}") from err
     return path

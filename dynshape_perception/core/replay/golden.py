@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -54,6 +55,24 @@ class Tolerances:
     prob: float = 0.01
     exact_num_points: bool = True
 
+    def __post_init__(self) -> None:
+        # A NaN or a string limit would silently disable (or later crash) its comparison.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "exact_num_points":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"tolerance {f.name} must be true or false, got {value!r}")
+            elif f.name == "count":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ConfigError(f"tolerance count must be an integer >= 0, got {value!r}")
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(f"tolerance {f.name} must be a finite number >= 0, got {value!r}")
+
     @classmethod
     def load(cls, path: Path) -> Tolerances:
         try:
@@ -61,11 +80,14 @@ class Tolerances:
         except (OSError, yaml.YAMLError) as err:
             raise ConfigError(f"cannot read tolerances {path}: {err}") from err
         known = {f.name for f in fields(cls)}
-        if not isinstance(raw, dict) or set(raw) - known:
-            raise ConfigError(f"{path}: unknown tolerances {sorted(set(raw) - known)}")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: tolerances must be a mapping of {sorted(known)}")
+        unknown = set(raw) - known
+        if unknown:
+            raise ConfigError(f"{path}: unknown tolerances {sorted(unknown, key=str)}")
         try:
             return cls(**raw)
-        except TypeError as err:
+        except ConfigError as err:
             raise ConfigError(f"{path}: {err}") from err
 
     def dump(self) -> str:
@@ -131,11 +153,15 @@ def _match_rows(topic: str, got: np.ndarray, want: np.ndarray) -> tuple[np.ndarr
     if topic == "/obstacles":
         if not got.size or not want.size:
             return np.zeros(0, int), np.zeros(0, int)
-        cost = np.hypot(
-            got["x"][:, None].astype(np.float64) - want["x"][None, :],
-            got["y"][:, None].astype(np.float64) - want["y"][None, :],
-        )
-        return linear_sum_assignment(cost)
+        with np.errstate(invalid="ignore"):
+            cost = np.hypot(
+                got["x"][:, None].astype(np.float64) - want["x"][None, :],
+                got["y"][:, None].astype(np.float64) - want["y"][None, :],
+            )
+        # A NaN or infinite centre still pairs (last), so its difference gets reported.
+        finite = np.isfinite(cost)
+        worst = 2.0 * float(cost[finite].max()) + 1.0 if finite.any() else 1.0
+        return linear_sum_assignment(np.where(finite, cost, worst))
     keys = ("id",) if topic == "/tracks" else ("id", "k", "step")
     index = {tuple(int(row[k]) for k in keys): i for i, row in enumerate(want)}
     pairs = [
@@ -171,9 +197,16 @@ def compare_frame(topic: str, got: np.ndarray, want: np.ndarray, tol: Tolerances
     for group, columns in FIELD_GROUPS.items():
         limit = float(getattr(tol, group))
         for col in (c for c in columns if c in names):
-            diff = np.abs(got[col][gi].astype(np.float64) - want[col][wi].astype(np.float64))
-            if col == "yaw":
-                diff = np.abs(np.angle(np.exp(1j * diff)))
+            g, w = got[col][gi].astype(np.float64), want[col][wi].astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(g - w)
+                if col == "yaw":
+                    diff = np.abs(np.angle(np.exp(1j * diff)))
+            # NaN compares false against any limit: a non-finite value on either side that
+            # is not the very same (NaN and NaN, or the same infinity) is a difference.
+            same = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & (g == w))
+            nonfinite = ~(np.isfinite(g) & np.isfinite(w)) & ~same
+            diff = np.where(nonfinite, np.inf, np.where(same, 0.0, diff))
             for j in np.flatnonzero(diff > limit):
                 worst.append(
                     (

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from dynshape_perception.core.replay.rundir import read_metrics
+from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import atomic_write_text
 
 REPORT_FILE = "report.html"
@@ -292,6 +293,14 @@ def render_report(doc: dict[str, Any], title: str) -> str:
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
     doc = read_metrics(run_dir)
     out = out or Path(run_dir) / REPORT_FILE
-    atomic_write_text(out, render_report(doc, f"Replay report: {Path(run_dir).name}"))
+    if out.is_dir():
+        raise ConfigError(f"report output {out} is a folder")
+    try:
+        page = render_report(doc, f"Replay report: {Path(run_dir).name}")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        # read_metrics checks what every report needs; this catches a field it does not know.
+        raise ConfigError(f"{run_dir}: metrics.json is malformed: {err!r}") from err
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, page)
     out.chmod(0o644)
     return out

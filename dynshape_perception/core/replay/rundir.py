@@ -24,6 +24,59 @@ PARAMS_FILE = "params.yaml"
 OUTPUT_TOPICS = ("/obstacles", "/tracks", "/predictions")
 
 
+# What the report and the replay summary read from metrics.json, with the type each must have.
+_NUMBER = (int, float)
+_METRICS_KEYS: dict[str, type | tuple[type, ...]] = {
+    "frames": list,
+    "summary": dict,
+    "stages": list,
+    "tiers": dict,
+}
+_SUMMARY_KEYS: dict[str, type | tuple[type, ...]] = {
+    "frames": int,
+    "dropped_frames": int,
+    "sim_s": _NUMBER,
+    "wall_s": _NUMBER,
+    "deadline_misses": dict,
+    "drops": dict,
+    "hit_rate": _NUMBER,
+    "compile_events": int,
+}
+_FRAME_KEYS: dict[str, type | tuple[type, ...]] = {
+    "t_s": _NUMBER,
+    "latency_ms": dict,
+    "counts": dict,
+    "jit_calls": int,
+    "jit_hits": int,
+    "hit_rate": _NUMBER,
+}
+_OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "run": dict,
+    "topics": dict,
+    "drop_units": dict,
+    "compile_events": list,
+}
+
+
+def _check_types(
+    path: Path,
+    where: str,
+    doc: dict[str, Any],
+    keys: dict[str, type | tuple[type, ...]],
+    required: bool = True,
+) -> None:
+    for key, kind in keys.items():
+        if key not in doc:
+            if required:
+                raise ConfigError(f"{path} is not a replay run's metrics.json: no {where}{key}")
+            continue
+        value = doc[key]
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise ConfigError(
+                f"{path} is not a replay run's metrics.json: {where}{key} is {value!r:.60}"
+            )
+
+
 def read_metrics(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / METRICS_FILE
     try:
@@ -32,6 +85,26 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not a replay run's metrics.json: {err}") from err
     if not isinstance(doc, dict) or "frames" not in doc:
         raise ConfigError(f"{path} is not a replay run's metrics.json")
+    _check_types(path, "", doc, _METRICS_KEYS)
+    _check_types(path, "", doc, _OPTIONAL_KEYS, required=False)
+    _check_types(path, "summary.", doc["summary"], _SUMMARY_KEYS)
+    for name in ("deadline_misses", "drops"):
+        counts = doc["summary"][name]
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts.values()):
+            raise ConfigError(f"{path}: summary.{name} must map tiers to counts")
+    for i, frame in enumerate(doc["frames"]):
+        if not isinstance(frame, dict):
+            raise ConfigError(f"{path}: frames[{i}] is not a mapping")
+        _check_types(path, f"frames[{i}].", frame, _FRAME_KEYS)
+    for tier, spec in doc["tiers"].items():
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{path}: tiers.{tier} is not a mapping")
+        _check_types(path, f"tiers.{tier}.", spec, {"stages": list})
+        deadline = spec.get("deadline_ms")
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, _NUMBER)
+        ):
+            raise ConfigError(f"{path}: tiers.{tier}.deadline_ms is {deadline!r:.60}")
     return doc
 
 

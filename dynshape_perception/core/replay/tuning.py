@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
+import sqlalchemy.exc
 import yaml
 
+from dynshape_perception.config import check_seed
 from dynshape_perception.core.replay.inprocess import InProcessReplay, ReplayOptions, ReplayResult
 from dynshape_perception.core.replay.params import Value, dump_params
 from dynshape_perception.core.replay.settings import ReplaySettings, is_replay_parameter
@@ -21,7 +24,9 @@ from dynshape_perception.fsutil import atomic_write_text
 
 DEFAULT_STUDY = "dynshape-perception"
 DEFAULT_STARTUP_TRIALS = 10
+MAX_SAMPLER_SEED = 2**32
 SPACE_KEYS = {"study", "objective", "sampler", "fixed", "start", "parameters"}
+SAMPLER_KEYS = {"startup_trials"}
 OBJECTIVE_KEYS = {
     "deadline_misses",
     "latency_ms",
@@ -43,7 +48,7 @@ class Weights:
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            if not (_is_number(value) and value >= 0):
                 raise ConfigError(f"objective.{name} must be a number >= 0, got {value!r}")
 
 
@@ -85,25 +90,79 @@ class Space:
     startup_trials: int = DEFAULT_STARTUP_TRIALS
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_value(value: object) -> bool:
+    """A scalar a ROS parameter can hold: bool, int, finite float or string."""
+    return isinstance(value, (bool, str)) or _is_number(value)
+
+
 def _dimension(name: str, spec: Any) -> Dimension:
     if not isinstance(spec, dict):
         raise ConfigError(f"parameters.{name} must be a mapping (low/high or choices)")
     unknown = set(spec) - {"low", "high", "log", "choices"}
     if unknown:
-        raise ConfigError(f"parameters.{name}: unknown keys {sorted(unknown)}")
+        raise ConfigError(f"parameters.{name}: unknown keys {sorted(unknown, key=str)}")
     if "choices" in spec:
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:
             raise ConfigError(f"parameters.{name}.choices must be a non-empty list")
+        if set(spec) - {"choices"}:
+            raise ConfigError(f"parameters.{name}: choices take no low, high or log")
+        bad = [c for c in choices if not _is_value(c)]
+        if bad:
+            raise ConfigError(
+                f"parameters.{name}.choices must be booleans, numbers or strings, got {bad!r}"
+            )
         return Dimension(name, choices=tuple(choices))
     low, high = spec.get("low"), spec.get("high")
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
-    if not numbers or not low < high:  # type: ignore[operator]
-        raise ConfigError(f"parameters.{name} needs numbers low < high, got {low!r}, {high!r}")
-    log = bool(spec.get("log", False))
+    if not (_is_number(low) and _is_number(high)) or not low < high:  # type: ignore[operator]
+        raise ConfigError(
+            f"parameters.{name} needs finite numbers low < high, got {low!r}, {high!r}"
+        )
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise ConfigError(f"parameters.{name}.log must be true or false, got {log!r}")
     if log and low <= 0:  # type: ignore[operator]
         raise ConfigError(f"parameters.{name}: a log range needs low > 0")
     return Dimension(name, low, high, log)  # type: ignore[arg-type]
+
+
+def _values(path: Path, key: str, raw: object) -> dict[str, Value]:
+    """``fixed`` or ``start``: parameter names to scalar values."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: {key} must be a mapping of parameter names to values")
+    for name, value in raw.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{path}: {key} has a parameter name {name!r} that is not a string")
+        if not _is_value(value):
+            raise ConfigError(
+                f"{path}: {key}.{name} must be a boolean, finite number or string, got {value!r}"
+            )
+    return dict(raw)
+
+
+def _startup_trials(path: Path, sampler: object) -> int:
+    if sampler is None:
+        return DEFAULT_STARTUP_TRIALS
+    if not isinstance(sampler, dict):
+        raise ConfigError(f"{path}: sampler must be a mapping, got {sampler!r}")
+    unknown = set(sampler) - SAMPLER_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{path}: sampler: unknown keys {sorted(unknown, key=str)}; "
+            f"it takes {sorted(SAMPLER_KEYS)}"
+        )
+    startup = sampler.get("startup_trials", DEFAULT_STARTUP_TRIALS)
+    if isinstance(startup, bool) or not isinstance(startup, int) or startup < 1:
+        raise ConfigError(
+            f"{path}: sampler.startup_trials must be an integer >= 1, got {startup!r}"
+        )
+    return startup
 
 
 def load_space(path: Path) -> Space:
@@ -115,20 +174,26 @@ def load_space(path: Path) -> Space:
         raise ConfigError(f"{path} needs a 'parameters' mapping of ranges")
     unknown = set(raw) - SPACE_KEYS
     if unknown:
-        raise ConfigError(f"{path}: unknown keys {sorted(unknown)}")
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown, key=str)}")
     objective = raw.get("objective") or {}
     if not isinstance(objective, dict) or set(objective) - OBJECTIVE_KEYS:
         raise ConfigError(f"{path}: objective takes {sorted(OBJECTIVE_KEYS)}")
-    sampler = raw.get("sampler") or {}
-    startup = int(sampler.get("startup_trials", DEFAULT_STARTUP_TRIALS))
-    if startup < 1:
-        raise ConfigError(f"{path}: sampler.startup_trials must be >= 1")
-    dims = tuple(_dimension(str(n), s) for n, s in raw["parameters"].items())
-    fixed = dict(raw.get("fixed") or {})
-    start = dict(raw.get("start") or {})
+    startup = _startup_trials(path, raw.get("sampler"))
+    names = [n for n in raw["parameters"] if not isinstance(n, str)]
+    if names:
+        raise ConfigError(f"{path}: parameter names must be strings, got {names!r}")
+    dims = tuple(_dimension(n, s) for n, s in raw["parameters"].items())
+    fixed = _values(path, "fixed", raw.get("fixed"))
+    start = _values(path, "start", raw.get("start"))
+    study = raw.get("study", DEFAULT_STUDY)
+    if not isinstance(study, str) or not study:
+        raise ConfigError(f"{path}: study must be a non-empty name, got {study!r}")
     clash = {d.name for d in dims} & set(fixed)
     if clash:
         raise ConfigError(f"{path}: {sorted(clash)} are both fixed and tuned")
+    untuned = sorted(set(start) - {d.name for d in dims})
+    if untuned:
+        raise ConfigError(f"{path}: start values for parameters that are not tuned: {untuned}")
     outside = [d.name for d in dims if d.name in start and not d.contains(start[d.name])]
     if outside:
         raise ConfigError(f"{path}: start values outside their ranges: {outside}")
@@ -139,7 +204,7 @@ def load_space(path: Path) -> Space:
         weights=Weights(**objective),
         fixed=fixed,
         start=start,
-        study=str(raw.get("study", DEFAULT_STUDY)),
+        study=study,
         startup_trials=startup,
     )
 
@@ -227,6 +292,44 @@ class Evaluator:
         return score_results(results, self.weights.unpredicted_penalty_m)
 
 
+def check_tune_seed(seed: object) -> int:
+    """A sampler seed: the package's seed rule, and below Optuna's (NumPy's) 2**32."""
+    seed = check_seed("--seed", seed)
+    if seed >= MAX_SAMPLER_SEED:
+        raise ConfigError(f"--seed must be below 2**32 for Optuna's sampler, got {seed}")
+    return seed
+
+
+@contextmanager
+def _storage_errors(storage: str | None) -> Iterator[None]:
+    """What a storage URL that is no Optuna study raises, as one ConfigError line."""
+    try:
+        yield
+    except (
+        ValueError,
+        ImportError,
+        sqlalchemy.exc.SQLAlchemyError,
+        optuna.exceptions.OptunaError,
+    ) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"cannot open Optuna storage {storage!r}: {first}") from err
+
+
+def open_study(storage: str, study: str) -> int:
+    """Create or load ``study`` in ``storage`` and return how many trials it holds.
+
+    Called before the (slow) engine is built, so a bad URL or a file that is no Optuna
+    database fails at once.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with _storage_errors(storage):
+        return len(
+            optuna.create_study(
+                study_name=study, storage=storage, direction="minimize", load_if_exists=True
+            ).trials
+        )
+
+
 def tune(
     space: Space,
     evaluate: Callable[[Mapping[str, Value]], Score],
@@ -245,24 +348,25 @@ def tune(
     """
     if trials < 1:
         raise ConfigError(f"trials must be >= 1, got {trials}")
+    check_tune_seed(seed)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    existing = 0
-    if storage is not None:
-        existing = len(
-            optuna.create_study(
-                study_name=space.study, storage=storage, direction="minimize", load_if_exists=True
-            ).trials
+    existing = 0 if storage is None else open_study(storage, space.study)
+    if seed + existing >= MAX_SAMPLER_SEED:
+        raise ConfigError(
+            f"--seed {seed} plus the {existing} trials study {space.study!r} holds must stay "
+            f"below 2**32, Optuna's seed limit"
         )
     sampler = optuna.samplers.TPESampler(
         seed=seed + existing, n_startup_trials=space.startup_trials
     )
-    study = optuna.create_study(
-        study_name=space.study,
-        storage=storage,
-        sampler=sampler,
-        direction="minimize",
-        load_if_exists=True,
-    )
+    with _storage_errors(storage):
+        study = optuna.create_study(
+            study_name=space.study,
+            storage=storage,
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
+        )
     if existing == 0:
         start = {**dict(defaults or {}), **space.start}
         first = {d.name: start[d.name] for d in space.dimensions if d.name in start}
@@ -284,12 +388,20 @@ def tune(
     return study
 
 
+def first_complete(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The study's first completed trial: in a shared study trial 0 may have failed."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return min(complete, key=lambda t: t.number, default=None)
+
+
 def _dim(space: Space, name: str) -> Dimension:
     return next(d for d in space.dimensions if d.name == name)
 
 
 def write_best(study: optuna.Study, space: Space, out: Path, bags: Sequence[Path]) -> Path:
     """The best trial's parameters (and the fixed ones) as a ready ROS params file."""
+    if first_complete(study) is None:
+        raise ConfigError(f"study {space.study!r} holds no completed trial: no best parameters")
     best = study.best_trial
     values: dict[str, Value] = {**space.fixed, **best.params}
     attrs = best.user_attrs

@@ -191,6 +191,10 @@ def _run_emulated(emulator: EmulatedPython, work_dir: Path, plan: dict[str, Any]
     plan_path = work_dir / runner.PLAN
     plan_path.write_text(json.dumps(plan, indent=2))
     report_path = work_dir / "emulated_report.json"
+    # A reused work dir holds the last run's report and outputs: a runner that fails without
+    # writing new ones must not pass on them.
+    report_path.unlink(missing_ok=True)
+    shutil.rmtree(work_dir / "outputs", ignore_errors=True)
     proc = emulator.run(script, ["--plan", str(plan_path), "--json", str(report_path)])
     if proc.returncode not in (0, 1) or not report_path.is_file():
         raise VerifyError(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,10 +45,23 @@ class Symbol:
     size: int
 
 
+@contextmanager
+def _parsing(origin: str) -> Iterator[None]:
+    """Offsets read from a truncated or corrupt file point past its end: say so, once."""
+    try:
+        yield
+    except (struct.error, IndexError, ValueError) as err:
+        raise VerifyError(f"{origin} is a truncated or corrupt ELF file: {err}") from err
+
+
 class ElfFile:
     """A 64-bit little-endian ELF image held in memory."""
 
     def __init__(self, data: bytes, origin: str = "ELF data") -> None:
+        with _parsing(origin):
+            self._parse(data, origin)
+
+    def _parse(self, data: bytes, origin: str) -> None:
         if data[:4] != b"\x7fELF" or len(data) < 64:
             raise VerifyError(f"{origin} is not an ELF file")
         if data[4] != 2 or data[5] != 1:
@@ -80,6 +95,10 @@ class ElfFile:
         return self.data[offset:end].decode(errors="replace")
 
     def symbols(self) -> list[Symbol]:
+        with _parsing(self.origin):
+            return self._symbols()
+
+    def _symbols(self) -> list[Symbol]:
         out: list[Symbol] = []
         for sec in self.sections:
             if sec.kind not in (_SHT_SYMTAB, _SHT_DYNSYM) or not sec.entsize:
@@ -101,11 +120,17 @@ class ElfFile:
             if sym.name == name and 0 < sym.section < len(self.sections):
                 sec = self.sections[sym.section]
                 start = sec.offset + (sym.value - sec.addr)
+                if start < 0 or start + sym.size > len(self.data):
+                    raise VerifyError(f"{self.origin}: symbol {name} lies outside the file")
                 return self.data[start : start + sym.size]
         raise VerifyError(f"{self.origin} defines no symbol {name}")
 
     def needed_libraries(self) -> list[str]:
         """DT_NEEDED entries: the shared libraries the dynamic loader must find."""
+        with _parsing(self.origin):
+            return self._needed_libraries()
+
+    def _needed_libraries(self) -> list[str]:
         needed: list[str] = []
         for sec in self.sections:
             if sec.kind != _SHT_DYNAMIC:

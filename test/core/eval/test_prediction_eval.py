@@ -19,7 +19,7 @@ from dynshape_perception.core.eval.prediction import (
     extract_windows,
     min_ade_fde,
 )
-from dynshape_perception.errors import DataError, InputValueError, ShapeError
+from dynshape_perception.errors import ConfigError, DataError, InputValueError, ShapeError
 
 FRAME_STEP = 10
 EXPECTED_KEYS = {
@@ -197,3 +197,9 @@ def test_real_scenes_cv6_beats_cv(
     assert 0.30 <= fde_gain <= 0.60, fde_gain
     lo, hi = result["ci95"]["minADE"]
     assert lo <= result["minADE"] <= hi
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, True])
+def test_evaluate_prediction_refuses_bad_seeds(seed: object) -> None:
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+        evaluate_prediction(_scene(), _cv6_predictor, seed=seed)  # type: ignore[arg-type]

@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 
 from dynshape_perception.config import Roi
-from dynshape_perception.core.eval.segmentation import evaluate_segmentation, plot_bev
+from dynshape_perception.core.eval.segmentation import (
+    check_plot_path,
+    evaluate_segmentation,
+    plot_bev,
+)
 from dynshape_perception.core.io.datasets import read_kitti_bin
 from dynshape_perception.core.perception.clustering import cluster_obstacles
 from dynshape_perception.core.perception.ground import fit_ground_plane
 from dynshape_perception.core.tables import OBSTACLE_DTYPE
-from dynshape_perception.errors import DataError, ShapeError
+from dynshape_perception.errors import ConfigError, DataError, ShapeError
 
 GROUND_Z_M = -1.73
 KEYS = {"ground_excluded", "raised_detected", "clusters", "num_points", "roi_points"}
@@ -126,3 +130,25 @@ def test_kitti_perfect_segmenter(kitti_bin: Path, tmp_path: Path) -> None:
     assert len(result["clusters"]) == clusters.shape[0]
     path = plot_bev(tmp_path / "kitti.png", points, scores, clusters, Roi())
     assert path.stat().st_size > 50_000
+
+
+def test_plot_bev_refuses_formats_matplotlib_cannot_write(tmp_path: Path) -> None:
+    points, ground, _, _ = _flat_street()
+    scores = (~ground).astype(np.float32)
+    clusters = np.zeros(0, OBSTACLE_DTYPE)
+    for name in ("bev.xyz", "bev"):
+        with pytest.raises(ConfigError, match="suffix must be one of"):
+            plot_bev(tmp_path / name, points, scores, clusters, Roi())
+        with pytest.raises(ConfigError, match="suffix must be one of"):
+            check_plot_path(tmp_path / name)
+    (tmp_path / "folder.png").mkdir()
+    with pytest.raises(ConfigError, match="is a folder"):
+        check_plot_path(tmp_path / "folder.png")
+    assert not list(tmp_path.glob("bev*"))
+
+
+def test_evaluate_segmentation_refuses_a_negative_seed() -> None:
+    points, ground, _, _ = _flat_street()
+    scores = (~ground).astype(np.float32)
+    with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+        evaluate_segmentation(points, scores, 0.5, np.zeros(0, OBSTACLE_DTYPE), seed=-1)

@@ -96,3 +96,59 @@ def test_bad_golden_folders(tmp_path: Path) -> None:
     (gold / "tolerances.yaml").write_text("position: 1\n")
     with pytest.raises(ConfigError, match="unknown tolerances"):
         golden.check_golden(out, gold)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("5\n", "must be a mapping"),
+        ("[[1]]\n", "must be a mapping"),
+        ("position_m: .nan\n", "position_m must be a finite number >= 0"),
+        ("position_m: .inf\n", "position_m must be a finite number >= 0"),
+        ("position_m: abc\n", "position_m must be a finite number >= 0"),
+        ("position_m: -0.1\n", "position_m must be a finite number >= 0"),
+        ("prob: true\n", "prob must be a finite number >= 0"),
+        ("count: 1.5\n", "count must be an integer >= 0"),
+        ("count: -1\n", "count must be an integer >= 0"),
+        ("exact_num_points: 'false'\n", "exact_num_points must be true or false"),
+    ],
+)
+def test_bad_tolerances(tmp_path: Path, text: str, message: str) -> None:
+    out = _record(tmp_path / "ref", _frames())
+    gold = golden.write_golden(out, tmp_path / "golden")
+    (gold / "tolerances.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        golden.check_golden(out, gold)
+
+
+def test_non_finite_values_differ_from_finite_ones() -> None:
+    want = np.zeros(2, TRACK_DTYPE)
+    want["id"], want["x"] = [1, 2], [1.0, 2.0]
+    for bad in (np.nan, np.inf):
+        got = want.copy()
+        got["x"][0] = bad
+        (problem,) = golden.compare_frame("/tracks", got, want, Tolerances())
+        assert problem.startswith("id 1: x ") and "expected 1.0000" in problem
+        (problem,) = golden.compare_frame("/tracks", want, got, Tolerances())
+        assert problem.startswith("id 1: x ")
+        assert not golden.compare_frame("/tracks", got, got.copy(), Tolerances())
+    got = want.copy()
+    got["x"][0], want["x"][0] = np.inf, -np.inf
+    assert len(golden.compare_frame("/tracks", got, want, Tolerances())) == 1
+    yaw = np.zeros(1, OBSTACLE_DTYPE)
+    nan_yaw = yaw.copy()
+    nan_yaw["yaw"] = np.nan
+    assert any(
+        "yaw nan" in p for p in golden.compare_frame("/obstacles", nan_yaw, yaw, Tolerances())
+    )
+
+
+def test_a_nan_obstacle_is_reported_not_raised() -> None:
+    want = np.zeros(3, OBSTACLE_DTYPE)
+    want["x"], want["y"] = [1.0, 5.0, 9.0], [0.0, 1.0, 2.0]
+    got = want.copy()
+    got["x"][1] = np.nan
+    problems = golden.compare_frame("/obstacles", got, want, Tolerances())
+    assert len(problems) == 1 and "x nan, expected 5.0000" in problems[0]
+    got["y"][:] = np.nan
+    assert len(golden.compare_frame("/obstacles", got, want, Tolerances())) == 4
