@@ -28,6 +28,7 @@ from dynshape_perception.core.verify import runner
 from dynshape_perception.core.verify.common import load_models, make_cases, repo_root, save_arrays
 from dynshape_perception.core.verify.elf import ElfFile
 from dynshape_perception.errors import DynshapeError
+from dynshape_perception.fsutil import current_umask
 from dynshape_perception.models import MODEL_NAMES
 
 log = logging.getLogger(__name__)
@@ -251,9 +252,7 @@ def write_bundle(
                 f"{max_mb:g} MB limit: {report.sizes}"
             )
         # mkdtemp makes the folder 0700; a published bundle gets the usual umask-derived mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(work, 0o777 & ~umask)
+        os.chmod(work, 0o777 & ~current_umask())
         _check_out_dir(out_dir)
         if out_dir.is_dir():
             shutil.rmtree(out_dir)

@@ -13,7 +13,7 @@ from dynshape_perception.core.tables import (
     LABEL_POLE,
     OBSTACLE_DTYPE,
 )
-from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 
 SENSOR_HEIGHT_M = 1.73
 # HDL-64E beam layout: an upper block of 32 beams from +2 to -8.33 deg, a lower block of 32
@@ -317,6 +317,21 @@ def driving_scene(
             f"need 0 <= dropout < 1, max_range_m > 0, sensor_height_m > 0; "
             f"got {dropout}, {max_range_m}, {sensor_height_m}"
         )
+    # NaN noise would put NaN in every point; infinite sizes give an empty or endless scan.
+    lengths: dict[str, float] = {
+        "azimuth_step_deg": azimuth_step_deg,
+        "max_range_m": max_range_m,
+        "sensor_height_m": sensor_height_m,
+        "max_slope": max_slope,
+        "outside_margin_m": outside_margin_m,
+        "min_gap_m": min_gap_m,
+        "min_range_m": min_range_m,
+        "range_noise_m": range_noise_m,
+        "ground_noise_m": ground_noise_m,
+    }
+    for name, length in lengths.items():
+        if not (np.isfinite(length) and length >= 0.0):
+            raise ConfigError(f"{name} must be a finite number >= 0, got {length!r}")
     roi = roi or default_config().roi
     rng = np.random.default_rng(seed)
 
@@ -392,10 +407,13 @@ def pedestrian_scene(
     agents walk beside a leader (same heading and speed, 0.5-0.9 m to its side). Speed
     changes by at most 1 m/s^2 and never exceeds ``max_speed_mps``.
     """
-    if num_agents < 0 or num_steps < 1 or not dt_s > 0.0:
+    if num_agents < 0 or num_steps < 1 or not (np.isfinite(dt_s) and dt_s > 0.0):
         raise ConfigError(
-            f"need num_agents >= 0, num_steps >= 1, dt_s > 0; got {num_agents}, {num_steps}, {dt_s}"
+            f"need num_agents >= 0, num_steps >= 1, finite dt_s > 0; "
+            f"got {num_agents}, {num_steps}, {dt_s}"
         )
+    if not (np.isfinite(area_m) and area_m > 0.0):
+        raise ConfigError(f"area_m must be a finite number > 0, got {area_m!r}")
     shares = (group_share, turn_share, stop_share)
     if not all(0.0 <= share <= 1.0 for share in shares) or turn_share + stop_share > 1.0:
         raise ConfigError(f"behaviour shares must be in [0, 1] with turn + stop <= 1, got {shares}")
@@ -472,8 +490,16 @@ def sensor_sectors(
     points = np.asarray(points)
     if points.ndim != 2 or points.shape[1] < 2:
         raise ShapeError(f"points must be [P, >=2], got shape {points.shape}")
-    if not isinstance(num_sectors, int) or num_sectors < 1:
+    if isinstance(num_sectors, bool) or not isinstance(num_sectors, (int, np.integer)):
         raise ConfigError(f"num_sectors must be an integer >= 1, got {num_sectors!r}")
+    if num_sectors < 1:
+        raise ConfigError(f"num_sectors must be an integer >= 1, got {num_sectors!r}")
+    num_sectors = int(num_sectors)
+    if not np.isfinite(start_azimuth_rad):
+        raise ConfigError(f"start_azimuth_rad must be finite, got {start_azimuth_rad!r}")
+    if not np.isfinite(points[:, :2]).all():
+        # A NaN azimuth has no sector: it would land in one by accident of the int cast.
+        raise InputValueError("points hold NaN or Inf in x or y: no azimuth to sort by")
     azimuth = np.arctan2(points[:, 1].astype(np.float64), points[:, 0].astype(np.float64))
     swept = start_azimuth_rad - azimuth if clockwise else azimuth - start_azimuth_rad
     phase = np.mod(swept, 2.0 * np.pi)

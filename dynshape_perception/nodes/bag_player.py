@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from dynshape_perception.core.replay.player import (
     CLOCK_TOPIC,
     PlayItem,
     Track,
+    check_play_timing,
     header_stamp,
     plan_tracks,
     timetable,
@@ -62,8 +64,21 @@ class PlayOptions:
     max_frames: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.rate > 0 or not self.clock_hz > 0:
-            raise ConfigError("DDS replay needs --rate > 0 and a clock rate > 0")
+        check_play_timing(self.start_offset_s, self.rate)
+        if not (math.isfinite(self.clock_hz) and self.clock_hz > 0):
+            raise ConfigError(
+                f"the clock rate must be a finite number > 0 Hz, got {self.clock_hz!r}"
+            )
+        for name in ("wait_for_subscribers_s", "drain_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.max_frames is not None and (
+            isinstance(self.max_frames, bool)
+            or not isinstance(self.max_frames, int)
+            or self.max_frames < 1
+        ):
+            raise ConfigError(f"max_frames must be an integer >= 1, got {self.max_frames!r}")
 
 
 @dataclass
@@ -187,6 +202,12 @@ class BagPlayer:
         items = timetable(
             reader, tracks, options.start_offset_s, options.rate, options.loop, undecodable
         )
+        if options.max_frames is not None and driver not in {t.name for t in tracks}:
+            # Counted on the driver topic: without it the limit would never stop the play.
+            raise ConfigError(
+                f"--max-frames counts frames of the driver topic, and {driver!r} is not among "
+                f"the topics played ({', '.join(t.name for t in tracks) or 'none'})"
+            )
         for item in items:
             frames = published.get(driver or "", 0)
             if options.max_frames is not None and frames >= options.max_frames:

@@ -14,7 +14,7 @@ from dynshape_perception.core.scenes import (
     sensor_sectors,
 )
 from dynshape_perception.core.tables import LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE, OBSTACLE_DTYPE
-from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 
 # Range noise of the generator is 0.02 m; a box surface point is within a few sigma of it.
 SURFACE_TOL_M = 0.1
@@ -228,3 +228,35 @@ def test_sectors_reject_bad_input() -> None:
         sensor_sectors(np.zeros((5, 4)), 0)
     with pytest.raises(ShapeError):
         sensor_sectors(np.zeros(5), 2)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"range_noise_m": float("nan")},
+        {"ground_noise_m": float("nan")},
+        {"range_noise_m": -0.1},
+        {"max_slope": float("nan")},
+        {"sensor_height_m": float("inf")},
+        {"azimuth_step_deg": float("inf")},
+    ],
+)
+def test_non_finite_or_negative_scene_sizes_are_config_errors(change: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(change))):
+        driving_scene(seed=1, **change)
+
+
+def test_bad_pedestrian_areas_and_steps_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="area_m"):
+        pedestrian_scene(area_m=float("nan"))
+    with pytest.raises(ConfigError, match="dt_s"):
+        pedestrian_scene(dt_s=float("inf"))
+
+
+def test_sectors_refuse_points_without_an_azimuth() -> None:
+    points = np.array([[1.0, 0.0, 0.0], [np.nan, 1.0, 0.0]], np.float32)
+    with pytest.raises(InputValueError, match="no azimuth"):
+        sensor_sectors(points, 4)
+    with pytest.raises(ConfigError, match="start_azimuth_rad"):
+        sensor_sectors(points[:1], 4, start_azimuth_rad=float("nan"))
+    assert sum(len(s) for s in sensor_sectors(points[:1], np.int64(4))) == 1

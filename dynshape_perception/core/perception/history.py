@@ -18,6 +18,18 @@ PREDICTOR_STEP_S = 0.4
 STAMP_TOLERANCE_S = 1e-6
 
 
+# Positions are float32 on output: a finite float64 beyond this would become inf.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _numeric(name: str, values: object) -> np.ndarray:
+    """As float64, refusing strings, objects and bools rather than coercing them."""
+    array = np.asarray(values)
+    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.number):
+        raise ShapeError(f"{name} must hold numbers, got dtype {array.dtype}")
+    return array.astype(np.float64)
+
+
 def _check_track(stamps_s: np.ndarray, xy: np.ndarray) -> None:
     if stamps_s.ndim != 1 or stamps_s.shape[0] < 1:
         raise ShapeError(f"stamps_s must be a non-empty 1-D array, got shape {stamps_s.shape}")
@@ -25,6 +37,8 @@ def _check_track(stamps_s: np.ndarray, xy: np.ndarray) -> None:
         raise ShapeError(f"xy must have shape ({stamps_s.shape[0]}, 2), got {xy.shape}")
     if not (np.isfinite(stamps_s).all() and np.isfinite(xy).all()):
         raise InputValueError("track history holds non-finite stamps or positions")
+    if xy.size and np.abs(xy).max() > FLOAT32_MAX:
+        raise InputValueError("track history holds positions beyond float32 range")
     if stamps_s.shape[0] > 1 and not (np.diff(stamps_s) > 0.0).all():
         first_bad = int(np.flatnonzero(np.diff(stamps_s) <= 0.0)[0]) + 1
         raise InputValueError(
@@ -50,10 +64,12 @@ def resample_history(
     """
     if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise ConfigError(f"num_steps must be a positive integer, got {num_steps!r}")
+    if isinstance(step_s, bool) or not isinstance(step_s, (int, float, np.floating, np.integer)):
+        raise ConfigError(f"step_s must be a number of seconds, got {step_s!r}")
     if not (np.isfinite(step_s) and step_s > 0.0):
         raise ConfigError(f"step_s must be a positive number of seconds, got {step_s!r}")
-    stamps = np.asarray(stamps_s, dtype=np.float64)
-    points = np.asarray(xy, dtype=np.float64)
+    stamps = _numeric("stamps_s", stamps_s)
+    points = _numeric("xy", xy)
     _check_track(stamps, points)
     first, last = float(stamps[0]), float(stamps[-1])
     end = last if end_stamp_s is None else float(end_stamp_s)
@@ -63,7 +79,10 @@ def resample_history(
             f"[{first:.6f}, {last:.6f}] s; resampling never extrapolates"
         )
     end = min(max(end, first), last)
-    span_steps = int(np.floor((end - first) / step_s + STAMP_TOLERANCE_S))
+    steps = (end - first) / step_s
+    if not np.isfinite(steps):
+        raise ConfigError(f"step_s {step_s!r} s is too small for a {end - first:.6f} s span")
+    span_steps = int(np.floor(steps + STAMP_TOLERANCE_S))
     length = min(int(num_steps), span_steps + 1)
     targets = end - step_s * np.arange(length - 1, -1, -1, dtype=np.float64)
     targets = np.clip(targets, first, last)
@@ -85,15 +104,15 @@ def pack_histories(
     hist = np.zeros((len(histories), int(num_steps), 2), dtype=np.float32)
     lengths = np.zeros(len(histories), dtype=np.int32)
     for agent, item in enumerate(histories):
-        points = np.asarray(item)
+        points = _numeric(f"history {agent}", item)
         if points.ndim != 2 or points.shape[1] != 2:
             raise ShapeError(f"history {agent} must have shape [L, 2], got {points.shape}")
         if points.shape[0] > num_steps:
             raise BoundError(
                 f"history {agent} has {points.shape[0]} steps, above the bound T={num_steps}"
             )
-        if not np.isfinite(points).all():
-            raise InputValueError(f"history {agent} holds non-finite positions")
+        if not np.isfinite(points).all() or (points.size and np.abs(points).max() > FLOAT32_MAX):
+            raise InputValueError(f"history {agent} holds non-finite or out-of-range positions")
         hist[agent, : points.shape[0]] = points
         lengths[agent] = points.shape[0]
     return hist, lengths

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dynshape_perception.core.io import bags
 from dynshape_perception.core.replay.topics import Skipped, absolute_name
-from dynshape_perception.errors import MessageError
+from dynshape_perception.errors import ConfigError, MessageError
 
 CLOCK_TOPIC = "/clock"
 HEADER = "std_msgs/msg/Header"
@@ -105,6 +106,15 @@ def plan_tracks(
     return tracks, skipped
 
 
+def check_play_timing(start_offset_s: float, rate: float) -> None:
+    if not (math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"the replay rate must be a finite number > 0, got {rate!r}")
+    if not (math.isfinite(start_offset_s) and start_offset_s >= 0):
+        raise ConfigError(
+            f"the start offset must be a finite number >= 0 s, got {start_offset_s!r}"
+        )
+
+
 def timetable(
     reader: bags.BagReader,
     tracks: Sequence[Track],
@@ -117,8 +127,11 @@ def timetable(
 
     Messages that do not decode as their type are left out and counted in ``undecodable``.
     """
+    check_play_timing(start_offset_s, rate)
     by_topic = {t.topic: t for t in tracks}
-    start_ns = reader.start_ns + round(start_offset_s * 1e9)
+    # Past the end reads nothing; capped first, since 1e300 s in ns is no integer.
+    span_s = (reader.end_ns - reader.start_ns) * 1e-9
+    start_ns = reader.start_ns + round(min(start_offset_s, span_s + 1.0) * 1e9)
     span_ns = max(reader.end_ns - start_ns, 0) + 1
     passes = 0
     while True:

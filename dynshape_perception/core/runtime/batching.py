@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from dynshape_perception.errors import ConfigError, InputValueError
 
 ModelFn = Callable[..., list[np.ndarray]]
 LAYOUTS = ("pad", "pack")
@@ -15,14 +18,26 @@ LAYOUTS = ("pad", "pack")
 
 @dataclass
 class LayoutStats:
-    samples: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in LAYOUTS})
+    """The latest ``calibration`` timings per layout (bounded: a node runs for days), and
+    how often each layout was timed in all."""
+
+    calibration: int
+    samples: dict[str, deque[float]] = field(init=False)
+    timed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LAYOUTS, 0))
     calls: int = 0
+
+    def __post_init__(self) -> None:
+        self.samples = {k: deque(maxlen=self.calibration) for k in LAYOUTS}
+
+    def add(self, layout: str, ms: float) -> None:
+        self.samples[layout].append(ms)
+        self.timed[layout] += 1
 
     def choice(self, calibration: int) -> str | None:
         """The faster layout once both have ``calibration`` samples; None while calibrating."""
         if any(len(v) < calibration for v in self.samples.values()):
             return None
-        return min(LAYOUTS, key=lambda k: float(np.median(self.samples[k][-calibration:])))
+        return min(LAYOUTS, key=lambda k: float(np.median(self.samples[k])))
 
 
 class HistoryBatcher:
@@ -36,6 +51,11 @@ class HistoryBatcher:
     def __init__(
         self, predictor: ModelFn, calibration: int = 3, recalibrate_every: int = 200
     ) -> None:
+        if calibration < 1 or recalibrate_every < 1:
+            raise ConfigError(
+                f"calibration and recalibrate_every must be >= 1, got {calibration}, "
+                f"{recalibrate_every}"
+            )
         self._predictor = predictor
         self.calibration = calibration
         self.recalibrate_every = recalibrate_every
@@ -48,12 +68,11 @@ class HistoryBatcher:
         return math.ceil(math.log2(max(lengths.size, 1))), round(math.log2(waste))
 
     def layout_for(self, lengths: np.ndarray) -> str:
-        stats = self.stats.setdefault(self.shape_class(lengths), LayoutStats())
+        stats = self.stats.setdefault(self.shape_class(lengths), LayoutStats(self.calibration))
         stats.calls += 1
         chosen = stats.choice(self.calibration)
         if chosen is None or stats.calls % self.recalibrate_every == 0:
-            counts = {k: len(v) for k, v in stats.samples.items()}
-            return min(LAYOUTS, key=lambda k: counts[k])
+            return min(LAYOUTS, key=lambda k: stats.timed[k])
         return chosen
 
     def encode(self, histories: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -61,6 +80,8 @@ class HistoryBatcher:
         lengths = np.asarray([len(h) for h in histories], np.int32)
         if lengths.size == 0:
             return self._predictor("encode", np.zeros((0, 1, 2), np.float32), lengths)
+        if lengths.min() < 1:
+            raise InputValueError("every history needs at least one sample")
         layout = self.layout_for(lengths)
         started = time.perf_counter()
         if layout == "pack":
@@ -72,7 +93,7 @@ class HistoryBatcher:
                 batch[a, : len(h)] = h
             state = self._predictor("encode", batch, lengths)
         elapsed = (time.perf_counter() - started) * 1000.0
-        self.stats[self.shape_class(lengths)].samples[layout].append(elapsed)
+        self.stats[self.shape_class(lengths)].add(layout, elapsed)
         return state
 
     def report(self) -> dict[str, dict[str, float | str | None]]:

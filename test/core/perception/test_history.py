@@ -106,3 +106,20 @@ def test_pack_histories_errors() -> None:
         pack_histories([np.zeros((3, 3))], 4)
     with pytest.raises(ConfigError):
         pack_histories([np.zeros((3, 2))], 0)
+
+
+def test_values_beyond_float32_or_of_the_wrong_kind_are_refused() -> None:
+    stamps = np.array([0.0, 0.4, 0.8])
+    huge = np.array([[1e300, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    with pytest.raises(InputValueError, match="float32 range"):
+        resample_history(stamps, huge, num_steps=8)
+    with pytest.raises(InputValueError, match="out-of-range"):
+        pack_histories([np.array([[1e39, 0.0]])], 4)
+    with pytest.raises(ShapeError, match="must hold numbers"):
+        resample_history(stamps, np.array([["a", "b"]] * 3), num_steps=8)
+    with pytest.raises(ShapeError, match="must hold numbers"):
+        pack_histories([np.array([[True, False]])], 4)
+    with pytest.raises(ConfigError, match="number of seconds"):
+        resample_history(stamps, np.zeros((3, 2)), num_steps=8, step_s="0.4")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="too small"):
+        resample_history(stamps, np.zeros((3, 2)), num_steps=8, step_s=1e-320)

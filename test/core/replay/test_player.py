@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dynshape_perception.core.io import bags
 from dynshape_perception.core.replay.player import (
@@ -15,6 +16,7 @@ from dynshape_perception.core.replay.player import (
     timetable,
 )
 from dynshape_perception.core.replay.topics import parse_remaps
+from dynshape_perception.errors import ConfigError
 
 T0 = 1_700_000_000 * 1_000_000_000
 STEP = 100_000_000
@@ -82,3 +84,30 @@ def test_plan_and_timetable_with_loop(tmp_path: Path) -> None:
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps), "loops keep time moving"
     assert all(i.bag_ns == header_stamp(i.raw) for i in first)
     assert looped[0].bag_ns >= T0 + 150_000_000
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"rate": 0.0}, "rate"),
+        ({"rate": float("nan")}, "rate"),
+        ({"rate": -1.0}, "rate"),
+        ({"rate": float("inf")}, "rate"),
+        ({"start_offset_s": float("nan")}, "start offset"),
+        ({"start_offset_s": -3.0}, "start offset"),
+        ({"start_offset_s": float("inf")}, "start offset"),
+    ],
+)
+def test_timetable_refuses_rates_and_offsets_it_cannot_keep(
+    tmp_path: Path, options: dict[str, float], match: str
+) -> None:
+    with bags.BagReader(_bag(tmp_path / "bag")) as reader:
+        tracks, _ = plan_tracks(reader.topics(), None, {}, lambda t: True, lambda n: False)
+        with pytest.raises(ConfigError, match=match):
+            next(timetable(reader, tracks, **options))  # type: ignore[arg-type]
+
+
+def test_an_offset_past_the_end_plays_nothing(tmp_path: Path) -> None:
+    with bags.BagReader(_bag(tmp_path / "bag")) as reader:
+        tracks, _ = plan_tracks(reader.topics(), None, {}, lambda t: True, lambda n: False)
+        assert list(timetable(reader, tracks, start_offset_s=1e300)) == []

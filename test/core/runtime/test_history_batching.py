@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.compiler.targets import load_profile
 from dynshape_perception.core.runtime.batching import HistoryBatcher
 from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.errors import ConfigError, InputValueError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -38,9 +40,37 @@ def test_layouts_agree_and_the_choice_follows_measurements(cache_root: Path) -> 
     assert {k: len(v) for k, v in stats.samples.items()} == {"pad": 1, "pack": 1}
     for _ in range(2):
         batcher.encode(hist)
-    stats.samples["pack"][-2:] = [9.0, 9.0]
-    stats.samples["pad"][-2:] = [1.0, 1.0]
+    # The latest ``calibration`` timings decide.
+    stats.samples["pack"].extend([9.0, 9.0])
+    stats.samples["pad"].extend([1.0, 1.0])
     assert batcher.layout_for(np.asarray([len(h) for h in hist])) == "pad"
-    stats.samples["pad"][-2:] = [20.0, 20.0]
+    stats.samples["pad"].extend([20.0, 20.0])
     assert batcher.layout_for(np.asarray([len(h) for h in hist])) == "pack"
     assert batcher.encode([])[0].shape == (0, model.config.hidden)
+
+
+def test_timings_stay_bounded_and_recalibration_alternates(cache_root: Path) -> None:
+    model = model_definition("predictor")
+    weights = init_weights(parameter_shapes(model), seed=2)
+    artefact = ArtefactCache(cache_root).get_or_build(model, weights, load_profile("x86_64"))
+    batcher = HistoryBatcher(LoadedModel(model, artefact.library_path), 2, recalibrate_every=5)
+    hist = histories(1, 4, 12)
+    for _ in range(60):
+        batcher.encode(hist)
+    stats = next(iter(batcher.stats.values()))
+    assert all(len(v) == 2 for v in stats.samples.values())
+    # Every fifth call re-times the layout timed least, so both keep being measured.
+    assert min(stats.timed.values()) >= 2 + (60 // 5 - 2) // 2
+
+
+def test_bad_histories_and_settings_are_package_errors(cache_root: Path) -> None:
+    model = model_definition("predictor")
+    weights = init_weights(parameter_shapes(model), seed=2)
+    artefact = ArtefactCache(cache_root).get_or_build(model, weights, load_profile("x86_64"))
+    batcher = HistoryBatcher(LoadedModel(model, artefact.library_path))
+    with pytest.raises(InputValueError, match="at least one sample"):
+        batcher.encode([np.zeros((3, 2), np.float32), np.zeros((0, 2), np.float32)])
+    with pytest.raises(ConfigError, match="recalibrate_every"):
+        HistoryBatcher(batcher._predictor, recalibrate_every=0)
+    with pytest.raises(ConfigError, match="calibration"):
+        HistoryBatcher(batcher._predictor, calibration=0)
