@@ -43,6 +43,64 @@ def test_open_loop_keeps_the_probe_off_the_clock() -> None:
     assert out.total_s < 0.01
 
 
+def test_bench_bookkeeping_delays_neither_latency_nor_the_next_call() -> None:
+    """Probe and classify stop the arrival schedule: latencies are those of the calls alone."""
+    stream = jit.shape_stream(8, seed=1)
+    inputs: list[list[np.ndarray]] = [[] for _ in stream]
+
+    def slow_bookkeeping_fault_injector() -> None:
+        time.sleep(0.02)
+
+    def slow_classify_fault_injector() -> tuple[bool, bool]:
+        time.sleep(0.02)
+        return False, False
+
+    def served(call: jit.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+        time.sleep(0.001)
+        return False, False
+
+    arrivals = np.arange(len(stream)) * 0.004
+    out = jit.open_loop(
+        stream,
+        inputs,
+        arrivals,
+        served,
+        probe=slow_bookkeeping_fault_injector,
+        classify=slow_classify_fault_injector,
+    )
+    # 40 ms of bookkeeping per call against 4 ms gaps: charged, it would queue every call.
+    assert max(out.latencies_ms) < 10.0
+    assert out.wall_s < 0.1
+
+
+def test_extrapolation_charges_each_model_its_own_compile_time() -> None:
+    stream = [jit.Call("predictor", {"A": 1, "T": t}, t) for t in range(1, 5)] + [
+        jit.Call("segmenter", {"P": p}, p) for p in range(5000, 5006)
+    ]
+    served = jit.Outcome(total_s=5.0, calling_thread_compile_s=4.0, served_calls=4)
+    out = jit.extrapolate(served, stream, {"predictor": 4.0}, {"predictor": 4})
+    # No segmenter compile was seen: the overall mean stands in for it (1 s each).
+    assert out.calling_thread_compile_s == pytest.approx(4.0 + 6 * 1.0)
+    served = jit.Outcome(total_s=5.0, calling_thread_compile_s=4.5, served_calls=5)
+    out = jit.extrapolate(
+        served, stream, {"predictor": 4.0, "segmenter": 0.5}, {"predictor": 4, "segmenter": 1}
+    )
+    assert out.extra["extrapolated_new_signatures_by_model"] == {"segmenter": 5}
+    assert out.calling_thread_compile_s == pytest.approx(4.5 + 5 * 0.5)
+    assert "p99_ms" in out.extra["measured_on_served_calls"]
+
+
+def test_the_hit_rate_is_also_reported_over_keys_once_accepted() -> None:
+    outcome = jit.Outcome(
+        latencies_ms=[1.0] * 8,
+        served_special=[False] * 4 + [True, True, False, False],
+        accepted=[False] * 4 + [True, True, False, False],
+        ever_accepted=[False] * 4 + [True, True, True, True],
+    )
+    row = jit.summarise(outcome, jit=True)
+    assert row["hit_rate"] == 1.0 and row["hit_rate_ever_accepted"] == 0.5
+
+
 def test_bench_jit_reports_every_strategy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -56,8 +114,13 @@ def test_bench_jit_reports_every_strategy(
         assert KEYS <= set(report[name]) and "hit_rate" in report[name]
     assert report["generic"]["compiles"] == 0
     assert report["jit"]["calling_thread_compile_s"] == 0.0
+    # Keys once accepted include those accepted now: that rate can only be lower.
+    for name in ("jit", "jit_warm"):
+        assert 0.0 <= report[name]["hit_rate_ever_accepted"] <= report[name]["hit_rate"] + 1e-9
+    assert 0.0 < report["stream"]["generic_load"] < 1.0
     sync = report["sync_exact"]
     assert sync["extrapolated"], "a 2 s budget cannot compile every exact shape"
+    assert sync["served_calls"] < 400 and "p99_ms" in sync["measured_on_served_calls"]
     assert sync["compiles"] > report["static_buckets"]["compiles"] > 0
     assert sync["calling_thread_compile_s"] > 2.0
     assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
@@ -73,6 +136,7 @@ def test_bench_jit_reports_every_strategy(
     assert all(row["generic_s"] > 0 and row["jit_s"] > 0 for row in warm["locality"].values())
     cost = warm["dispatch_overhead"]
     assert cost["calls"] > 0 and cost["cold"] > 0 and cost["warm"] > 0
+    assert 0 < cost["signatures"] <= cost["calls"]
     assert report["generic_repeat"]["compiles"] == 0
     assert set(report["segmenter_exact"]) == {str(p) for p in jit.EXACT_POINTS}
     assert all(ratio > 0 for ratio in report["segmenter_exact"].values())
