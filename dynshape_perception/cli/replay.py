@@ -194,11 +194,9 @@ def _version() -> str:
         return "unknown"
 
 
-def _inspect(args: argparse.Namespace, remaps: dict[str, str]) -> tuple[TopicPlan, float]:
-    """The topic plan and the bag's span in seconds."""
+def _inspect(args: argparse.Namespace, remaps: dict[str, str]) -> TopicPlan:
     with bags.BagReader(args.bag) as reader:
-        span_s = (reader.end_ns - reader.start_ns) * 1e-9
-        return plan_topics(reader.topics(), args.topics, remaps), span_s
+        return plan_topics(reader.topics(), args.topics, remaps)
 
 
 def _check_non_negative(name: str, value: float | None) -> None:
@@ -213,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     values = _values(args)
     if args.mode == "dds":
         return _run_dds(args, values, remaps)
-    plan, _ = _inspect(args, remaps)
+    plan = _inspect(args, remaps)
     _print_plan(args.bag, plan.lines())
     if plan.driver is None:
         print("nothing to replay: no usable topic (needs points, or obstacles/detections)")
@@ -298,14 +296,13 @@ def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[st
 
     if args.check or args.write_golden:
         raise ConfigError("golden checks need the deterministic in-process mode")
-    plan, span_s = _inspect(args, remaps)
+    plan = _inspect(args, remaps)
     options = bag_player.PlayOptions(
         topics=tuple(args.topics) if args.topics else None,
         remaps=remaps,
         rate=args.rate or 1.0,
         loop=args.loop,
-        # Past the end nothing is published; clamped so that nanoseconds stay finite.
-        start_offset_s=min(args.start_offset, span_s + 1.0),
+        start_offset_s=args.start_offset,
         clock_hz=args.clock_hz,
         wait_for_subscribers_s=args.wait_for_subscribers,
         max_frames=args.max_frames,

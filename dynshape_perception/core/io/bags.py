@@ -465,6 +465,12 @@ class BagReader:
             return self._span[1]
         return int(self.reader.end_time) if self.reader.message_count else 0
 
+    def start_at(self, offset_s: float) -> int:
+        """The log time ``offset_s`` seconds into the bag, at most its end: nothing lies past
+        it. Capped before converting, since 1e300 s in nanoseconds is no integer."""
+        span_s = (self.end_ns - self.start_ns) / _NS
+        return min(self.start_ns + round(min(offset_s, span_s) * _NS), self.end_ns)
+
     def messages(
         self, topics: Sequence[str] | None = None, start_ns: int | None = None
     ) -> Iterator[BagMessage]:

@@ -160,9 +160,7 @@ class InProcessReplay:
             score = PredictionScore(
                 pipeline.step_s, options.match_radius_m, options.unpredicted_penalty_m
             )
-            # Past the end nothing is replayed, whatever the offset (no float or int64 overflow).
-            offset_s = min(options.start_offset_s, (reader.end_ns - reader.start_ns) / NS + 1.0)
-            start_ns = min(reader.start_ns + round(offset_s * NS), reader.end_ns)
+            start_ns = reader.start_at(options.start_offset_s)
             period_ns = self._period_ns(reader, driver.topic)
             span_ns = max(reader.end_ns - start_ns, 0) + period_ns
             total = None if options.loop else driver.count

@@ -129,9 +129,7 @@ def timetable(
     """
     check_play_timing(start_offset_s, rate)
     by_topic = {t.topic: t for t in tracks}
-    # Past the end reads nothing; capped first, since 1e300 s in ns is no integer.
-    span_s = (reader.end_ns - reader.start_ns) * 1e-9
-    start_ns = reader.start_ns + round(min(start_offset_s, span_s + 1.0) * 1e9)
+    start_ns = reader.start_at(start_offset_s)
     span_ns = max(reader.end_ns - start_ns, 0) + 1
     passes = 0
     while True:
