@@ -389,9 +389,7 @@ class BagReader:
                 if meta is not None and meta.message_count:
                     starts.append(int(meta.start_time))
                     ends.append(int(meta.end_time))
-        listed = {t: 0 for t in {c.topic for c in self.reader.connections}}
-        for c in self.reader.connections:
-            listed[c.topic] += c.msgcount
+        listed = self._listed_counts()
         if any(listed[t] != counts.get(t, 0) for t in listed):
             log.info(
                 "%s: metadata.yaml message counts disagree with its storage; using the storage's",
@@ -441,14 +439,17 @@ class BagReader:
     def _count(self, topic: str, listed: int) -> int:
         return self._counts.get(topic, 0) if self._span is not None else listed
 
-    def topics(self) -> list[TopicInfo]:
-        seen: dict[str, TopicInfo] = {}
+    def _listed_counts(self) -> dict[str, int]:
+        """metadata.yaml's message count per topic, summed over its connections."""
+        listed: dict[str, int] = {}
         for conn in self.reader.connections:
-            old = seen.get(conn.topic)
-            count = conn.msgcount + (old.count if old else 0)
-            seen[conn.topic] = TopicInfo(conn.topic, conn.msgtype, count)
+            listed[conn.topic] = listed.get(conn.topic, 0) + conn.msgcount
+        return listed
+
+    def topics(self) -> list[TopicInfo]:
+        types = {conn.topic: conn.msgtype for conn in self.reader.connections}
         return sorted(
-            (TopicInfo(t.name, t.msgtype, self._count(t.name, t.count)) for t in seen.values()),
+            (TopicInfo(t, types[t], self._count(t, n)) for t, n in self._listed_counts().items()),
             key=lambda t: t.name,
         )
 

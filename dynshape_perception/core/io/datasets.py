@@ -40,7 +40,10 @@ def read_kitti_bin(path: str | Path) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EthUcyScene:
-    """The parsed rows of one ETH/UCY file: float64 ``[R, 4]`` frame, ped_id, x, y (metres)."""
+    """The parsed rows of one ETH/UCY file: float64 ``[R, 4]`` frame, ped_id, x, y (metres).
+
+    Frames and ids are stored already rounded to integers (``_parse_row``).
+    """
 
     path: Path
     rows: np.ndarray
@@ -48,11 +51,11 @@ class EthUcyScene:
 
     @property
     def frames(self) -> np.ndarray:
-        return np.rint(self.rows[:, 0]).astype(np.int64)
+        return self.rows[:, 0].astype(np.int64)
 
     @property
     def ped_ids(self) -> np.ndarray:
-        return np.rint(self.rows[:, 1]).astype(np.int64)
+        return self.rows[:, 1].astype(np.int64)
 
     def tracks(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each pedestrian's ``(frames [n] int64, xy [n, 2] float64)``, sorted by frame."""
