@@ -566,6 +566,15 @@ class FixedFrame:
             self.node.time_jumped_back(stamp_s, self.last_stamp_s, "frame")
         return True
 
+    def locate(
+        self, odometry: OdometryInput, stamp_s: float, sensor_frame: str
+    ) -> tuple[Pose2D, str] | None:
+        """The screened stamp's pose and fixed frame, or None (a counted drop): screened
+        first, so that a far-future stamp never reaches the odometry's staleness check."""
+        if not self.screen(stamp_s):
+            return None
+        return odometry.pose_at(stamp_s, sensor_frame)
+
     def admit(self, frame_id: str, stamp_s: float) -> bool:
         if frame_id != self.frame_id:
             if self.frame_id is not None:

@@ -124,9 +124,7 @@ class PerceptionPipelineNode(SegmentingNode):
             t0 = time.perf_counter()
             points = self.points_of(msg, self.pipeline)
             stamp = stamp_s(msg.header.stamp)
-            if not self.frame.screen(stamp):
-                return
-            located = self.odometry.pose_at(stamp, msg.header.frame_id)
+            located = self.frame.locate(self.odometry, stamp, msg.header.frame_id)
             if located is None:
                 return
             pose, frame_id = located

@@ -54,9 +54,7 @@ class PredictionNode(PerceptionNode):
             tracks = cloud_to_table(msg, TRACK_DTYPE)
             self.bounds.check("M", tracks.shape[0], "tracks")
             stamp = stamp_s(msg.header.stamp)
-            if not self.frame.screen(stamp):
-                return
-            located = self.odometry.pose_at(stamp, msg.header.frame_id)
+            located = self.frame.locate(self.odometry, stamp, msg.header.frame_id)
             if located is None or not self.frame.admit(msg.header.frame_id, stamp):
                 return
             self.histories.update(tracks, stamp)

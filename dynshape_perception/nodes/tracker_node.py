@@ -85,9 +85,7 @@ class TrackerNode(PerceptionNode):
         t0 = time.perf_counter()
         self.bounds.check("N", obstacles.shape[0], "obstacles")
         stamp = stamp_s(header.stamp)
-        if not self.frame.screen(stamp):
-            return
-        located = self.odometry.pose_at(stamp, header.frame_id)
+        located = self.frame.locate(self.odometry, stamp, header.frame_id)
         if located is None:
             return
         pose, frame_id = located
