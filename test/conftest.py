@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from dynshape_perception.nodes.processes import dds_settings
 from dynshape_perception.resources import shared_data_dir
+
+# Fast DDS reads its transports and profile once per process, when the first participant of
+# any test starts: set here, before every test, so that no order of tests leaves this process
+# without the large-data transport (clouds would then never reach an in-process probe).
+for _key, _value in dds_settings().items():
+    os.environ.setdefault(_key, _value)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ still works; with a warm-up profile its compile workers run and stop on SIGTERM.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,6 @@ from dynshape_perception.nodes.probe import Probe, probe_session
 from dynshape_perception.nodes.processes import (
     NodeProcess,
     dds_env,
-    dds_settings,
     domain_lease,
     start_node,
 )
@@ -47,30 +45,21 @@ def tracker(
         "jit.warm_up_profile": str(profile),
         "jit.compile_mode": "process",
     }
-    saved = {k: os.environ.get(k) for k in dds_settings()}
-    os.environ.update(dds_settings())
-    try:
-        with domain_lease() as domain:
-            proc = start_node(
-                "tracker_node",
-                env=dds_env(domain),
-                log_dir=folder,
-                params_file=config_path("x86_dev.param.yaml"),
-                overrides=overrides,
-            )
-            try:
-                with probe_session(domain) as probe:
-                    up = probe.wait_for_graph({"obstacles": 2}, {"tracks": 2}, TIMEOUT_S)
-                    assert up, proc.log()[-2000:]
-                    yield proc, probe
-            finally:
-                proc.stop(signal.SIGINT)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with domain_lease() as domain:
+        proc = start_node(
+            "tracker_node",
+            env=dds_env(domain),
+            log_dir=folder,
+            params_file=config_path("x86_dev.param.yaml"),
+            overrides=overrides,
+        )
+        try:
+            with probe_session(domain) as probe:
+                up = probe.wait_for_graph({"obstacles": 2}, {"tracks": 2}, TIMEOUT_S)
+                assert up, proc.log()[-2000:]
+                yield proc, probe
+        finally:
+            proc.stop(signal.SIGINT)
 
 
 def test_clear_error_and_fallback_to_the_table(tracker: tuple[NodeProcess, Probe]) -> None:
