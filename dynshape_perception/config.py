@@ -85,7 +85,7 @@ def load_models_config(path: Path | None = None) -> ModelsConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping")
     try:
-        bounds = Bounds(**{k: _whole(k, v) for k, v in _mapping(raw, "bounds").items()})
+        bounds = Bounds(**{k: integer(f"bound {k}", v) for k, v in _mapping(raw, "bounds").items()})
         roi = Roi(**{k: _interval(k, v) for k, v in _mapping(raw, "roi").items()})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{path}: {err}") from err
@@ -99,10 +99,6 @@ def _mapping(raw: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"models.yaml section {name!r} must be a mapping, got {value!r}")
     return value
-
-
-def _whole(name: str, value: Any) -> int:
-    return integer(f"bound {name}", value)
 
 
 def _interval(name: str, value: Any) -> tuple[float, float]:
