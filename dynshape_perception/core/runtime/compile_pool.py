@@ -177,6 +177,8 @@ class CompilePool:
         self.yield_s = 0.0
         self.yields = 0
         self._yield_started = 0.0
+        # The process worker's start-up job: done once it has imported the compiler.
+        self._started: cf.Future[Any] | None = None
         self._executor = self._new_executor()
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)
@@ -194,9 +196,24 @@ class CompilePool:
                 initializer=_start_worker,
             )
             # Start the worker now: importing TVM would otherwise delay the first compile.
-            pool.submit(_ready)
+            self._started = pool.submit(_ready)
             return pool
+        self._started = None
         return DaemonThreadExecutor("jit-build")
+
+    def wait_started(self, timeout_s: float) -> bool:
+        """Whether the worker process has imported the compiler (threads need nothing).
+
+        Until then a compile's clock also runs through the import, seconds under load.
+        """
+        started = self._started
+        if started is None:
+            return True
+        try:
+            started.result(timeout=timeout_s)
+        except cf.TimeoutError:
+            return False
+        return True
 
     def _replace_executor(self) -> None:
         """New workers in ``self.mode``; the old ones are ended, whatever they were doing.

@@ -398,6 +398,9 @@ def test_stopped_time_does_not_count_against_the_compile_timeout(tmp_path: Path)
         compile_fn=stalling_compiler_fault_injector,
     )
     try:
+        # Else the stop may land while the worker still imports TVM, and the import (seconds
+        # under load) plus the whole stall after the resume overruns the timeout.
+        assert pool.wait_started(60.0)
         pool.submit(
             request(Signature.of("forward", {"N": 4, "M": 4}), tmp_path),
             1.0,
