@@ -446,6 +446,9 @@ def _run_engine(
             "compile_mode_choice": engine.pool.choice if engine.pool else {},
             "metrics": snap,
             "compile_summary": compile_summary(engine.metrics.events),
+            "cost_model": {
+                name: d.cost_snapshot()["forward"] for name, d in engine.dispatchers.items()
+            },
             "compile_events": [e.__dict__ for e in engine.metrics.events],
         }
         if warm_profile is not None:
@@ -765,6 +768,17 @@ def run(args: argparse.Namespace) -> int:
                 f"call, {results[name]['hit_rate_ever_accepted']:.3f} counting keys whose "
                 "compile later failed, lost or was demoted"
             )
+    for model, belief in results.get("jit", {}).get("cost_model", {}).items():
+        in_place = belief["in_place_speedup"]
+        print(
+            f"cost model {model:<10}expects x{belief['speedup']:.3f}: workers timed "
+            f"x{belief['validated_speedup']:.3f} over {belief['validated']} builds, "
+            + (
+                f"x{in_place:.3f} judged in place over {belief['judged_in_place']}"
+                if in_place is not None
+                else "none judged in place"
+            )
+        )
     for group, row in results.get("jit", {}).get("paired_with_generic", {}).items():
         print(f"same calls {group:<32}runtime/generic x{row['ratio']:.3f} ({row['calls']} calls)")
     if "jit_warm" in results:

@@ -9,6 +9,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from dynshape_perception.core.runtime.metrics import (
     ewma,
 )
 from dynshape_perception.core.runtime.policy import (
+    IN_PLACE_MIN,
     CostModel,
     DegradeGuard,
     JitConfig,
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 
 HIT_LOG_LENGTH = 4096
 JUDGE_HITS = 64
+# A specialisation not judged this long after it went live is too rare to judge soon, and
+# stops holding one of its function's trial slots (see Dispatcher._trial_full).
+TRIAL_PATIENCE_S = 30.0
 # A hot key the cost model declined is reconsidered every this many calls, not on each.
 RECONSIDER_EVERY = 8
 # A record per distinct signature holds its profile count and latency; past this many, those
@@ -202,6 +207,12 @@ class Dispatcher:
         # Compiles queued or running per function: until one specialisation of a function has
         # been timed, its speedup is a guess, so only one compile at a time tests the guess.
         self._outstanding: Counter[str] = Counter()
+        # Live specialisations awaiting their judgement in place, per function, with when they
+        # went live: until a function has been judged IN_PLACE_MIN times, no more compiles start
+        # than leave that many on trial, since the worker's warm timing overstates the gain.
+        self._trials: dict[str, dict[Signature, float]] = {
+            fn.name: {} for fn in model.spec.functions
+        }
         self.degrade = DegradeGuard(config)
         self.profile_dropped = 0
         self._keys: dict[Signature, KeyState] = {}
@@ -319,6 +330,7 @@ class Dispatcher:
         state = self._keys.get(entry.key)
         if state is not None and state.entry is entry:
             state.entry = None
+        self._trials[entry.key.function].pop(entry.key, None)
 
     def _latency_rows(self) -> list[tuple[Signature, LatencyStats]]:
         with self._lock:
@@ -346,11 +358,12 @@ class Dispatcher:
         entry.hit_ms += ms
         if entry.hits != JUDGE_HITS:
             return
+        self._trials[entry.key.function].pop(entry.key, None)
         state = self._keys.get(entry.key)
         if state is None or state.idle_ms <= 0.0:
             return
         ratio = entry.hit_ms / entry.hits / state.idle_ms
-        self._costs[entry.key.function].observe_speedup(ratio)
+        self._costs[entry.key.function].observe_in_place(ratio)
         if ratio < self.config.accept_ratio:
             return
         self.cache.drop(entry.key)
@@ -416,12 +429,23 @@ class Dispatcher:
                 return False, None
             if not cost.measured and self._outstanding[key.function]:
                 return False, None
+            if not cost.settled and self._trial_full(key.function, now):
+                return False, None
         elif self.pool.in_flight(self.model.name, key):
             return True, None
         state.accepted = True
         if state.sample is None:
             state.sample = [np.array(a, copy=True) for a in args]
         return True, (self._request(key, state.sample), cost.benefit_ms(state))
+
+    def _trial_full(self, function: str, now: float) -> bool:
+        """Under the lock: as many compiles of ``function`` queued, running or live but not
+        yet judged as it takes to judge it in place."""
+        trials = self._trials[function]
+        for key, since in list(trials.items()):
+            if now - since > TRIAL_PATIENCE_S:
+                trials.pop(key, None)
+        return self._outstanding[function] + len(trials) >= IN_PLACE_MIN
 
     def _submit(self, request: CompileRequest, benefit: float) -> None:
         """Outside this dispatcher's lock, which the next caller may be waiting for."""
@@ -502,6 +526,8 @@ class Dispatcher:
             self._fail(key, state, compile_s, f"load failed: {err}")
             return
         entry = Specialisation(key, loaded, nbytes, speedup)
+        with self._lock:
+            self._trials[key.function][key] = time.perf_counter()
         # Linked before the put, so that an eviction the put (or a racing one) makes unlinks it.
         state.entry = entry
         self.cache.put(entry)
@@ -551,6 +577,10 @@ class Dispatcher:
     def key_of(self, signature: Signature) -> Signature:
         """The specialisation key a call of ``signature`` is served by."""
         return self._dims[signature.function].key(signature)
+
+    def cost_snapshot(self) -> dict[str, dict[str, Any]]:
+        """Each function's cost-model beliefs: what its compile decisions rested on."""
+        return {name: cost.snapshot() for name, cost in self._costs.items()}
 
     def accepted_keys(self) -> list[Signature]:
         with self._lock:

@@ -17,6 +17,9 @@ log = logging.getLogger(__name__)
 MODES = ("off", "frozen", "adaptive")
 DEGRADE_MIN_FINISHED = 3
 COMPILE_MODES = ("auto", "process", "thread")
+# Specialisations judged where they serve before their mean replaces the workers' timing:
+# gains differ by shape, and one judged key is no estimate for a function.
+IN_PLACE_MIN = 3
 
 # Bucket edges of the weak dims: point counts never repeat, so P is bucketed; the others
 # repeat often and are cheap to specialise exactly.
@@ -235,20 +238,61 @@ class CostModel:
     ) -> None:
         self.horizon_s = horizon_s
         self.accept_ratio = accept_ratio
-        self.speedup = prior_speedup
+        self.validated_speedup = prior_speedup
+        self.in_place_speedup: float | None = None
         self.compile_s = prior_compile_s
         self.compile_weight = compile_weight
         self._speedups = 0
+        self._in_place = 0
         self._compiles = 0
 
     @property
     def measured(self) -> bool:
         """True once a specialisation of this function has been timed."""
-        return self._speedups > 0
+        return self._speedups > 0 or self._in_place > 0
+
+    @property
+    def settled(self) -> bool:
+        """True once enough specialisations were judged where they serve to trust their mean."""
+        return self._in_place >= IN_PLACE_MIN
+
+    @property
+    def speedup(self) -> float:
+        """Specialised over generic time, as expected where calls run.
+
+        A worker times both builds warm and back to back; in a stream, each call after a
+        point cloud or an idle gap finds caches cold, and that fixed cost dilutes the gain
+        several-fold. Once a specialisation has been judged where it serves, that is the
+        estimate: the worker's timing would have accepted compiles that never pay back.
+        """
+        if self.in_place_speedup is not None and self.settled:
+            return self.in_place_speedup
+        return self.validated_speedup
 
     def observe_speedup(self, ratio: float) -> None:
+        """A worker's timing of a fresh specialisation against the generic build."""
         self._speedups += 1
-        self.speedup += (ratio - self.speedup) / min(self._speedups, 10)
+        self.validated_speedup += (ratio - self.validated_speedup) / min(self._speedups, 10)
+
+    def observe_in_place(self, ratio: float) -> None:
+        """A specialisation's mean served latency over its key's generic latency."""
+        self._in_place += 1
+        prev = self.in_place_speedup if self.in_place_speedup is not None else ratio
+        self.in_place_speedup = prev + (ratio - prev) / min(self._in_place, 10)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the model believes now: for reports, not for decisions."""
+        return {
+            "speedup": round(self.speedup, 4),
+            "validated_speedup": round(self.validated_speedup, 4),
+            "validated": self._speedups,
+            "in_place_speedup": (
+                None if self.in_place_speedup is None else round(self.in_place_speedup, 4)
+            ),
+            "judged_in_place": self._in_place,
+            "compile_s": round(self.compile_s, 4),
+            "compile_weight": round(self.compile_weight(), 4),
+        }
 
     def observe_compile(self, seconds: float) -> None:
         self._compiles += 1

@@ -125,6 +125,10 @@ def test_bench_jit_reports_every_strategy(
     assert sync["calling_thread_compile_s"] > 2.0
     assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
     assert report["jit"]["while_compiling"]["calls"] >= 0
+    belief = report["jit"]["cost_model"]["predictor"]
+    built = report["jit"]["compile_summary"].get("predictor", {"ok": 0, "rejected": 0})
+    assert belief["validated"] == built["ok"] + built["rejected"], "each validated build counts"
+    assert belief["judged_in_place"] <= built["ok"] and belief["speedup"] > 0.0
     paired = report["jit"]["paired_with_generic"]
     assert sum(g["calls"] for g in paired.values()) == 400
     assert all(g["ratio"] > 0 for g in paired.values())
@@ -141,6 +145,7 @@ def test_bench_jit_reports_every_strategy(
     assert set(report["segmenter_exact"]) == {str(p) for p in jit.EXACT_POINTS}
     assert all(ratio > 0 for ratio in report["segmenter_exact"].values())
     printed = capsys.readouterr().out
+    assert "cost model predictor" in printed
     assert "generic A/A" in printed
     assert "dispatch overhead" in printed
     assert "extrapolated" in printed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dynshape_perception.core.runtime.policy import (
+    IN_PLACE_MIN,
     CostModel,
     InterferenceMeter,
     JitConfig,
@@ -113,3 +114,21 @@ def test_a_function_whose_specialisations_miss_the_acceptance_ratio_is_never_com
     assert model.benefit_ms(state) > 0.0
     model.observe_speedup(0.97)
     assert model.benefit_ms(state) == 0.0, "free compiles still gain nothing"
+
+
+def test_in_place_judgements_replace_the_workers_timing_once_settled() -> None:
+    model = CostModel(0.8, 1.0, 60.0, compile_weight=lambda: 0.0, accept_ratio=0.95)
+    state = key(11, 10.0, 10.0)
+    model.observe_speedup(0.5)
+    assert model.speedup == pytest.approx(0.5) and model.measured and not model.settled
+    for _ in range(IN_PLACE_MIN - 1):
+        model.observe_in_place(0.9)
+    assert model.speedup == pytest.approx(0.5), "too few judged keys to speak for a function"
+    model.observe_in_place(0.9)
+    assert model.settled and model.speedup == pytest.approx(0.9)
+    assert model.benefit_ms(state) == pytest.approx(60 * 10.0 * 0.1)
+    model.observe_speedup(0.2)
+    assert model.speedup == pytest.approx(0.9), "a warm timing no longer moves the estimate"
+    snap = model.snapshot()
+    assert snap["judged_in_place"] == IN_PLACE_MIN and snap["validated"] == 2
+    assert snap["in_place_speedup"] == pytest.approx(0.9)

@@ -441,6 +441,39 @@ def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) ->
         assert len(eng["associator"].accepted_keys()) == 3, "once measured, compiles may queue"
 
 
+@pytest.mark.parametrize("release", ["judged", "stale"])
+def test_compiles_wait_for_judgements_in_place_before_more_queue(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch, release: str
+) -> None:
+    """Until IN_PLACE_MIN specialisations of a function were judged where they serve, no more
+    than that many are queued, compiling or live awaiting judgement at once."""
+    shapes = [(3, 2), (10, 2), (50, 2), (10, 10)]
+    keys = [Signature.of("forward", {"N": b, "M": c}) for b, c in [(4, 4), (16, 4), (128, 4)]]
+    held = Signature.of("forward", {"N": 16, "M": 16})
+    with associator_engine(cache_root) as eng:
+        dispatcher = eng["associator"]
+        inputs = [call_inputs("associator", {"N": n, "M": m}, seed=n + m) for n, m in shapes]
+        for _ in range(2):
+            dispatcher("forward", *inputs[0])
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+        for args in inputs[1:]:
+            for _ in range(2):
+                dispatcher("forward", *args)
+        assert sorted(dispatcher.accepted_keys()) == sorted(keys), "the fourth key waits"
+        assert eng.pool.wait_idle(120)
+        for _ in range(8):
+            dispatcher("forward", *inputs[3])
+        assert held not in dispatcher.accepted_keys(), "three live, unjudged: still waiting"
+        if release == "judged":
+            for _ in range(JUDGE_HITS):
+                dispatcher("forward", *inputs[0])
+        else:
+            monkeypatch.setattr(dispatcher_module, "TRIAL_PATIENCE_S", 0.0)
+        for _ in range(8):
+            dispatcher("forward", *inputs[3])
+        assert held in dispatcher.accepted_keys()
+
+
 def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
     with Engine(
         "x86_64",
