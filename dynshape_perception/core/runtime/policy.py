@@ -262,7 +262,7 @@ class CostModel:
 
         A worker times both builds warm and back to back; in a stream, each call after a
         point cloud or an idle gap finds caches cold, and that fixed cost dilutes the gain
-        several-fold. Once a specialisation has been judged where it serves, that is the
+        about twofold. Once a specialisation has been judged where it serves, that is the
         estimate: the worker's timing would have accepted compiles that never pay back.
         """
         if self.in_place_speedup is not None and self.settled:
