@@ -779,19 +779,6 @@ def run(args: argparse.Namespace) -> int:
                 else "none judged in place"
             )
         )
-    choice = results.get("jit", {}).get("compile_mode_choice") or {}
-    if choice:
-        line = (
-            f"compile mode {choice['mode']}: trial slowdown {choice['slowdown']}, "
-            f"process stretch {choice['process_stretch']}"
-        )
-        review = choice.get("review")
-        if review:
-            line += (
-                f"; reviewed on {review['calls']} calls: {review['slowdown']}, "
-                f"{'switched' if review['switched'] else 'kept'}"
-            )
-        print(line)
     for group, row in results.get("jit", {}).get("paired_with_generic", {}).items():
         print(f"same calls {group:<32}runtime/generic x{row['ratio']:.3f} ({row['calls']} calls)")
     if "jit_warm" in results:

@@ -42,9 +42,6 @@ TRIAL_SAMPLES = 200
 # compiles at least this much (wall over running time): a process keeps a compiler crash
 # out of the serving process.
 TRIAL_STRETCH = 1.5
-# Once the kept mode has run beside this many calls, its slowdown is checked again against the
-# other mode's trial figure: 200 calls early in a run can misjudge it (one review, no flapping).
-REVIEW_SAMPLES = 5 * TRIAL_SAMPLES
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -352,8 +349,6 @@ class CompilePool:
                     return
                 if self._auto and not self.choice and self._busy == 0:
                     self._trial_step_locked()
-                elif self._auto and self.choice and "review" not in self.choice and not self._busy:
-                    self._review_locked()
                 job = heapq.heappop(self._heap)
                 self._busy += 1
             try:
@@ -431,27 +426,6 @@ class CompilePool:
         log.info("JIT compile mode: %s (%s)", chosen, self.choice)
         if chosen != self.mode:
             self._switch_locked(chosen)
-
-    def _review_locked(self) -> None:
-        """Check the kept mode once more, on five times the trial's calls, and switch if it
-        slows calls more than the other mode did in the trial by more than the margin."""
-        kept = self.mode
-        other = "thread" if kept == "process" else "process"
-        if self.meter.samples(kept) < REVIEW_SAMPLES:
-            return
-        now, then = self.meter.slowdown(kept), self.meter.slowdown(other)
-        if now is None or then is None:
-            return
-        switch = now > then + TRIAL_MARGIN
-        self.choice["review"] = {
-            "slowdown": {kept: round(now, 4), other: round(then, 4)},
-            "calls": {kept: self.meter.samples(kept), other: self.meter.samples(other)},
-            "switched": switch,
-        }
-        if switch:
-            log.info("JIT compile mode: %s after review (%s)", other, self.choice["review"])
-            self.choice["mode"] = other
-            self._switch_locked(other)
 
     def _stopped_so_far(self) -> float:
         """Seconds the workers have spent stopped, including a stop still under way."""

@@ -14,7 +14,6 @@ import pytest
 
 from dynshape_perception.core.compiler.cache import SIDECAR
 from dynshape_perception.core.runtime.compile_pool import (
-    REVIEW_SAMPLES,
     STALL_S,
     TRIAL_MARGIN,
     TRIAL_SAMPLES,
@@ -255,47 +254,6 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
         assert pool.choice["mode"] == chosen and pool.mode == chosen
         assert pool.choice["slowdown"]["process"] == pytest.approx(0.5)
         assert "injected" in run_one(pool, 4, tmp_path), "compiles go on in the chosen mode"
-    finally:
-        pool.shutdown()
-
-
-@pytest.mark.parametrize(("later_ratio", "kept"), [(3.0, "thread"), (1.5, "process")])
-def test_the_kept_mode_is_reviewed_once_on_more_calls(
-    tmp_path: Path, later_ratio: float, kept: str
-) -> None:
-    meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
-    pool = CompilePool(
-        WEIGHTS,
-        "x86_64",
-        tmp_path,
-        mode="auto",
-        compile_fn=failing_compiler_fault_injector,
-        meter=meter,
-    )
-    try:
-        for _ in range(TRIAL_SAMPLES):
-            meter.observe(1.0, 1.0, None)
-            meter.observe(1.5, 1.0, "process")
-        run_one(pool, 1, tmp_path)
-        for _ in range(TRIAL_SAMPLES):
-            meter.observe(2.0, 1.0, "thread")
-        run_one(pool, 2, tmp_path)
-        assert pool.choice["mode"] == "process" and "review" not in pool.choice
-        # The trial's 200 calls said process; the next thousand say how it really fares.
-        for _ in range(REVIEW_SAMPLES - TRIAL_SAMPLES - 1):
-            meter.observe(later_ratio, 1.0, "process")
-        run_one(pool, 3, tmp_path)
-        assert "review" not in pool.choice, "too few calls to review yet"
-        meter.observe(later_ratio, 1.0, "process")
-        run_one(pool, 4, tmp_path)
-        review = pool.choice["review"]
-        assert pool.mode == kept and pool.choice["mode"] == kept
-        assert review["switched"] is (kept == "thread")
-        assert review["calls"] == {"process": REVIEW_SAMPLES, "thread": TRIAL_SAMPLES}
-        for _ in range(REVIEW_SAMPLES):
-            meter.observe(5.0, 1.0, pool.mode)
-        assert "injected" in run_one(pool, 5, tmp_path)
-        assert pool.mode == kept and pool.choice["review"] is review, "one review, no flapping"
     finally:
         pool.shutdown()
 
