@@ -33,9 +33,9 @@ class LayoutStats:
         self.samples[layout].append(ms)
         self.timed[layout] += 1
 
-    def choice(self, calibration: int) -> str | None:
+    def choice(self) -> str | None:
         """The faster layout once both have ``calibration`` samples; None while calibrating."""
-        if any(len(v) < calibration for v in self.samples.values()):
+        if any(len(v) < self.calibration for v in self.samples.values()):
             return None
         return min(LAYOUTS, key=lambda k: float(np.median(self.samples[k])))
 
@@ -70,7 +70,7 @@ class HistoryBatcher:
     def layout_for(self, lengths: np.ndarray) -> str:
         stats = self.stats.setdefault(self.shape_class(lengths), LayoutStats(self.calibration))
         stats.calls += 1
-        chosen = stats.choice(self.calibration)
+        chosen = stats.choice()
         if chosen is None or stats.calls % self.recalibrate_every == 0:
             return min(LAYOUTS, key=lambda k: stats.timed[k])
         return chosen
@@ -102,6 +102,6 @@ class HistoryBatcher:
             out[f"A<=2^{a_cls},waste~2^{waste_cls}"] = {
                 "pad_ms": float(np.median(st.samples["pad"])) if st.samples["pad"] else None,
                 "pack_ms": float(np.median(st.samples["pack"])) if st.samples["pack"] else None,
-                "choice": st.choice(self.calibration),
+                "choice": st.choice(),
             }
         return out
