@@ -54,6 +54,11 @@ class Call:
     dims: dict[str, int]
     seed: int
 
+    @property
+    def signature(self) -> tuple[str, tuple[tuple[str, int], ...]]:
+        """The model and its dims in a canonical order: what makes two calls the same shape."""
+        return self.model, tuple(sorted(self.dims.items()))
+
 
 def shape_stream(calls: int, seed: int) -> list[Call]:
     """Documented stream: 12 % point-stage calls with continuous P in [5k, 150k] (log-uniform,
@@ -222,7 +227,7 @@ def _run(
         "stream": {
             "calls": len(stream),
             "point_calls": sum(c.model == "segmenter" for c in stream),
-            "distinct_signatures": len({(c.model, tuple(sorted(c.dims.items()))) for c in stream}),
+            "distinct_signatures": len({c.signature for c in stream}),
             "rate_hz": round(rate_fraction / mean_service_s, 2),
             "rate_fraction_of_generic_throughput": rate_fraction,
             "generic_mean_service_ms": round(mean_service_s * 1000, 3),
@@ -524,7 +529,7 @@ def dispatch_overhead(
         and predictor.key_of(Signature.of("forward", call.dims)) not in cached
     ]
     uncached = [args for _, args in calls]
-    signatures = {tuple(sorted(call.dims.items())) for call, _ in calls}
+    signatures = {call.signature for call, _ in calls}
     # A warm runtime specialises all but the rarest keys: their calls are cycled, as repeats.
     picked = list(itertools.islice(itertools.cycle(uncached), OVERHEAD_CALLS))
     runners = (("runtime", predictor), ("generic", predictor.generic))
@@ -627,8 +632,8 @@ def extrapolate(
     served = outcome.served_calls
     per_call = (outcome.total_s - outcome.calling_thread_compile_s) / served
     remaining = len(stream) - served
-    seen = {(c.model, tuple(sorted(c.dims.items()))) for c in stream[:served]}
-    new = {(c.model, tuple(sorted(c.dims.items()))) for c in stream[served:]} - seen
+    seen = {c.signature for c in stream[:served]}
+    new = {c.signature for c in stream[served:]} - seen
     new_by_model = Counter(model for model, _ in new)
     overall = sum(compile_s.values()) / max(sum(compiles.values()), 1)
     extra_compile_s = sum(
