@@ -28,6 +28,8 @@ class TensorSpec:
     count_of: str | None = None
     # For lengths of packed rows: values are >= 1 and sum to this dim.
     sums_to: str | None = None
+    # The value padding fills in when a bucket pads this input; None repeats its last slice.
+    pad: float | None = None
 
     def resolve(self, dims: Mapping[str, int] | None) -> tuple[Dim, ...]:
         if not dims:

@@ -246,9 +246,11 @@ def check_lengths(history: np.ndarray, lengths: np.ndarray) -> None:
 
 def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:
     hd = cfg.hidden
+    # Steps past an agent's length are never read, and a padded agent with one observation
+    # runs no GRU step: filling beats repeating the last agent, which pays its whole history.
     history = (
-        TensorSpec("history", ("A", "T", 2)),
-        TensorSpec("lengths", ("A",), "int32", count_of="T"),
+        TensorSpec("history", ("A", "T", 2), pad=0.0),
+        TensorSpec("lengths", ("A",), "int32", count_of="T", pad=1),
     )
     state = (
         TensorSpec("hidden", ("A", hd)),

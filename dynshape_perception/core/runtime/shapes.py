@@ -95,7 +95,8 @@ class DimPolicy:
 def pad_inputs(
     spec: FunctionSpec, arrays: Sequence[np.ndarray], target: Mapping[str, int]
 ) -> list[np.ndarray]:
-    """Pad every symbolic axis up to ``target`` by repeating its last slice.
+    """Pad every symbolic axis up to ``target``: with the input's ``pad`` value where the
+    model declares one, else by repeating its last slice.
 
     Repeating real rows is what keeps padding exact for every model here: duplicated points
     leave a max-pool unchanged, affinity rows and agents are independent, and history steps
@@ -104,9 +105,22 @@ def pad_inputs(
     out: list[np.ndarray] = []
     for arr, tspec in zip(arrays, spec.inputs, strict=True):
         shape = arr.shape
-        for axis, dim in enumerate(tspec.shape):
-            if isinstance(dim, str) and target[dim] > shape[axis]:
-                arr = _pad_axis(arr, axis, target[dim])
+        grown = [
+            (axis, target[dim])
+            for axis, dim in enumerate(tspec.shape)
+            if isinstance(dim, str) and target[dim] > shape[axis]
+        ]
+        if grown and tspec.pad is not None:
+            full = list(shape)
+            for axis, m in grown:
+                full[axis] = m
+            # One fill and one copy, however many axes grow.
+            padded = np.full(full, tspec.pad, arr.dtype)
+            padded[tuple(slice(0, n) for n in shape)] = arr
+            arr = padded
+        else:
+            for axis, m in grown:
+                arr = _pad_axis(arr, axis, m)
         out.append(arr)
     return out
 

@@ -44,7 +44,31 @@ def test_pad_inputs_leaves_unpadded_arrays_alone() -> None:
     out = pad_inputs(spec, [history, lengths], {"A": 3, "T": 5})
     assert out[0] is history and out[1] is lengths
     out = pad_inputs(spec, [history, lengths], {"A": 4, "T": 8})
-    assert out[0].shape == (4, 8, 2) and out[1].tolist() == [5, 5, 5, 5]
+    assert out[0].shape == (4, 8, 2) and out[1].tolist() == [5, 5, 5, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    a=st.integers(1, 6),
+    t=st.integers(1, 6),
+    extra_a=st.integers(0, 3),
+    extra_t=st.integers(0, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_declared_pad_values_fill_every_grown_axis_at_once(
+    a: int, t: int, extra_a: int, extra_t: int, seed: int
+) -> None:
+    """Histories pad with 0 and lengths with 1: a padded agent then runs no GRU step."""
+    spec = PRED.spec.function("forward")
+    rng = np.random.default_rng(seed)
+    history = rng.standard_normal((a, t, 2)).astype(np.float32)
+    lengths = rng.integers(1, t + 1, a).astype(np.int32)
+    hist, lens = pad_inputs(spec, [history, lengths], {"A": a + extra_a, "T": t + extra_t})
+    assert hist.shape == (a + extra_a, t + extra_t, 2) and hist.dtype == np.float32
+    assert lens.shape == (a + extra_a,) and lens.dtype == np.int32
+    np.testing.assert_array_equal(hist[:a, :t], history)
+    assert not hist[a:].any() and not hist[:, t:].any()
+    np.testing.assert_array_equal(lens, [*lengths, *[1] * extra_a])
 
 
 def test_packed_dims_stay_strong_per_function() -> None:
