@@ -265,6 +265,12 @@ class CompilePool:
         return self.mode if self._busy > 0 and not self._stopped else None
 
     @property
+    def running(self) -> bool:
+        """Whether a compile is running, read without the lock: a compile that starts during
+        a call this read let pass costs that call one yield, not its correctness."""
+        return self._busy > 0
+
+    @property
     def can_yield(self) -> bool:
         """Only worker processes can be suspended; a compiling thread runs on regardless."""
         return self.mode == "process"

@@ -337,8 +337,8 @@ class Dispatcher:
             return [(s.sig, s.latency) for s in self._shapes.values()]
 
     def _heavy(self, pool: CompilePool, shape: ShapeRecord) -> bool:
-        """Heavy calls suspend running compiles; light ones are not worth two signals."""
-        if not pool.can_yield:
+        """Calls expected to take ``yield_min_ms`` or more suspend a running compile."""
+        if not pool.can_yield or not pool.running:
             return False
         state = shape.state
         if state.calls:
