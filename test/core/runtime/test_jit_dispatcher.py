@@ -20,6 +20,7 @@ from dynshape_perception.core.runtime.compile_pool import (
     CompileFn,
     compile_to_cache,
     failing_compiler_fault_injector,
+    stalling_compiler_fault_injector,
 )
 from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS
 from dynshape_perception.core.runtime.engine import Engine
@@ -491,6 +492,28 @@ def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
         assert eng.pool is not None and eng.pool.wait_idle(180)
         eng["associator"]("forward", *inputs)
         assert eng.metrics.hits == 1
+
+
+@pytest.mark.parametrize(("yield_min_ms", "stops"), [(0.0, True), (1e6, False)])
+def test_calls_stop_a_running_compile_process_unless_below_yield_min_ms(
+    cache_root: Path, yield_min_ms: float, stops: bool
+) -> None:
+    """A call of well under a millisecond stops a compile process by default, since the
+    compile on the other core slows it; none stops the workers while no compile runs."""
+    config = eager_config(compile_mode="process", yield_min_ms=yield_min_ms)
+    with associator_engine(cache_root, config, stalling_compiler_fault_injector) as eng:
+        pool = eng.pool
+        assert pool is not None and pool.wait_started(60.0)
+        inputs = call_inputs("associator", {"N": 3, "M": 3}, seed=1)
+        eng["associator"]("forward", *inputs)
+        assert pool.yields == 0 and not pool.running
+        eng["associator"]("forward", *inputs)
+        deadline = time.monotonic() + 30
+        while not pool.running and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert pool.running, "the second call makes the key hot and queues its compile"
+        eng["associator"]("forward", *inputs)
+        assert pool.running and (pool.yields == 1) == stops
 
 
 @pytest.mark.parametrize(("baseline_ms", "kept"), [(1e-6, False), (1e6, True)])
