@@ -83,7 +83,7 @@ class JitConfig:
     # How far ahead a key's observed call rate is trusted when amortising a compile.
     horizon_s: float = 600.0
     # Calls expected to take at least this long suspend running compile processes.
-    yield_min_ms: float = 0.0
+    yield_min_ms: float = 1.0
     validate_rtol: float = 1e-4
     validate_atol: float = 1e-5
 

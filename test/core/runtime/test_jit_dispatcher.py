@@ -498,8 +498,8 @@ def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
 def test_calls_stop_a_running_compile_process_unless_below_yield_min_ms(
     cache_root: Path, yield_min_ms: float, stops: bool
 ) -> None:
-    """A call of well under a millisecond stops a compile process by default, since the
-    compile on the other core slows it; none stops the workers while no compile runs."""
+    """Calls expected to take ``yield_min_ms`` or more stop a running compile process, and
+    none stops the workers while no compile runs."""
     config = eager_config(compile_mode="process", yield_min_ms=yield_min_ms)
     with associator_engine(cache_root, config, stalling_compiler_fault_injector) as eng:
         pool = eng.pool
