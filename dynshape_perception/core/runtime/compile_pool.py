@@ -260,11 +260,6 @@ class CompilePool:
             self._paused = max(0, self._paused - 1)
             self._cv.notify_all()
 
-    def in_progress(self) -> str | None:
-        """The mode of a compile under way, running or stopped through a call: calls feel
-        one either way, through the core it shares or the caches it fills between calls."""
-        return self.mode if self._busy > 0 else None
-
     def compiling_now(self) -> str | None:
         """The mode of a compile running (not suspended) now: calls now may feel it."""
         return self.mode if self._busy > 0 and not self._stopped else None

@@ -273,10 +273,10 @@ class Dispatcher:
             self._count(shape, ms, hit=True)
             return out
         pool = self.pool
-        before = pool.in_progress() if pool is not None else None
+        before = pool.compiling_now() if pool is not None else None
         out = self.generic.run_unchecked(function, args)
-        after = pool.in_progress() if pool is not None else None
-        # A compile that started or ended mid-call belongs to neither side.
+        after = pool.compiling_now() if pool is not None else None
+        # A compile that started, ended or yielded mid-call belongs to neither side.
         compiling = before if before == after else MIXED
         finished = time.perf_counter()
         elapsed_ms = (finished - started) * 1000.0
