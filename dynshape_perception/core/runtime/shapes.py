@@ -98,9 +98,10 @@ def pad_inputs(
     """Pad every symbolic axis up to ``target``: with the input's ``pad`` value where the
     model declares one, else by repeating its last slice.
 
-    Repeating real rows is what keeps padding exact for every model here: duplicated points
-    leave a max-pool unchanged, affinity rows and agents are independent, and history steps
-    past an agent's length are never read. Callers never pad an axis of length 0.
+    Repeating real rows keeps padding exact for every model here: duplicated points leave a
+    max-pool unchanged, and affinity rows and agents are independent. A declared value must
+    be as exact: history steps past an agent's length are never read, and a padded agent of
+    length 1 is independent too, only cheaper. Callers never pad an axis of length 0.
     """
     out: list[np.ndarray] = []
     for arr, tspec in zip(arrays, spec.inputs, strict=True):
