@@ -105,24 +105,28 @@ def pad_inputs(
     """
     out: list[np.ndarray] = []
     for arr, tspec in zip(arrays, spec.inputs, strict=True):
-        shape = arr.shape
-        grown = [
-            (axis, target[dim])
-            for axis, dim in enumerate(tspec.shape)
-            if isinstance(dim, str) and target[dim] > shape[axis]
-        ]
-        if grown and tspec.pad is not None:
-            full = list(shape)
-            for axis, m in grown:
-                full[axis] = m
-            # One fill and one copy, however many axes grow.
-            padded = np.full(full, tspec.pad, arr.dtype)
-            padded[tuple(slice(0, n) for n in shape)] = arr
-            arr = padded
+        if tspec.pad is not None:
+            arr = _fill_to(arr, tspec.shape, target, tspec.pad)
         else:
-            for axis, m in grown:
-                arr = _pad_axis(arr, axis, m)
+            for axis, dim in enumerate(tspec.shape):
+                if isinstance(dim, str) and target[dim] > arr.shape[axis]:
+                    arr = _pad_axis(arr, axis, target[dim])
         out.append(arr)
+    return out
+
+
+def _fill_to(
+    arr: np.ndarray, dims: Sequence[object], target: Mapping[str, int], value: float
+) -> np.ndarray:
+    """``arr`` grown to ``target`` on its symbolic axes, the new cells ``value``: one fill and
+    one copy however many axes grow; ``arr`` itself if none does."""
+    full = tuple(
+        max(target[d], n) if isinstance(d, str) else n for d, n in zip(dims, arr.shape, strict=True)
+    )
+    if full == arr.shape:
+        return arr
+    out = np.full(full, value, arr.dtype)
+    out[tuple(slice(0, n) for n in arr.shape)] = arr
     return out
 
 
