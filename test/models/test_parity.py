@@ -18,7 +18,8 @@ from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
 
 RTOL, ATOL = 1e-4, 1e-5
-COUNTS = (0, 1, 2, 7, 64, 1000)
+# 17 is a full row tile and one row more; from 49 rows the dense decoder head runs in parallel.
+COUNTS = (0, 1, 2, 7, 17, 49, 64, 1000)
 
 
 def counts_for(bound: int) -> list[int]:

@@ -89,6 +89,8 @@ def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | 
     col_ext = _extent(sch, col)
     if col_ext is not None and col_ext < ctx.vector_lanes // 2:
         return None  # a narrow output is a matvec
+    if _extent(sch, row) is None and col_ext is not None:
+        return _one_row_at_a_time(func, ctx)
     ro, ri = sch.split(row, [None, ctx.tile_rows])
     lanes = _inner_factor(col_ext, ctx.vector_lanes)
     co, ci = sch.split(col, [None, lanes])
@@ -127,6 +129,10 @@ def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc |
         col = None
     else:
         return None
+    # With several outputs a row is one vector of them; a single output per row (a score)
+    # keeps rows in the lanes, since one row alone is a serial chain of multiply-adds.
+    if _extent(sch, row) is None and col is not None:
+        return _one_row_at_a_time(func, ctx)
     lanes = ctx.vector_lanes
     ro, ri = sch.split(row, [None, lanes * ctx.tile_rows])
     rm, rv = sch.split(ri, [None, lanes])
@@ -142,6 +148,105 @@ def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc |
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.decompose_reduction(mm, red)
     return sch.mod["main"]
+
+
+def _one_row_at_a_time(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc:
+    """A matmul over a symbolic row count: accumulators for one row, vectorised across columns.
+
+    A row tile over a symbolic count needs a predicate on its rows. Inside the vector lanes it
+    makes LLVM scalarise the whole kernel; inside a register tile it keeps the accumulators at
+    the full symbolic size in memory. Predicated per row, the accumulators of a row are a fixed
+    handful of registers, and a short count costs its rows, not a tile of 16.
+
+    Row tiles run in parallel only for a call whose count carries the work to repay waking the
+    pool: the upper bound that would make the loop parallel says nothing of the usual call.
+    """
+    serial, extent, work = _row_schedule(func, ctx, parallel=False)
+    if not ctx.worth_parallel(extent, work):
+        return serial
+    parallel, _, _ = _row_schedule(func, ctx, parallel=True)
+    return _either(extent * work >= ctx.min_parallel_work, parallel, serial)
+
+
+def _row_schedule(
+    func: tirx.PrimFunc, ctx: CpuScheduleContext, parallel: bool
+) -> tuple[tirx.PrimFunc, Any, int]:
+    """The one-row schedule; with the row-tile loop's extent and the work of one tile."""
+    sch = s_tir.Schedule(func)
+    infos = _reduction_with_epilogue(sch)
+    assert infos is not None
+    mm = infos[0].block_rv
+    loops = sch.get_loops(mm)
+    row, red = loops[0], loops[-1]
+    col = loops[1] if len(loops) == 3 else None
+    ro, ri = sch.split(row, [None, ctx.tile_rows])
+    col_ext = _extent(sch, col) if col is not None else None
+    lanes = _inner_factor(col_ext, ctx.vector_lanes)
+    order = [ro, ri]
+    vectorised: list[s_tir.schedule.LoopRV] = []
+    unrolled: list[s_tir.schedule.LoopRV] = []
+    at = ri
+    if col is not None and col_ext is not None and col_ext <= ctx.vector_lanes:
+        order += [red, col]
+        vectorised = [col]
+    elif col is not None:
+        co, ci = sch.split(col, [None, lanes])
+        vectors = sch.get(co).extent
+        budget = max(1, ctx.register_rows * ctx.register_cols // ctx.vector_lanes)
+        count = int(vectors.value) if isinstance(vectors, tirx.IntImm) else budget
+        per_chunk = max(v for v in range(1, min(count, budget) + 1) if count % v == 0)
+        cc, cv = sch.split(co, [None, per_chunk])
+        order += [cc, red, cv, ci]
+        vectorised = [ci] if lanes > 1 else []
+        unrolled = [cv]
+        at = cc
+    else:
+        order += [red]
+    sch.reorder(*order)
+    acc = sch.cache_write(mm, 0, "local")
+    sch.reverse_compute_at(acc, at)
+    for block in reversed([b.block_rv for b in infos[1:]]):
+        sch.reverse_compute_inline(block)
+    extent, work = sch.get(ro).extent, _work(sch, order[1:])
+    if parallel:
+        sch.parallel(ro)
+    for loop in unrolled:
+        sch.unroll(loop)
+    for loop in vectorised:
+        sch.vectorize(loop)
+    write_back = sch.get_loops(acc)[-1]
+    width = _extent(sch, write_back)
+    if width is not None and width > ctx.vector_lanes and lanes > 1 and width % lanes == 0:
+        _, write_back = sch.split(write_back, [None, lanes])
+        width = lanes
+    if width is not None and width > 1:
+        sch.vectorize(write_back)
+    sch.decompose_reduction(mm, red)
+    return sch.mod["main"], extent, work
+
+
+def _either(condition: Any, then: tirx.PrimFunc, otherwise: tirx.PrimFunc) -> tirx.PrimFunc:
+    """One function running ``then``'s loop nest where ``condition`` holds, else
+    ``otherwise``'s: two schedules of one computation, so each keeps its own loops, block
+    vars and accumulators (a buffer shared by both would be planned at the symbolic size)."""
+    realize, other = then.body, otherwise.body.block
+    block = realize.block
+    buffers = list(block.alloc_buffers) + [
+        b for b in other.alloc_buffers if not any(b.same_as(x) for x in block.alloc_buffers)
+    ]
+    body = tirx.IfThenElse(condition, block.body, other.body)
+    rebuilt = s_tir.stmt.SBlock(
+        block.iter_vars,
+        block.reads,
+        block.writes,
+        block.name_hint,
+        body,
+        block.init,
+        buffers,
+        block.match_buffers,
+        block.annotations,
+    )
+    return then.with_body(s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, rebuilt))
 
 
 def row_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
