@@ -140,6 +140,15 @@ def replace_prim_func(mod: IRModule, name: str, func: PrimFunc) -> None:
     mod[mod.get_global_var(name)] = func.with_attr(SCHEDULED_ATTR, True)
 
 
+def expr_dtype(expr: Any) -> str:
+    """The scalar type of an integer or float expression, such as ``int64``."""
+    return str(expr.ty)
+
+
+def same_expr(a: Any, b: Any) -> bool:
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
 def is_scheduled(func: PrimFunc) -> bool:
     return bool(func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False))
 

@@ -79,6 +79,29 @@ def test_expected_rules_pick_the_models_kernels() -> None:
     assert {"dense", "matvec", "row_reduce"} <= chosen["predictor"]
 
 
+@pytest.mark.parametrize("name", ["predictor", "associator"])
+def test_symbolic_row_counts_split_at_the_last_whole_tile_match_numpy(
+    name: str, cache_root: Path
+) -> None:
+    """Every row count from none to three tiles and a row, and either side of the count at
+    which whole tiles turn parallel: the tiles, the rows after them and both twins."""
+    model = model_definition(name)
+    weights = weights_for(model)
+    artefact = ArtefactCache(cache_root).get_or_build(model, weights, load_profile("x86_64"))
+    runner = LoadedModel(model, artefact.library_path)
+    if name == "predictor":
+        dims = [{"A": a, "T": 3} for a in (*range(0, 50), 63, 64)]
+    else:
+        # Rows are N x M: around one tile, and around 2048 (where the tiles turn parallel).
+        pairs = ((0, 5), (1, 1), (1, 15), (1, 16), (1, 17), (3, 11), (16, 127), (16, 128))
+        dims = [{"N": n, "M": m} for n, m in (*pairs, (17, 121), (128, 128))]
+    for d in dims:
+        inputs = sample_inputs(model, "forward", d, seed=sum(d.values()))
+        got = runner("forward", *inputs)
+        for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{d}")
+
+
 def test_segmenter_keeps_no_point_intermediate_in_memory() -> None:
     model = model_definition("segmenter")
     ctx = context_for_target(load_profile("x86_64").target())

@@ -1,7 +1,9 @@
 """Dense, matvec, row/column reduction and injective rules for llvm targets (AVX-512/AVX2/NEON).
 
-Every rule splits symbolic axes with a fixed inner factor and a predicated tail, so one schedule
-serves every count; the same rules apply unchanged to static shapes for specialisations.
+Every rule serves every count of a symbolic axis from one schedule: a matmul's rows split at the
+last whole tile (the tiles unpredicated, the rest a row at a time), other axes with a fixed inner
+factor and a predicated tail. The same rules apply unchanged to static shapes for
+specialisations.
 Hand-written template kernels are rebuilt for the target's register blocking instead.
 """
 
@@ -79,33 +81,61 @@ def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | 
     infos = _reduction_with_epilogue(sch)
     if infos is None:
         return None
-    mm = infos[0].block_rv
-    loops = sch.get_loops(mm)
-    kinds = infos[0].dom_kind()
+    loops = sch.get_loops(infos[0].block_rv)
     # Only [rows, cols, k]: compute-at over fused symbolic axes over-approximates regions.
-    if len(loops) != 3 or kinds != "SSR":
+    if len(loops) != 3 or infos[0].dom_kind() != "SSR":
         return None
-    row, col, red = loops
+    row, col, _ = loops
     col_ext = _extent(sch, col)
     if col_ext is not None and col_ext < ctx.vector_lanes // 2:
         return None  # a narrow output is a matvec
     if _extent(sch, row) is None and col_ext is not None:
-        return _one_row_at_a_time(func, ctx)
+        return _symbolic_rows(func, ctx, _dense_tiles, ctx.tile_rows)
+    return _dense_tiles(func, ctx, None, _block_names(func))[0]
+
+
+Tiles = Callable[
+    [tirx.PrimFunc, CpuScheduleContext, "bool | None", list[str]], tuple[tirx.PrimFunc, Any, int]
+]
+
+
+def _block_names(func: tirx.PrimFunc) -> list[str]:
+    """The matmul block's name, then its epilogue blocks': how the schedules of its parts find
+    them, whose loops no longer span the blocks' domains (which the analysis requires)."""
+    sch = s_tir.Schedule(func)
+    infos = _reduction_with_epilogue(sch)
+    assert infos is not None
+    return [sch.get(b.block_rv).name_hint for b in infos]
+
+
+def _blocks(sch: s_tir.Schedule, names: list[str]) -> list[Any]:
+    return [sch.get_sblock(name) for name in names]
+
+
+def _dense_tiles(
+    func: tirx.PrimFunc, ctx: CpuScheduleContext, parallel: bool | None, names: list[str]
+) -> tuple[tirx.PrimFunc, Any, int]:
+    """The dense schedule; with its row-tile loop's extent and the work of one tile.
+    ``parallel`` None: parallel where the extent's upper bound carries the work."""
+    sch = s_tir.Schedule(func)
+    mm, *epilogue = _blocks(sch, names)
+    row, col, red = sch.get_loops(mm)
     ro, ri = sch.split(row, [None, ctx.tile_rows])
-    lanes = _inner_factor(col_ext, ctx.vector_lanes)
+    lanes = _inner_factor(_extent(sch, col), ctx.vector_lanes)
     co, ci = sch.split(col, [None, lanes])
     sch.reorder(ro, co, red, ri, ci)
     acc = sch.cache_write(mm, 0, "local")
     sch.reverse_compute_at(acc, co)
-    for block in reversed([b.block_rv for b in infos[1:]]):
+    for block in reversed(epilogue):
         sch.reverse_compute_inline(block)
-    if ctx.worth_parallel(sch.get(ro).extent, _work(sch, [co, red, ri, ci])):
+    extent, work = sch.get(ro).extent, _work(sch, [co, red, ri, ci])
+    if ctx.worth_parallel(extent, work) if parallel is None else parallel:
         sch.parallel(ro)
     sch.vectorize(sch.get_loops(acc)[-1])
     if lanes > 1:
         sch.vectorize(ci)
     sch.decompose_reduction(mm, red)
-    return sch.mod["main"]
+    return sch.mod["main"], extent, work
 
 
 def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
@@ -116,76 +146,174 @@ def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc |
     infos = _reduction_with_epilogue(sch)
     if infos is None:
         return None
-    mm = infos[0].block_rv
-    loops = sch.get_loops(mm)
+    loops = sch.get_loops(infos[0].block_rv)
     kinds = infos[0].dom_kind()
     if kinds == "SSR":
-        row, col, red = loops
-        col_ext = _extent(sch, col)
+        col_ext = _extent(sch, loops[1])
         if col_ext is None or col_ext >= ctx.vector_lanes // 2:
             return None
-    elif kinds == "SR":
-        row, red = loops
-        col = None
-    else:
+    elif kinds != "SR":
         return None
-    # With several outputs a row is one vector of them; a single output per row (a score)
-    # keeps rows in the lanes, since one row alone is a serial chain of multiply-adds.
-    if _extent(sch, row) is None and col is not None:
-        return _one_row_at_a_time(func, ctx)
-    lanes = ctx.vector_lanes
-    ro, ri = sch.split(row, [None, lanes * ctx.tile_rows])
-    rm, rv = sch.split(ri, [None, lanes])
+    if _extent(sch, loops[0]) is None:
+        return _symbolic_rows(func, ctx, _matvec_tiles, ctx.vector_lanes)
+    return _matvec_tiles(func, ctx, None, _block_names(func))[0]
+
+
+def _matvec_tiles(
+    func: tirx.PrimFunc, ctx: CpuScheduleContext, parallel: bool | None, names: list[str]
+) -> tuple[tirx.PrimFunc, Any, int]:
+    """The matvec schedule, as ``_dense_tiles`` returns it."""
+    sch = s_tir.Schedule(func)
+    mm, *epilogue = _blocks(sch, names)
+    loops = sch.get_loops(mm)
+    row, red = loops[0], loops[-1]
+    col = loops[1] if len(loops) == 3 else None
+    groups, rv = sch.split(row, [None, ctx.vector_lanes])
+    ro, rm = sch.split(groups, [None, ctx.tile_rows])
     order = [ro, rm, red, rv] if col is None else [ro, rm, col, red, rv]
     sch.reorder(*order)
     acc = sch.cache_write(mm, 0, "local")
     sch.reverse_compute_at(acc, rm)
-    for block in reversed([b.block_rv for b in infos[1:]]):
+    for block in reversed(epilogue):
         sch.reverse_compute_inline(block)
-    if ctx.worth_parallel(sch.get(ro).extent, _work(sch, order[1:])):
+    extent, work = sch.get(ro).extent, _work(sch, order[1:])
+    if ctx.worth_parallel(extent, work) if parallel is None else parallel:
         sch.parallel(ro)
     sch.vectorize(rv)
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.decompose_reduction(mm, red)
-    return sch.mod["main"]
+    return sch.mod["main"], extent, work
 
 
-def _one_row_at_a_time(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc:
-    """A matmul over a symbolic row count: accumulators for one row, vectorised across columns.
+def _symbolic_rows(
+    func: tirx.PrimFunc, ctx: CpuScheduleContext, tiles: Tiles, tile: int
+) -> tirx.PrimFunc:
+    """A matmul over a symbolic row count: whole tiles of ``tile`` rows, then the rest a row
+    at a time.
 
-    A row tile over a symbolic count needs a predicate on its rows. Inside the vector lanes it
-    makes LLVM scalarise the whole kernel; inside a register tile it keeps the accumulators at
-    the full symbolic size in memory. Predicated per row, the accumulators of a row are a fixed
-    handful of registers, and a short count costs its rows, not a tile of 16.
+    Tiled over a symbolic count, every tile needs a predicate on its rows. Inside the vector
+    lanes it makes LLVM scalarise the whole kernel; inside a register tile it keeps the
+    accumulators at the symbolic size, in memory. Split at the last whole tile, the tiles
+    need no predicate and run as a static build would, and the few rows left cost their rows.
 
-    Row tiles run in parallel only for a call whose count carries the work to repay waking the
-    pool: the upper bound that would make the loop parallel says nothing of the usual call.
+    The tiles run in parallel only for a call whose count carries the work to repay waking
+    the pool: the upper bound that would make the loop parallel says nothing of the usual call.
     """
-    serial, extent, work = _row_schedule(func, ctx, parallel=False)
-    if not ctx.worth_parallel(extent, work):
-        return serial
-    parallel, _, _ = _row_schedule(func, ctx, parallel=True)
-    return _either(extent * work >= ctx.min_parallel_work, parallel, serial)
+    names = _block_names(func)
+    parts = _split_rows(func, tile)
+    if parts is None:
+        return _row_schedule(func, ctx, names)
+    whole, rest = parts
+    serial, extent, work = tiles(whole, ctx, False, names)
+    body = serial
+    if ctx.worth_parallel(extent, work):
+        parallel = tiles(whole, ctx, True, names)[0]
+        body = _joined(
+            parallel,
+            serial,
+            lambda a, b: tirx.IfThenElse(extent * work >= ctx.min_parallel_work, a, b),
+        )
+    return _joined(body, _row_schedule(rest, ctx, names), lambda a, b: tirx.SeqStmt([a, b]))
 
 
-def _row_schedule(
-    func: tirx.PrimFunc, ctx: CpuScheduleContext, parallel: bool
-) -> tuple[tirx.PrimFunc, Any, int]:
-    """The one-row schedule; with the row-tile loop's extent and the work of one tile."""
+def _split_rows(func: tirx.PrimFunc, tile: int) -> tuple[tirx.PrimFunc, tirx.PrimFunc] | None:
+    """``func`` over its first ``rows // tile * tile`` rows, and over the rows after them: its
+    loop nests (the matmul's and its epilogue's) each lead with the row loop, bound trivially.
+    None for a function of another form."""
+    block = func.body.block
+    nests = list(block.body.seq) if isinstance(block.body, tirx.SeqStmt) else [block.body]
+    if not all(isinstance(n, tirx.For) for n in nests):
+        return None
+    rows = nests[0].extent
+    if any(not tvmx.same_expr(n.extent, rows) or not _is_zero(n.min) for n in nests):
+        return None
+    size = tirx.const(tile, tvmx.expr_dtype(rows))
+    whole = tirx.floordiv(rows, size) * size
+    heads, tails = [], []
+    for nest in nests:
+        var = tirx.Var(f"{nest.loop_var.name}_rest", tvmx.expr_dtype(nest.loop_var))
+        body = _rebound(nest.body, nest.loop_var, whole + var)
+        if body is None:
+            return None
+        heads.append(_loop(nest, nest.loop_var, whole, nest.body))
+        tails.append(_loop(nest, var, rows - whole, body))
+    return _with_nests(func, heads), _with_nests(func, tails)
+
+
+def _is_zero(expr: Any) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr.value) == 0
+
+
+def _rebound(stmt: Any, var: Any, value: Any) -> Any:
+    """``stmt`` with blocks bound to ``value`` where they were bound to ``var`` itself; None
+    where ``var`` appears in any other way."""
+    if isinstance(stmt, tirx.For):
+        body = _rebound(stmt.body, var, value)
+        return None if body is None else _loop(stmt, stmt.loop_var, stmt.extent, body)
+    if not isinstance(stmt, s_tir.stmt.SBlockRealize):
+        return None
+    values = []
+    for v in stmt.iter_values:
+        if v.same_as(var):
+            values.append(value)
+        elif any(u.same_as(var) for u in tirx.analysis.undefined_vars(v)):
+            return None
+        else:
+            values.append(v)
+    return s_tir.stmt.SBlockRealize(values, stmt.predicate, stmt.block)
+
+
+def _loop(like: Any, var: Any, extent: Any, body: Any) -> Any:
+    return tirx.For(var, like.min, extent, like.kind, body, like.thread_binding, like.annotations)
+
+
+def _with_nests(func: tirx.PrimFunc, nests: list[Any]) -> tirx.PrimFunc:
+    return _rooted(func, nests[0] if len(nests) == 1 else tirx.SeqStmt(nests), [])
+
+
+def _joined(
+    first: tirx.PrimFunc, second: tirx.PrimFunc, join: Callable[[Any, Any], Any]
+) -> tirx.PrimFunc:
+    """Two schedules of one computation (or of parts of it) in one function, their loop nests
+    joined by ``join``; each keeps its own loops, block vars and accumulators, since a buffer
+    that both used would be planned at the symbolic size."""
+    a, b = first.body.block, second.body.block
+    return _rooted(first, join(a.body, b.body), list(b.alloc_buffers))
+
+
+def _rooted(func: tirx.PrimFunc, body: Any, more_buffers: list[Any]) -> tirx.PrimFunc:
+    realize = func.body
+    block = realize.block
+    buffers = list(block.alloc_buffers)
+    buffers += [b for b in more_buffers if not any(b.same_as(x) for x in buffers)]
+    rebuilt = s_tir.stmt.SBlock(
+        block.iter_vars,
+        block.reads,
+        block.writes,
+        block.name_hint,
+        body,
+        block.init,
+        buffers,
+        block.match_buffers,
+        block.annotations,
+    )
+    return func.with_body(s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, rebuilt))
+
+
+def _row_schedule(func: tirx.PrimFunc, ctx: CpuScheduleContext, names: list[str]) -> tirx.PrimFunc:
+    """One row at a time, serially: its accumulators a few registers, vectorised across
+    columns (for the rows after the last whole tile)."""
     sch = s_tir.Schedule(func)
-    infos = _reduction_with_epilogue(sch)
-    assert infos is not None
-    mm = infos[0].block_rv
+    mm, *epilogue = _blocks(sch, names)
     loops = sch.get_loops(mm)
     row, red = loops[0], loops[-1]
     col = loops[1] if len(loops) == 3 else None
-    ro, ri = sch.split(row, [None, ctx.tile_rows])
     col_ext = _extent(sch, col) if col is not None else None
     lanes = _inner_factor(col_ext, ctx.vector_lanes)
-    order = [ro, ri]
+    order = [row]
     vectorised: list[s_tir.schedule.LoopRV] = []
     unrolled: list[s_tir.schedule.LoopRV] = []
-    at = ri
+    at = row
     if col is not None and col_ext is not None and col_ext <= ctx.vector_lanes:
         order += [red, col]
         vectorised = [col]
@@ -205,11 +333,8 @@ def _row_schedule(
     sch.reorder(*order)
     acc = sch.cache_write(mm, 0, "local")
     sch.reverse_compute_at(acc, at)
-    for block in reversed([b.block_rv for b in infos[1:]]):
+    for block in reversed(epilogue):
         sch.reverse_compute_inline(block)
-    extent, work = sch.get(ro).extent, _work(sch, order[1:])
-    if parallel:
-        sch.parallel(ro)
     for loop in unrolled:
         sch.unroll(loop)
     for loop in vectorised:
@@ -222,31 +347,7 @@ def _row_schedule(
     if width is not None and width > 1:
         sch.vectorize(write_back)
     sch.decompose_reduction(mm, red)
-    return sch.mod["main"], extent, work
-
-
-def _either(condition: Any, then: tirx.PrimFunc, otherwise: tirx.PrimFunc) -> tirx.PrimFunc:
-    """One function running ``then``'s loop nest where ``condition`` holds, else
-    ``otherwise``'s: two schedules of one computation, so each keeps its own loops, block
-    vars and accumulators (a buffer shared by both would be planned at the symbolic size)."""
-    realize, other = then.body, otherwise.body.block
-    block = realize.block
-    buffers = list(block.alloc_buffers) + [
-        b for b in other.alloc_buffers if not any(b.same_as(x) for x in block.alloc_buffers)
-    ]
-    body = tirx.IfThenElse(condition, block.body, other.body)
-    rebuilt = s_tir.stmt.SBlock(
-        block.iter_vars,
-        block.reads,
-        block.writes,
-        block.name_hint,
-        body,
-        block.init,
-        buffers,
-        block.match_buffers,
-        block.annotations,
-    )
-    return then.with_body(s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, rebuilt))
+    return sch.mod["main"]
 
 
 def row_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
