@@ -674,9 +674,10 @@ def summarise(outcome: Outcome, jit: bool) -> dict[str, Any]:
     half = slice(n // 2, None)
     accepted = np.asarray(outcome.accepted[half], bool)
     special = np.asarray(outcome.served_special[half], bool)
-    hit_rate = float(special[accepted].mean()) if accepted.any() else 0.0
+    # Undefined (None), not 0, where no call was accepted: nothing was there to hit.
+    hit_rate = float(special[accepted].mean()) if accepted.any() else None
     ever = np.asarray((outcome.ever_accepted or outcome.accepted)[half], bool) | accepted
-    hit_rate_ever = float(special[ever].mean()) if ever.any() else 0.0
+    hit_rate_ever = float(special[ever].mean()) if ever.any() else None
     row: dict[str, Any] = {
         "p50_ms": round(float(np.percentile(lat, 50)), 3),
         "p99_ms": round(float(np.percentile(lat, 99)), 3),
@@ -686,13 +687,17 @@ def summarise(outcome: Outcome, jit: bool) -> dict[str, Any]:
         "busy_by_model_s": {m: round(v, 3) for m, v in outcome.busy_by_model_s.items()},
         "compiles": outcome.compiles,
         "calling_thread_compile_s": round(outcome.calling_thread_compile_s, 3),
-        "hit_rate": round(hit_rate, 4),
-        "hit_rate_ever_accepted": round(hit_rate_ever, 4),
+        "hit_rate": None if hit_rate is None else round(hit_rate, 4),
+        "hit_rate_ever_accepted": None if hit_rate_ever is None else round(hit_rate_ever, 4),
         "specialised_share": round(float(np.mean(outcome.served_special)), 4),
         "extrapolated": outcome.extrapolated,
     }
     row.update(outcome.extra)
     return row
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -760,7 +765,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(
             f"{name:<15}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}{r['max_ms']:>10.1f}{r['total_s']:>9.1f}"
-            f"{r['compiles']:>9}{r['calling_thread_compile_s']:>17.1f}{r['hit_rate']:>9.3f}"
+            f"{r['compiles']:>9}{r['calling_thread_compile_s']:>17.1f}{_rate(r['hit_rate']):>9}"
             f"{r['specialised_share']:>11.3f}{mark}"
         )
     for name in strategies:
@@ -769,9 +774,10 @@ def run(args: argparse.Namespace) -> int:
     for name in ("jit", "jit_warm"):
         if name in results:
             print(
-                f"hit rate {name:<9}{results[name]['hit_rate']:.3f} over keys accepted at the "
-                f"call, {results[name]['hit_rate_ever_accepted']:.3f} counting keys whose "
-                "compile later failed, lost or was demoted"
+                f"hit rate {name:<9}{_rate(results[name]['hit_rate'])} over keys accepted at "
+                f"the call, {_rate(results[name]['hit_rate_ever_accepted'])} counting keys "
+                "whose compile later failed, lost or was demoted (n/a: no such call in the "
+                "second half)"
             )
     for model, belief in results.get("jit", {}).get("cost_model", {}).items():
         in_place = belief["in_place_speedup"]
