@@ -140,6 +140,32 @@ def test_other_targets_blocking_computes_the_same_on_this_host(ctx: CpuScheduleC
             np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"P={count}")
 
 
+@pytest.mark.parametrize("ctx", [NEON, AVX2], ids=["neon-lanes", "avx2-lanes"])
+@pytest.mark.parametrize("name", ["predictor", "associator"])
+def test_other_targets_row_tiles_compute_the_same_on_this_host(
+    name: str, ctx: CpuScheduleContext
+) -> None:
+    """The dense (and matvec) row tiles at 4 and 8 lanes, split at the last whole tile, give
+    the reference numbers around their tile sizes."""
+    model = model_definition(name)
+    weights = weights_for(model)
+    mod, applied, _ = scheduled(model, weights, ctx)
+    # At 4 lanes the predictor's 6 logits are wide enough for the dense rule.
+    assert "dense" in set(applied.values())
+    vm = tvmx.make_vm(tvmx.build(mod, load_profile("x86_64").target()), tvmx.cpu_device())
+    forward = tvmx.vm_function(vm, "forward")
+    counts = (
+        ({"A": a, "T": 2} for a in (1, 3, 4, 5, 8, 9, 17))
+        if name == "predictor"
+        else ({"N": n, "M": 3} for n in (1, 2, 3, 11))
+    )
+    for dims in counts:
+        inputs = sample_inputs(model, "forward", dims, seed=7)
+        got = tvmx.to_numpy(forward(*(tvmx.to_tensor(a) for a in inputs)))
+        for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{dims}")
+
+
 def test_x86_build_runs_vector_fmas() -> None:
     model = model_definition("segmenter")
     target = load_profile("x86_64").target()
