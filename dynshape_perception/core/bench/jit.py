@@ -773,11 +773,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"busy s {name:<15}{busy}")
     for name in ("jit", "jit_warm"):
         if name in results:
+            now, ever = results[name]["hit_rate"], results[name]["hit_rate_ever_accepted"]
             print(
-                f"hit rate {name:<9}{_rate(results[name]['hit_rate'])} over keys accepted at "
-                f"the call, {_rate(results[name]['hit_rate_ever_accepted'])} counting keys "
-                "whose compile later failed, lost or was demoted (n/a: no such call in the "
-                "second half)"
+                f"hit rate {name:<9}{_rate(now)} over keys accepted at the call, "
+                f"{_rate(ever)} counting keys whose compile later failed, lost or was demoted"
+                + (" (n/a: no such call in the second half)" if None in (now, ever) else "")
             )
     for model, belief in results.get("jit", {}).get("cost_model", {}).items():
         in_place = belief["in_place_speedup"]

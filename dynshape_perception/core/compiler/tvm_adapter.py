@@ -140,6 +140,15 @@ def replace_prim_func(mod: IRModule, name: str, func: PrimFunc) -> None:
     mod[mod.get_global_var(name)] = func.with_attr(SCHEDULED_ATTR, True)
 
 
+def fresh_loop_vars(func: PrimFunc) -> PrimFunc:
+    """``func`` with a loop var defined at several places renamed at each later one (SSA).
+
+    Block vars shared between blocks are left as they are: lowering replaces them by their
+    bindings, and TVM 0.27 has no pass that renames them (``RenewDefs`` refuses a func that
+    defines a var twice)."""
+    return tirx.transform.ConvertSSA()(tvm.IRModule({"main": func}))["main"]
+
+
 def expr_dtype(expr: Any) -> str:
     """The scalar type of an integer or float expression, such as ``int64``."""
     return str(expr.ty)

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
 
 from dynshape_perception.config import default_bounds
 from dynshape_perception.core.compiler import tvm_adapter as tvmx
@@ -24,7 +26,15 @@ from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.shapes import sample_inputs
 from dynshape_perception.errors import CompileError
 from dynshape_perception.models import MODEL_NAMES, model_definition, segmenter
-from dynshape_perception.models.common import ModelDef
+from dynshape_perception.models.common import (
+    Dense,
+    FunctionSpec,
+    ModelDef,
+    ModelSpec,
+    TensorSpec,
+    dense_ref,
+    relu,
+)
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
 
@@ -100,6 +110,71 @@ def test_symbolic_row_counts_split_at_the_last_whole_tile_match_numpy(
         got = runner("forward", *inputs)
         for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
             np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{d}")
+
+
+class _OddShapes(nn.Module):
+    """Matmuls the models lack: 17 outputs (no lane count divides it, and it is above the
+    register budget), and a reduction over the row count itself (attention's P @ V)."""
+
+    def __init__(self) -> None:
+        self.head = Dense(24, 17)
+
+    def forward(self, x: nn.Tensor, p: nn.Tensor, v: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        return op.relu(self.head(x)), op.matmul(p, v)
+
+
+def _odd_shapes_reference(
+    function: str, weights: Mapping[str, np.ndarray], inputs: list[np.ndarray]
+) -> list[np.ndarray]:
+    x, p, v = inputs
+    return [relu(dense_ref(x, weights, "head")), p @ v]
+
+
+ODD_SHAPES = ModelDef(
+    name="odd_shapes",
+    version="1",
+    build_module=lambda gpu: _OddShapes(),
+    spec=ModelSpec(
+        model="odd_shapes",
+        dims=("N",),
+        # Enough rows at the bound for P @ V's tiles to keep a parallel twin.
+        bounds={"N": 2048},
+        functions=(
+            FunctionSpec(
+                "forward",
+                (
+                    TensorSpec("x", ("N", 24)),
+                    TensorSpec("p", ("N", "N")),
+                    TensorSpec("v", ("N", 512)),
+                ),
+                (("N", 17), ("N", 512)),
+            ),
+        ),
+    ),
+    reference=_odd_shapes_reference,
+    config=None,
+)
+
+
+@pytest.mark.parametrize("ctx", [None, NEON, AVX2], ids=["host", "neon-lanes", "avx2-lanes"])
+def test_odd_matmuls_over_a_symbolic_row_count_build_and_match_numpy(
+    ctx: CpuScheduleContext | None,
+) -> None:
+    """The rows after the last whole tile with a width no lane count divides (each column
+    its own chunk), and a reduction whose extent is the row count, which every nest of the
+    split kernel loops over."""
+    ctx = ctx or context_for_target(load_profile("x86_64").target())
+    weights = weights_for(ODD_SHAPES)
+    mod, applied, _ = scheduled(ODD_SHAPES, weights, ctx)
+    assert set(applied.values()) >= {"dense"}
+    vm = tvmx.make_vm(tvmx.build(mod, load_profile("x86_64").target()), tvmx.cpu_device())
+    forward = tvmx.vm_function(vm, "forward")
+    # 1100 rows take P @ V's parallel twin.
+    for count in (0, 1, 5, 16, 17, 40, 1100):
+        inputs = sample_inputs(ODD_SHAPES, "forward", {"N": count}, seed=count)
+        got = tvmx.to_numpy(forward(*(tvmx.to_tensor(a) for a in inputs)))
+        for g, w in zip(got, ODD_SHAPES.reference("forward", weights, inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=1e-4, err_msg=f"N={count}")
 
 
 def test_segmenter_keeps_no_point_intermediate_in_memory() -> None:

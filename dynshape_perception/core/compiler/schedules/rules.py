@@ -208,12 +208,15 @@ def _symbolic_rows(
     body = serial
     if ctx.worth_parallel(extent, work):
         parallel = tiles(whole, ctx, True, names)[0]
-        body = _joined(
-            parallel,
-            serial,
-            lambda a, b: tirx.IfThenElse(extent * work >= ctx.min_parallel_work, a, b),
-        )
-    return _joined(body, _row_schedule(rest, ctx, names), lambda a, b: tirx.SeqStmt([a, b]))
+        # Tiles, not work, on the left: tiles x work overflows an int32 count.
+        enough = extent >= tirx.const(-(-ctx.min_parallel_work // work), tvmx.expr_dtype(extent))
+        body = _joined(parallel, serial, lambda a, b: tirx.IfThenElse(enough, a, b))
+    # In this order only: a tile's write-back may also store stale values to the rows after
+    # the last whole tile (its domain is all rows), which the one-row nest then overwrites.
+    joined = _joined(body, _row_schedule(rest, ctx, names), lambda a, b: tirx.SeqStmt([a, b]))
+    # The nests share the loops they did not split, each defined once per nest; a reduction
+    # over the row count gets two bounds for one var, which lowering refuses.
+    return tvmx.fresh_loop_vars(joined)
 
 
 def _split_rows(func: tirx.PrimFunc, tile: int) -> tuple[tirx.PrimFunc, tirx.PrimFunc] | None:
@@ -339,13 +342,17 @@ def _row_schedule(func: tirx.PrimFunc, ctx: CpuScheduleContext, names: list[str]
         sch.unroll(loop)
     for loop in vectorised:
         sch.vectorize(loop)
-    write_back = sch.get_loops(acc)[-1]
-    width = _extent(sch, write_back)
+    # Only a loop of the write-back itself: with one column per chunk it has none, and the
+    # innermost loop around it is the chunk loop, which holds the reduction.
+    around = sch.get_loops(acc)
+    depth = next(i for i, loop in enumerate(around) if sch.get(loop).same_as(sch.get(at)))
+    own = around[depth + 1 :]
+    width = _extent(sch, own[-1]) if own else None
     if width is not None and width > ctx.vector_lanes and lanes > 1 and width % lanes == 0:
-        _, write_back = sch.split(write_back, [None, lanes])
-        width = lanes
+        _, inner = sch.split(own[-1], [None, lanes])
+        own, width = [inner], lanes
     if width is not None and width > 1:
-        sch.vectorize(write_back)
+        sch.vectorize(own[-1])
     sch.decompose_reduction(mm, red)
     return sch.mod["main"]
 
