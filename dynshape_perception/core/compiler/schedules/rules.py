@@ -89,9 +89,10 @@ def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | 
     col_ext = _extent(sch, col)
     if col_ext is not None and col_ext < ctx.vector_lanes // 2:
         return None  # a narrow output is a matvec
+    names = _block_names(sch, infos)
     if _extent(sch, row) is None and col_ext is not None:
-        return _symbolic_rows(func, ctx, _dense_tiles, ctx.tile_rows)
-    return _dense_tiles(func, ctx, None, _block_names(func))[0]
+        return _symbolic_rows(func, ctx, _dense_tiles, ctx.tile_rows, names)
+    return _dense_tiles(func, ctx, None, names)[0]
 
 
 Tiles = Callable[
@@ -99,17 +100,26 @@ Tiles = Callable[
 ]
 
 
-def _block_names(func: tirx.PrimFunc) -> list[str]:
+def _block_names(sch: s_tir.Schedule, infos: list[Any]) -> list[str]:
     """The matmul block's name, then its epilogue blocks': how the schedules of its parts find
     them, whose loops no longer span the blocks' domains (which the analysis requires)."""
-    sch = s_tir.Schedule(func)
-    infos = _reduction_with_epilogue(sch)
-    assert infos is not None
     return [sch.get(b.block_rv).name_hint for b in infos]
 
 
 def _blocks(sch: s_tir.Schedule, names: list[str]) -> list[Any]:
     return [sch.get_sblock(name) for name in names]
+
+
+def _accumulator(
+    sch: s_tir.Schedule, mm: Any, epilogue: list[Any], at: s_tir.schedule.LoopRV
+) -> Any:
+    """Local accumulators for ``mm``, written back under ``at`` with the epilogue inlined
+    into the write-back, so the epilogue runs on each tile while it is hot."""
+    acc = sch.cache_write(mm, 0, "local")
+    sch.reverse_compute_at(acc, at)
+    for block in reversed(epilogue):
+        sch.reverse_compute_inline(block)
+    return acc
 
 
 def _dense_tiles(
@@ -124,10 +134,7 @@ def _dense_tiles(
     lanes = _inner_factor(_extent(sch, col), ctx.vector_lanes)
     co, ci = sch.split(col, [None, lanes])
     sch.reorder(ro, co, red, ri, ci)
-    acc = sch.cache_write(mm, 0, "local")
-    sch.reverse_compute_at(acc, co)
-    for block in reversed(epilogue):
-        sch.reverse_compute_inline(block)
+    acc = _accumulator(sch, mm, epilogue, co)
     extent, work = sch.get(ro).extent, _work(sch, [co, red, ri, ci])
     if ctx.worth_parallel(extent, work) if parallel is None else parallel:
         sch.parallel(ro)
@@ -154,9 +161,10 @@ def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc |
             return None
     elif kinds != "SR":
         return None
+    names = _block_names(sch, infos)
     if _extent(sch, loops[0]) is None:
-        return _symbolic_rows(func, ctx, _matvec_tiles, ctx.vector_lanes)
-    return _matvec_tiles(func, ctx, None, _block_names(func))[0]
+        return _symbolic_rows(func, ctx, _matvec_tiles, ctx.vector_lanes, names)
+    return _matvec_tiles(func, ctx, None, names)[0]
 
 
 def _matvec_tiles(
@@ -172,10 +180,7 @@ def _matvec_tiles(
     ro, rm = sch.split(groups, [None, ctx.tile_rows])
     order = [ro, rm, red, rv] if col is None else [ro, rm, col, red, rv]
     sch.reorder(*order)
-    acc = sch.cache_write(mm, 0, "local")
-    sch.reverse_compute_at(acc, rm)
-    for block in reversed(epilogue):
-        sch.reverse_compute_inline(block)
+    acc = _accumulator(sch, mm, epilogue, rm)
     extent, work = sch.get(ro).extent, _work(sch, order[1:])
     if ctx.worth_parallel(extent, work) if parallel is None else parallel:
         sch.parallel(ro)
@@ -186,7 +191,7 @@ def _matvec_tiles(
 
 
 def _symbolic_rows(
-    func: tirx.PrimFunc, ctx: CpuScheduleContext, tiles: Tiles, tile: int
+    func: tirx.PrimFunc, ctx: CpuScheduleContext, tiles: Tiles, tile: int, names: list[str]
 ) -> tirx.PrimFunc:
     """A matmul over a symbolic row count: whole tiles of ``tile`` rows, then the rest a row
     at a time.
@@ -199,7 +204,6 @@ def _symbolic_rows(
     The tiles run in parallel only for a call whose count carries the work to repay waking
     the pool: the upper bound that would make the loop parallel says nothing of the usual call.
     """
-    names = _block_names(func)
     parts = _split_rows(func, tile)
     if parts is None:
         return _row_schedule(func, ctx, names)
@@ -334,10 +338,7 @@ def _row_schedule(func: tirx.PrimFunc, ctx: CpuScheduleContext, names: list[str]
     else:
         order += [red]
     sch.reorder(*order)
-    acc = sch.cache_write(mm, 0, "local")
-    sch.reverse_compute_at(acc, at)
-    for block in reversed(epilogue):
-        sch.reverse_compute_inline(block)
+    acc = _accumulator(sch, mm, epilogue, at)
     for loop in unrolled:
         sch.unroll(loop)
     for loop in vectorised:
