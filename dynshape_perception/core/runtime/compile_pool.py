@@ -95,8 +95,7 @@ def validate_in_worker(
 
 
 def _start_worker() -> None:
-    """Worker initialiser: lower priority, and import the compiler before the first job."""
-    _lower_priority()
+    """Worker initialiser: import the compiler before the first job."""
     import dynshape_perception.core.compiler.cache  # noqa: F401
 
 
@@ -104,20 +103,20 @@ def _ready() -> bool:
     return True
 
 
-def _lower_priority() -> None:
+def _lower_priority(pid: int) -> None:
     """SCHED_IDLE where the OS has it: a serving thread that wakes takes the core at once.
 
     A nice-10 compile still holds a core until the scheduler's wake-up granularity passes,
     and a small TVM call whose parallel region needs that core waits for it.
     """
     try:
-        os.nice(WORKER_NICENESS)
+        os.setpriority(os.PRIO_PROCESS, pid, WORKER_NICENESS)
     except OSError:
         pass
     idle = getattr(os, "SCHED_IDLE", None)
     if idle is not None:
         try:
-            os.sched_setscheduler(0, idle, os.sched_param(0))
+            os.sched_setscheduler(pid, idle, os.sched_param(0))
         except OSError:
             pass
 
@@ -197,6 +196,11 @@ class CompilePool:
             )
             # Start the worker now: importing TVM would otherwise delay the first compile.
             self._started = pool.submit(_ready)
+            # Lowered from here, not by the worker itself: its own code runs only after the
+            # interpreter and TVM have been imported, seconds of CPU beside the serving thread.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                if proc.pid is not None:
+                    _lower_priority(proc.pid)
             return pool
         self._started = None
         return DaemonThreadExecutor("jit-build")
@@ -204,7 +208,8 @@ class CompilePool:
     def wait_started(self, timeout_s: float) -> bool:
         """Whether the worker process has imported the compiler (threads need nothing).
 
-        Until then a compile's clock also runs through the import, seconds under load.
+        Until then a compile's clock also runs through the import, seconds under load. A
+        worker that died starting is not ready either: its compiles fail, as strikes.
         """
         started = self._started
         if started is None:
@@ -212,6 +217,9 @@ class CompilePool:
         try:
             started.result(timeout=timeout_s)
         except cf.TimeoutError:
+            return False
+        except cf.BrokenExecutor as err:
+            log.warning("JIT: the compile worker failed to start: %s", err)
             return False
         return True
 
@@ -396,6 +404,12 @@ class CompilePool:
             self._restart_executor()
             job.on_done(job.key, None, time.perf_counter() - started, "timeout")
             return
+        except cf.BrokenExecutor as err:
+            # A crashed worker breaks its pool for good: the crash is this key's strike, and
+            # the next compile gets a new worker.
+            self._restart_executor()
+            job.on_done(job.key, None, time.perf_counter() - started, f"worker crashed: {err}")
+            return
         except Exception as err:  # noqa: BLE001 - any compile failure is a strike, not a crash
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             job.on_done(job.key, None, time.perf_counter() - started, reason)
@@ -530,6 +544,22 @@ def stalling_compiler_fault_injector(
     while time.monotonic() < until:
         pass
     raise CompileError(f"injected stall for {request.model} {request.key}")
+
+
+def crashing_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: a compiler that crashes its process (as LLVM or a TVM FFI mismatch can)
+    for keys whose first dim is odd, and compiles the others."""
+    if request.key.dims[0][1] % 2:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return compile_to_cache(request, weights)
+
+
+def failing_worker_start_fault_injector() -> None:
+    """Fault injector: a worker process whose start fails (a broken install), as the pool's
+    initialiser in place of ``_start_worker``."""
+    raise CompileError("injected failure of the compile worker's start")
 
 
 def failing_compiler_fault_injector(

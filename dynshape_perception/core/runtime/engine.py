@@ -83,6 +83,14 @@ class Engine:
                     model, generic, self.jit, self.metrics, self.pool
                 )
                 self.planned[name] = artefact.sidecar.planned_bytes
+            # Start-up ends once the compile worker has imported the compiler: that import is
+            # seconds of CPU which would otherwise compete with the first frames.
+            if self.pool is not None and not self.pool.wait_started(self.jit.compile_timeout_s):
+                log.warning(
+                    "JIT: the compile worker is not ready (waited up to %.0f s); calls are "
+                    "served by the generic builds meanwhile",
+                    self.jit.compile_timeout_s,
+                )
         except BaseException:
             # The pool's threads and worker process would outlive the failed engine.
             self.close()

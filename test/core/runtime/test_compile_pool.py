@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -18,10 +19,12 @@ from dynshape_perception.core.runtime.compile_pool import (
     TRIAL_MARGIN,
     TRIAL_SAMPLES,
     TRIAL_STRETCH,
+    WORKER_NICENESS,
     CompilePool,
     build_specialisation,
     choose_mode,
     compile_to_cache,
+    crashing_compiler_fault_injector,
     failing_compiler_fault_injector,
     stalling_compiler_fault_injector,
     validate_in_worker,
@@ -413,5 +416,47 @@ def test_stopped_time_does_not_count_against_the_compile_timeout(tmp_path: Path)
             time.sleep(STALL_S + 2.5)
         assert pool.wait_idle(30.0)
         assert done and done[0] != "timeout" and "injected stall" in done[0]
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+def test_the_worker_process_runs_at_idle_priority_from_its_spawn(tmp_path: Path) -> None:
+    """Lowered before the interpreter has imported anything: that import takes seconds of CPU
+    beside the serving thread."""
+    pool = CompilePool(WEIGHTS, "x86_64", tmp_path, mode="process")
+    try:
+        (pid,) = worker_pids(pool)
+        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, pid) == WORKER_NICENESS
+        assert not pool.wait_started(0.0), "still importing: the check ran before its start"
+        assert pool.wait_started(60.0)
+        assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+    finally:
+        pool.shutdown()
+
+
+def test_a_crashed_worker_is_a_strike_and_the_next_compile_gets_a_new_one(
+    tmp_path: Path,
+) -> None:
+    done: list[tuple[Signature, CompileResult | None, str]] = []
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="process", compile_fn=crashing_compiler_fault_injector
+    )
+    try:
+        assert pool.wait_started(60.0)
+        (first_pid,) = worker_pids(pool)
+        crashing = Signature.of("forward", {"N": 3, "M": 3})
+        healthy = Signature.of("forward", {"N": 4, "M": 4})
+        # Both queued before either runs, so the crash comes first (the larger benefit).
+        pool.pause()
+        pool.submit(request(crashing, tmp_path), 2.0, lambda k, r, s, w: done.append((k, r, w)))
+        pool.submit(request(healthy, tmp_path), 1.0, lambda k, r, s, w: done.append((k, r, w)))
+        pool.resume()
+        assert pool.wait_idle(180.0)
+        (k1, r1, why1), (k2, r2, why2) = done
+        assert k1 == crashing and r1 is None and why1.startswith("worker crashed")
+        assert k2 == healthy and r2 is not None and why2 == ""
+        assert worker_pids(pool) and worker_pids(pool) != [first_pid]
     finally:
         pool.shutdown()

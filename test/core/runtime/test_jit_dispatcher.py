@@ -15,11 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dynshape_perception.core.runtime import compile_pool as compile_pool_module
 from dynshape_perception.core.runtime import dispatcher as dispatcher_module
 from dynshape_perception.core.runtime.compile_pool import (
     CompileFn,
     compile_to_cache,
     failing_compiler_fault_injector,
+    failing_worker_start_fault_injector,
     stalling_compiler_fault_injector,
 )
 from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS
@@ -473,6 +475,43 @@ def test_compiles_wait_for_judgements_in_place_before_more_queue(
         for _ in range(8):
             dispatcher("forward", *inputs[3])
         assert held in dispatcher.accepted_keys()
+
+
+def test_an_engine_starts_with_its_compile_worker_ready(cache_root: Path) -> None:
+    """The worker's import of the compiler is start-up work, not the first frames'."""
+    with Engine(
+        "x86_64",
+        eager_config(compile_mode="process"),
+        cache_dir=cache_root,
+        models=("associator",),
+        weights=WEIGHTS,
+    ) as eng:
+        assert eng.pool is not None and eng.pool.wait_started(0.0)
+
+
+def test_an_engine_whose_compile_worker_cannot_start_serves_generic(
+    cache_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compile_pool_module, "_start_worker", failing_worker_start_fault_injector)
+    config = eager_config(compile_mode="process", max_strikes=1)
+    with (
+        caplog.at_level(logging.WARNING),
+        Engine(
+            "x86_64", config, cache_dir=cache_root, models=("associator",), weights=WEIGHTS
+        ) as eng,
+    ):
+        assert "compile worker failed to start" in caplog.text
+        assert "compile worker is not ready" in caplog.text
+        inputs = call_inputs("associator", {"N": 5, "M": 6}, seed=2)
+        expected = eng["associator"].generic("forward", *inputs)
+        for _ in range(3):
+            for got, want in zip(eng["associator"]("forward", *inputs), expected, strict=True):
+                np.testing.assert_array_equal(got, want)
+        assert eng.pool is not None and eng.pool.wait_idle(120.0)
+        key = eng["associator"].key_of(Signature.of("forward", {"N": 5, "M": 6}))
+        state = eng["associator"].key_state(key)
+        assert state is not None and state.blacklisted
+        assert eng.metrics.compiles_failed == 1 and eng.metrics.hits == 0
 
 
 def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
