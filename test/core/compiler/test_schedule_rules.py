@@ -199,6 +199,65 @@ def test_static_specialisation_matches_numpy(name: str, cache_root: Path) -> Non
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"{dims}")
 
 
+def static_forward(
+    model: ModelDef, weights: Mapping[str, np.ndarray], ctx: CpuScheduleContext, dims: Any
+) -> tuple[Any, dict[str, str], Any]:
+    """The scheduled module of a static specialisation, the rules applied, and its forward."""
+    mod, applied, _ = scheduled(model, weights, ctx, dims)
+    vm = tvmx.make_vm(tvmx.build(mod, load_profile("x86_64").target()), tvmx.cpu_device())
+    return mod, applied, tvmx.vm_function(vm, "forward")
+
+
+STATIC_ROW_COUNTS = {
+    "predictor": [{"A": a, "T": 3} for a in (1, 2, 3, 15, 16, 17, 33)],
+    "associator": [{"N": n, "M": m} for n, m in ((1, 1), (1, 7), (3, 5), (16, 16), (17, 3))],
+    "odd_shapes": [{"N": n} for n in (1, 5, 16, 17)],
+}
+
+
+@pytest.mark.parametrize("ctx", [None, NEON, AVX2], ids=["host", "neon-lanes", "avx2-lanes"])
+@pytest.mark.parametrize("name", ["predictor", "associator", "odd_shapes"])
+def test_static_row_counts_either_side_of_a_tile_match_numpy(
+    name: str, ctx: CpuScheduleContext | None
+) -> None:
+    """Specialisations pin the row count: one row, fewer than a tile, a tile, a tile and a
+    row. A count no tile divides is split at the last whole tile, as a symbolic one is."""
+    ctx = ctx or context_for_target(load_profile("x86_64").target())
+    model = ODD_SHAPES if name == "odd_shapes" else model_definition(name)
+    weights = weights_for(model)
+    for dims in STATIC_ROW_COUNTS[name]:
+        _, applied, forward = static_forward(model, weights, ctx, dims)
+        # A matmul rule that fails falls through to a generic rule, which would still match.
+        # P @ V of one row reduces over one step: no reduction is left, only a copy.
+        allowed = {"gemv", "dense", "matvec"} | ({"injective"} if dims == {"N": 1} else set())
+        matmuls = {rule for kernel, rule in applied.items() if "matmul" in kernel}
+        assert matmuls and matmuls <= allowed, (dims, applied)
+        inputs = sample_inputs(model, "forward", dims, seed=3)
+        got = tvmx.to_numpy(forward(*(tvmx.to_tensor(a) for a in inputs)))
+        for g, w in zip(got, model.reference("forward", weights, inputs), strict=True):
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=1e-4, err_msg=f"{dims}")
+
+
+def test_a_one_row_specialisation_runs_its_row_not_a_predicated_tile() -> None:
+    """For one agent the analysis sees no row loop; the matvec rule then ran a 256-row tile
+    under a predicate, scalarised: slower than the generic build."""
+    ctx = context_for_target(load_profile("x86_64").target())
+    model = model_definition("predictor")
+    mod, applied, _ = scheduled(model, weights_for(model), ctx, {"A": 1, "T": 3})
+    matmuls = {name for name in applied if "matmul" in name}
+    assert matmuls and {applied[name] for name in matmuls} == {"gemv"}
+    funcs = tvmx.prim_funcs(mod)
+    for name in matmuls:
+        text = funcs[name].script()
+        assert "T.where" not in text and "T.parallel" not in text, name
+
+
+def test_a_parallel_loop_of_one_iteration_is_never_worth_its_launch() -> None:
+    ctx = context_for_target(load_profile("x86_64").target())
+    assert not ctx.worth_parallel(1, ctx.min_parallel_work * 4)
+    assert ctx.worth_parallel(2, ctx.min_parallel_work)
+
+
 @pytest.mark.parametrize("ctx", [NEON, AVX2], ids=["neon-blocking", "avx2-blocking"])
 def test_other_targets_blocking_computes_the_same_on_this_host(ctx: CpuScheduleContext) -> None:
     """The NEON and AVX2 register blockings, built for this host, give the reference numbers."""

@@ -45,7 +45,8 @@ class CpuScheduleContext:
         if not self.parallel:
             return False
         most = tvmx.upper_bound(extent, dict(self.var_bounds))
-        return most is None or most * work_per_iteration >= self.min_parallel_work
+        # One iteration would still pay the pool's launch.
+        return most is None or (most > 1 and most * work_per_iteration >= self.min_parallel_work)
 
 
 def context_for_target(target: tvmx.Target) -> CpuScheduleContext:

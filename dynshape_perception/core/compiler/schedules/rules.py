@@ -90,9 +90,13 @@ def dense_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | 
     if col_ext is not None and col_ext < ctx.vector_lanes // 2:
         return None  # a narrow output is a matvec
     names = _block_names(sch, infos)
-    if _extent(sch, row) is None and col_ext is not None:
-        return _symbolic_rows(func, ctx, _dense_tiles, ctx.tile_rows, names)
-    return _dense_tiles(func, ctx, None, names)[0]
+    rows = _extent(sch, row)
+    if col_ext is None:
+        return _dense_tiles(func, ctx, None, names)[0]
+    if rows is not None and rows < ctx.tile_rows:
+        # A static count below one tile: one tile of exactly that many rows.
+        return _dense_tiles(func, replace(ctx, tile_rows=rows), None, names)[0]
+    return _tiled_rows(func, ctx, _dense_tiles, ctx.tile_rows, names, rows)
 
 
 Tiles = Callable[
@@ -162,9 +166,30 @@ def matvec_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc |
     elif kinds != "SR":
         return None
     names = _block_names(sch, infos)
-    if _extent(sch, loops[0]) is None:
-        return _symbolic_rows(func, ctx, _matvec_tiles, ctx.vector_lanes, names)
-    return _matvec_tiles(func, ctx, None, names)[0]
+    rows = _extent(sch, loops[0])
+    if rows is not None and rows < ctx.vector_lanes:
+        # Too few rows to fill the lanes: a row at a time, across its columns.
+        return _row_schedule(func, ctx, names)
+    return _tiled_rows(func, ctx, _matvec_tiles, ctx.vector_lanes, names, rows)
+
+
+def gemv_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
+    """A matmul of a single static row (``[1, k] @ [k, cols]``: a specialisation for one
+    agent) and its epilogue: that row, vectorised across its columns.
+
+    The analysis drops the unit row, so the other rules would take the columns for rows (or
+    the row for a tile of them) and run a whole predicated tile for it.
+    """
+    sch = s_tir.Schedule(func)
+    infos = _reduction_with_epilogue(sch)
+    if infos is None or infos[0].dom_kind() != "SR":
+        return None
+    names = _block_names(sch, infos)
+    written = s_tir.Schedule(func)
+    loops = written.get_loops(written.get_sblock(names[0]))
+    if len(loops) != 3 or _extent(written, loops[0]) != 1:
+        return None
+    return _row_schedule(func, ctx, names)
 
 
 def _matvec_tiles(
@@ -190,20 +215,30 @@ def _matvec_tiles(
     return sch.mod["main"], extent, work
 
 
-def _symbolic_rows(
-    func: tirx.PrimFunc, ctx: CpuScheduleContext, tiles: Tiles, tile: int, names: list[str]
+def _tiled_rows(
+    func: tirx.PrimFunc,
+    ctx: CpuScheduleContext,
+    tiles: Tiles,
+    tile: int,
+    names: list[str],
+    rows: int | None,
 ) -> tirx.PrimFunc:
-    """A matmul over a symbolic row count: whole tiles of ``tile`` rows, then the rest a row
-    at a time.
+    """A matmul over ``rows`` (None: symbolic): whole tiles of ``tile`` rows, then the rest a
+    row at a time.
 
-    Tiled over a symbolic count, every tile needs a predicate on its rows. Inside the vector
-    lanes it makes LLVM scalarise the whole kernel; inside a register tile it keeps the
-    accumulators at the symbolic size, in memory. Split at the last whole tile, the tiles
+    Tiled over a count that ``tile`` may not divide, every tile needs a predicate on its
+    rows. Inside the vector lanes it makes LLVM scalarise the whole kernel; inside a register
+    tile it keeps symbolic accumulators in memory. Split at the last whole tile, the tiles
     need no predicate and run as a static build would, and the few rows left cost their rows.
 
     The tiles run in parallel only for a call whose count carries the work to repay waking
     the pool: the upper bound that would make the loop parallel says nothing of the usual call.
     """
+    if rows is not None:
+        # Static: tiles with a predicate on the last one's rows, as ever. Split, the whole
+        # tiles' nest would cover fewer rows than its epilogue's static domain, which
+        # inlining the epilogue refuses.
+        return tiles(func, ctx, None, names)[0]
     parts = _split_rows(func, tile)
     if parts is None:
         return _row_schedule(func, ctx, names)
@@ -447,6 +482,7 @@ def injective_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFun
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("gemv", gemv_rule),
     ("dense", dense_rule),
     ("matvec", matvec_rule),
     ("row_reduce", row_reduce_rule),
