@@ -75,10 +75,16 @@ def validate(
     for g, r in zip(got, ref, strict=True):
         if g.shape != r.shape or not np.allclose(g, r, rtol=request.rtol, atol=request.atol):
             raise ValidationError(f"{key}: specialised outputs differ from the generic build")
+    target = key.as_dict()
+
+    def served() -> list[np.ndarray]:
+        # As a hit runs: padding and cropping cost a call of tens of microseconds a share
+        # of it, which timing the padded call alone would count as gain.
+        padded = pad_inputs(spec, args, target)
+        return crop_outputs(spec, special.run_unchecked(function, padded), dims)
+
     return _interleaved_ratio(
-        lambda: special.run_unchecked(function, padded),
-        lambda: generic.run_unchecked(function, args),
-        request.repeats,
+        served, lambda: generic.run_unchecked(function, args), request.repeats
     )
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,6 +150,40 @@ def test_a_specialisation_holds_only_its_function(cache_root: Path) -> None:
     side = json.loads((Path(result.path).parent / SIDECAR).read_text())
     assert side["functions"] == ["decode"] and side["pinned_dims"] == {"A": 3}
     assert result.speedup > 0
+
+
+def test_the_worker_times_a_specialisation_as_a_hit_runs_it(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Padding and cropping are part of every hit, so they are part of its timing."""
+    from dynshape_perception.core.compiler.cache import ArtefactCache
+    from dynshape_perception.core.compiler.targets import load_profile
+    from dynshape_perception.core.runtime import validation
+    from dynshape_perception.core.runtime.executable import LoadedModel
+
+    artefact = ArtefactCache(cache_root).get_or_build(
+        ASSOC, WEIGHTS["associator"], load_profile("x86_64")
+    )
+    generic = LoadedModel(ASSOC, artefact.library_path)
+    key = Signature.of("forward", {"N": 4, "M": 4})
+    sample = sample_inputs(ASSOC, "forward", {"N": 3, "M": 2}, seed=1)
+    checked = CompileRequest(
+        "associator",
+        "x86_64",
+        key,
+        str(cache_root),
+        weak_edges={"N": (4,), "M": (4,)},
+        sample=sample,
+    )
+    real_pad = validation.pad_inputs
+
+    def slow_padding_fault_injector(*args: Any) -> list[np.ndarray]:
+        time.sleep(0.002)
+        return real_pad(*args)
+
+    monkeypatch.setattr(validation, "pad_inputs", slow_padding_fault_injector)
+    # The generic build serves the padded key too: only the padding tells the two apart.
+    assert validation.validate(ASSOC, generic, generic, checked) > 5.0
 
 
 def wrong_weights_compiler_fault_injector(
