@@ -157,8 +157,15 @@ def test_bench_jit_reports_every_strategy(
     assert all(g["ratio"] > 0 for g in paired.values())
     warm = report["jit_warm"]
     assert warm["calling_thread_compile_s"] == 0.0 and warm["warm_up_s"] > 0.0
-    # The profile's hot keys are built (or loaded) before the warm run's first call.
-    assert warm["warm_specialisations"] > 0 and warm["hit_rate"] > 0.0
+    # The profile's hot keys are built (or loaded) and judged before the warm run's first
+    # call. Which are kept is the workers' measured verdict on this machine: none, where a
+    # specialisation with its padding is no faster than the generic build.
+    judged = warm["compile_summary"]
+    assert warm["compiles"] > 0
+    assert warm["compiles"] == sum(s["ok"] + s["rejected"] + s["failed"] for s in judged.values())
+    assert warm["warm_specialisations"] <= sum(s["ok"] for s in judged.values())
+    if warm["warm_specialisations"]:
+        assert warm["hit_rate"] is not None and warm["hit_rate"] > 0.0
     assert set(warm["locality"]) == {"grouped_by_key", "stream_order", "with_point_clouds"}
     assert all(row["generic_s"] > 0 and row["jit_s"] > 0 for row in warm["locality"].values())
     cost = warm["dispatch_overhead"]
