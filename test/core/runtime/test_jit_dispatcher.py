@@ -479,13 +479,7 @@ def test_compiles_wait_for_judgements_in_place_before_more_queue(
 
 def test_an_engine_starts_with_its_compile_worker_ready(cache_root: Path) -> None:
     """The worker's import of the compiler is start-up work, not the first frames'."""
-    with Engine(
-        "x86_64",
-        eager_config(compile_mode="process"),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
+    with associator_engine(cache_root, eager_config(compile_mode="process")) as eng:
         assert eng.pool is not None and eng.pool.wait_started(0.0)
 
 
@@ -494,12 +488,7 @@ def test_an_engine_whose_compile_worker_cannot_start_serves_generic(
 ) -> None:
     monkeypatch.setattr(compile_pool_module, "_start_worker", failing_worker_start_fault_injector)
     config = eager_config(compile_mode="process", max_strikes=1)
-    with (
-        caplog.at_level(logging.WARNING),
-        Engine(
-            "x86_64", config, cache_dir=cache_root, models=("associator",), weights=WEIGHTS
-        ) as eng,
-    ):
+    with caplog.at_level(logging.WARNING), associator_engine(cache_root, config) as eng:
         assert "compile worker failed to start" in caplog.text
         assert "compile worker is not ready" in caplog.text
         inputs = call_inputs("associator", {"N": 5, "M": 6}, seed=2)
