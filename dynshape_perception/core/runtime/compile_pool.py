@@ -198,7 +198,7 @@ class CompilePool:
             self._started = pool.submit(_ready)
             # Lowered from here, not by the worker itself: its own code runs only after the
             # interpreter and TVM have been imported, seconds of CPU beside the serving thread.
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            for proc in _processes(pool):
                 if proc.pid is not None:
                     _lower_priority(proc.pid)
             return pool
@@ -326,7 +326,7 @@ class CompilePool:
 
     def _signal_workers(self, sig: signal.Signals) -> list[int]:
         sent = []
-        for proc in list(getattr(self._executor, "_processes", {}).values()):
+        for proc in _processes(self._executor):
             if proc.pid is None:
                 continue
             try:
@@ -530,9 +530,15 @@ class DaemonThreadExecutor(cf.Executor):
         """Nothing to join: a running compile is abandoned, not waited for."""
 
 
+def _processes(executor: cf.Executor) -> list[Any]:
+    """A process pool's worker processes (none for threads), copied: the pool's manager
+    thread may change its table meanwhile."""
+    return list(getattr(executor, "_processes", {}).values())
+
+
 def _terminate_processes(executor: cf.Executor) -> None:
     """A process pool's shutdown waits for a running job; a compile may never finish."""
-    for proc in list(getattr(executor, "_processes", {}).values()):
+    for proc in _processes(executor):
         proc.terminate()
 
 
