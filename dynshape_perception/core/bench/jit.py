@@ -129,20 +129,19 @@ def open_loop(
     budget_s: float | None = None,
     compile_clock: Callable[[], float] | None = None,
     probe: Callable[[], None] | None = None,
-    classify: Callable[[], tuple[bool, bool]] | None = None,
 ) -> Outcome:
     """Serve calls at their arrival times; latency includes any wait behind earlier calls.
 
     ``total_s`` is the calling thread's busy time (serving plus any compiling it does): the
     wall time of an open-loop run is set by the arrival schedule, not by the strategy.
-    ``probe`` runs before each call and ``classify`` (served specialised, accepted) after it,
-    both off the clock, and the arrival schedule waits for them: the bench's own bookkeeping
-    is charged to no strategy, neither as service time nor as queueing behind it.
+    ``probe`` runs before each call, off the clock, and the arrival schedule waits for it:
+    the bench's own bookkeeping is charged to no strategy, neither as service time nor as
+    queueing behind it.
     """
     out = Outcome()
     start = time.perf_counter()
-    # Seconds spent in probe and classify: the schedule stops meanwhile, so they delay
-    # neither this call's latency nor the next call's start.
+    # Seconds spent in probe: the schedule stops meanwhile, so it delays neither this call's
+    # latency nor the next call's start.
     paused = 0.0
     for i, call in enumerate(stream):
         now = time.perf_counter() - start - paused
@@ -156,9 +155,6 @@ def open_loop(
         special, accepted = run(call, inputs[i])
         finished = time.perf_counter()
         done = finished - start - paused
-        if classify is not None:
-            special, accepted = classify()
-            paused += time.perf_counter() - finished
         out.total_s += finished - began
         out.busy_by_model_s[call.model] = out.busy_by_model_s.get(call.model, 0.0) + (
             finished - began
@@ -400,29 +396,18 @@ def _run_engine(
             engine.warm_up(warm_profile, wait_s=WARM_UP_WAIT_S)
             warm_s = time.perf_counter() - t0
         during: list[bool] = []
-        counts = [0, 0]
 
+        # Neither reads the runtime's counters: a read settles the calls' bookkeeping on this
+        # thread, off the clock, where the runtime leaves it to its bookkeeper's thread.
         def pending() -> None:
-            during.append(engine.pool is not None and not engine.pool.idle())
-            counts[:] = engine.metrics.hits, engine.metrics.misses
+            during.append(engine.pool is not None and not engine.pool.idle(settle=False))
 
         def jit_run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
             engine.dispatchers[call.model]("forward", *args)
             return False, False
 
-        ever: list[bool] = []
-        call_index = [0]
-
-        def served() -> tuple[bool, bool]:
-            hit = engine.metrics.hits > counts[0]
-            call = stream[call_index[0]]
-            call_index[0] += 1
-            dispatcher = engine.dispatchers[call.model]
-            state = dispatcher.key_state(dispatcher.key_of(Signature.of("forward", call.dims)))
-            ever.append(
-                state is not None and (state.accepted or state.rejected or state.blacklisted)
-            )
-            return hit, hit or engine.metrics.misses > counts[1]
+        for dispatcher in engine.dispatchers.values():
+            dispatcher.trace = []
 
         # Compiles on this thread are measured, not assumed to be none.
         serving_thread = threading.get_ident()
@@ -434,10 +419,10 @@ def _run_engine(
 
         COMPILE_OBSERVERS.append(observe)
         try:
-            outcome = open_loop(stream, inputs, arrivals, jit_run, probe=pending, classify=served)
+            outcome = open_loop(stream, inputs, arrivals, jit_run, probe=pending)
         finally:
             COMPILE_OBSERVERS.remove(observe)
-        outcome.ever_accepted = ever
+        served_by(outcome, stream, engine)
         if warm_profile is None:
             engine.record_profile(work / "profile.yaml")
         snap = engine.metrics.snapshot()
@@ -464,6 +449,19 @@ def _run_engine(
             outcome.extra["locality"] = locality(engine, stream, inputs)
             outcome.extra["dispatch_overhead"] = dispatch_overhead(engine, stream, inputs)
         return summarise(outcome, jit=True), outcome, np.asarray(during, bool)
+
+
+def served_by(outcome: Outcome, stream: list[Call], engine: Engine) -> None:
+    """How the runtime served each call (specialised, key accepted, key ever decided), from
+    its dispatchers' traces once every call is settled."""
+    engine.metrics.settle()
+    traces = {name: iter(d.trace or []) for name, d in engine.dispatchers.items()}
+    for d in engine.dispatchers.values():
+        d.trace = None
+    rows = [next(traces[call.model]) for call in stream[: outcome.served_calls]]
+    outcome.served_special = [hit for hit, _, _ in rows]
+    outcome.accepted = [accepted for _, accepted, _ in rows]
+    outcome.ever_accepted = [decided for _, _, decided in rows]
 
 
 def locality(

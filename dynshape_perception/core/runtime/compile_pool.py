@@ -164,11 +164,14 @@ class CompilePool:
         self._compile_fn = compile_fn
         self._heap: list[CompileJob] = []
         self._pending: set[tuple[str, Signature]] = set()
+        # What may still submit compiles: dispatchers whose calls are not all settled.
+        self._feeders: list[Callable[[], None]] = []
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._paused = 0
         self._closed = False
-        self._busy = 0
+        # Compiles running: a plain attribute, since every call reads it before anything else.
+        self.busy = 0
         self._yielding = 0
         self._stopped: list[int] = []
         # Compile threads that ran past their timeout and could not be stopped.
@@ -270,13 +273,13 @@ class CompilePool:
 
     def compiling_now(self) -> str | None:
         """The mode of a compile running (not suspended) now: calls now may feel it."""
-        return self.mode if self._busy > 0 and not self._stopped else None
+        return self.mode if self.busy > 0 and not self._stopped else None
 
     @property
     def running(self) -> bool:
         """Whether a compile is running, read without the lock: a compile that starts during
         a call this read let pass costs that call one yield, not its correctness."""
-        return self._busy > 0
+        return self.busy > 0
 
     @property
     def can_yield(self) -> bool:
@@ -299,7 +302,7 @@ class CompilePool:
     def _enter_yield(self) -> None:
         with self._cv:
             self._yielding += 1
-            if self._yielding > 1 or not self.can_yield or self._busy == 0:
+            if self._yielding > 1 or not self.can_yield or self.busy == 0:
                 return
             self._stopped = self._signal_workers(signal.SIGSTOP)
             if self._stopped:
@@ -336,9 +339,21 @@ class CompilePool:
             sent.append(proc.pid)
         return sent
 
-    def idle(self) -> bool:
+    def add_feeder(self, settle: Callable[[], None]) -> None:
+        """``settle`` submits whatever compiles the calls made so far ask for."""
         with self._cv:
-            return not self._heap and self._busy == 0
+            self._feeders.append(settle)
+
+    def idle(self, settle: bool = True) -> bool:
+        """No compile queued or running; by default after the feeders have submitted what the
+        calls made so far ask for (not on the bookkeeping path, which is a feeder itself)."""
+        if settle:
+            with self._cv:
+                feeders = list(self._feeders)
+            for feed in feeders:
+                feed()
+        with self._cv:
+            return not self._heap and self.busy == 0
 
     def wait_idle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -361,17 +376,17 @@ class CompilePool:
                     self._cv.wait(ABANDONED_POLL_S if self._abandoned else None)
                 if self._closed:
                     return
-                if self._auto and not self.choice and self._busy == 0:
+                if self._auto and not self.choice and self.busy == 0:
                     self._trial_step_locked()
                 job = heapq.heappop(self._heap)
-                self._busy += 1
+                self.busy += 1
             try:
                 self._run(job)
             except Exception:  # a broken callback must not end this worker
                 log.exception("JIT: finishing the compile of %s %s failed", job.model, job.key)
             finally:
                 with self._cv:
-                    self._busy -= 1
+                    self.busy -= 1
                     self._pending.discard((job.model, job.key))
 
     def _await(self, future: cf.Future[CompileResult]) -> CompileResult | None:

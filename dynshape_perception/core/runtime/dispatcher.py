@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.core.compiler.cache import SIDECAR, Sidecar, file_sha256
+from dynshape_perception.core.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.core.runtime.compile_pool import CompilePool
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.metrics import (
@@ -54,6 +55,12 @@ RECONSIDER_EVERY = 8
 # seen once are dropped, since point counts never repeat and would grow the table every frame.
 PROFILE_MAX = 65536
 MIXED = "mixed"
+# With a bookkeeper, this many queued calls ring it before its next poll; past INBOX_MAX the
+# caller settles them itself, since a stalled bookkeeper must not let the queue grow unbounded.
+RING_AT = 64
+INBOX_MAX = 4096
+# What a queued call record is: generic while specialising, a hit, generic with the JIT off.
+MISS, HIT, OFF = 0, 1, 2
 
 
 @dataclass(slots=True)
@@ -182,6 +189,7 @@ class Dispatcher:
         config: JitConfig,
         metrics: JitMetrics,
         pool: CompilePool | None,
+        bookkeeper: Bookkeeper | None = None,
     ) -> None:
         self.model = model
         self.generic = generic
@@ -224,12 +232,26 @@ class Dispatcher:
         self._lock = threading.Lock()
         # This dispatcher's calls, hits and busy time: the metrics object sums the tallies.
         self.tally = CallTally()
-        metrics.add_source(model.name, self._latency_rows, self.tally)
+        # Each call queues what it measured; the rest of its bookkeeping (profile, cost model,
+        # interference meter, compile requests) is settled by the bookkeeper's thread, or by
+        # a reader, which settles first so that it sees every call made before its read.
+        self._inbox: deque[tuple[Any, ...]] = deque()
+        self._settling = threading.Lock()
+        self._ring = bookkeeper.ring if bookkeeper is not None else None
+        self._settle_at = RING_AT if bookkeeper is not None else 1
+        if bookkeeper is not None:
+            bookkeeper.add(self.settle)
+        metrics.add_source(model.name, self._latency_rows, self.tally, self.settle)
+        if pool is not None:
+            pool.add_feeder(self.settle)
         self._frozen = config.mode == "frozen"
         self._off = config.mode == "off"
         self.on_event: Callable[[CompileEvent], None] | None = None
         # Which specialisation served which call, newest last: for diagnostics and audits.
-        self.hit_log: deque[tuple[Signature, Signature]] = deque(maxlen=HIT_LOG_LENGTH)
+        self._hit_log: deque[tuple[Signature, Signature]] = deque(maxlen=HIT_LOG_LENGTH)
+        # Per call in call order, once settled and while tracing (benchmarks): served by a
+        # specialisation, its key accepted, its key ever decided (accepted, rejected, failed).
+        self.trace: list[tuple[bool, bool, bool]] | None = None
 
     # -- calling path -------------------------------------------------------------------
     def __call__(self, function: str, *arrays: np.ndarray) -> list[np.ndarray]:
@@ -240,7 +262,7 @@ class Dispatcher:
         shape = self._shapes.get(memo) or self._new_shape(memo, function, dims)
         if self._off:
             out = self.generic.run_unchecked(function, args)
-            self._count(shape, (time.perf_counter() - started) * 1000.0, hit=False)
+            self._post((OFF, shape, (time.perf_counter() - started) * 1000.0))
             return out
         entry = shape.state.entry if shape.admitted else None
         if entry is not None:
@@ -249,8 +271,10 @@ class Dispatcher:
             else:
                 entry = None
         # Only heavy calls stop the compile workers; a light call skips the context manager.
+        # Read without the pool's lock: a compile that starts during a call this read let pass
+        # costs that call one yield, not its correctness.
         pool = self.pool
-        if pool is None or not self._heavy(pool, shape):
+        if pool is None or not pool.busy or not self._heavy(pool, shape):
             return self._serve(function, args, dims, shape, entry, started)
         with pool.yielding():
             return self._serve(function, args, dims, shape, entry, started)
@@ -267,23 +291,74 @@ class Dispatcher:
         if entry is not None:
             out = self._run_specialised(entry, function, args, dims)
             ms = (time.perf_counter() - started) * 1000.0
+            # Judged here, not when settled: a demoted specialisation serves no call after it.
             self._judge(entry, ms)
-            self.hit_log.append((shape.key, shape.sig))
-            self.degrade.on_hit()
-            self._count(shape, ms, hit=True)
+            self._post((HIT, shape, ms))
             return out
         pool = self.pool
-        before = pool.compiling_now() if pool is not None else None
+        before = pool.compiling_now() if pool is not None and pool.busy else None
         out = self.generic.run_unchecked(function, args)
-        after = pool.compiling_now() if pool is not None else None
+        after = pool.compiling_now() if pool is not None and pool.busy else None
         # A compile that started, ended or yielded mid-call belongs to neither side.
         compiling = before if before == after else MIXED
         finished = time.perf_counter()
-        elapsed_ms = (finished - started) * 1000.0
+        # Copied here, not when settled: the caller may refill its arrays once the call returns.
+        state = shape.state
+        state.arrivals += 1
+        sample = (
+            [np.array(a, copy=True) for a in args]
+            if state.want_sample or state.arrivals == self._threshold
+            else None
+        )
+        self._post((MISS, shape, (finished - started) * 1000.0, compiling, finished, sample))
+        return out
+
+    def _post(self, record: tuple[Any, ...]) -> None:
+        inbox = self._inbox
+        inbox.append(record)
+        if len(inbox) < self._settle_at:
+            return
+        if self._ring is None or len(inbox) > INBOX_MAX:
+            self.settle()
+        else:
+            self._ring(self.settle)
+
+    def settle(self) -> None:
+        """Apply the queued call records in call order, on the bookkeeper's thread or a
+        reader's. Never called under this dispatcher's lock, which settling takes."""
+        with self._settling:
+            inbox = self._inbox
+            while inbox:
+                record = inbox.popleft()
+                kind = record[0]
+                if kind == MISS:
+                    self._settle_miss(*record[1:])
+                elif kind == HIT:
+                    self._settle_hit(*record[1:])
+                else:
+                    self._count(record[1], record[2], hit=False)
+                if self.trace is not None:
+                    state = record[1].state
+                    decided = state.accepted or state.rejected or state.blacklisted
+                    self.trace.append((kind == HIT, kind == HIT or state.accepted, decided))
+
+    def _settle_hit(self, shape: ShapeRecord, ms: float) -> None:
+        self._hit_log.append((shape.key, shape.sig))
+        self.degrade.on_hit()
+        self._count(shape, ms, hit=True)
+
+    def _settle_miss(
+        self,
+        shape: ShapeRecord,
+        elapsed_ms: float,
+        compiling: str | None,
+        finished: float,
+        sample: list[np.ndarray] | None,
+    ) -> None:
         degraded = self.degrade.active
         with self._lock:
             accepted, request = self._consider(
-                shape, elapsed_ms, args, compiling, degraded, finished
+                shape, elapsed_ms, sample, compiling, degraded, finished
             )
             self.tally.add(shape.latency, elapsed_ms, hit=False, accepted=accepted)
         if request is not None:
@@ -292,7 +367,6 @@ class Dispatcher:
             self.metrics.bump("degraded_episodes")
             degraded = True
         self.metrics.degraded = degraded
-        return out
 
     def _new_shape(
         self, memo: tuple[object, ...], function: str, dims: Mapping[str, int]
@@ -333,12 +407,13 @@ class Dispatcher:
         self._trials[entry.key.function].pop(entry.key, None)
 
     def _latency_rows(self) -> list[tuple[Signature, LatencyStats]]:
+        self.settle()
         with self._lock:
             return [(s.sig, s.latency) for s in self._shapes.values()]
 
     def _heavy(self, pool: CompilePool, shape: ShapeRecord) -> bool:
         """Calls expected to take ``yield_min_ms`` or more suspend a running compile."""
-        if not pool.can_yield or not pool.running:
+        if not pool.can_yield:
             return False
         state = shape.state
         if state.calls:
@@ -398,7 +473,7 @@ class Dispatcher:
         self,
         shape: ShapeRecord,
         generic_ms: float,
-        args: list[np.ndarray],
+        sample: list[np.ndarray] | None,
         compiling: str | None,
         degraded: bool,
         now: float,
@@ -435,7 +510,11 @@ class Dispatcher:
             return True, None
         state.accepted = True
         if state.sample is None:
-            state.sample = [np.array(a, copy=True) for a in args]
+            if sample is None:
+                state.want_sample = True
+                return True, None
+            state.sample = sample
+        state.want_sample = False
         return True, (self._request(key, state.sample), cost.benefit_ms(state))
 
     def _trial_full(self, function: str, now: float) -> bool:
@@ -570,6 +649,12 @@ class Dispatcher:
                 with self._lock:
                     self._outstanding[key.function] += 1
 
+    @property
+    def hit_log(self) -> deque[tuple[Signature, Signature]]:
+        """(key, signature) of the calls specialisations served, newest last."""
+        self.settle()
+        return self._hit_log
+
     def profile_counts(self) -> Counter[Signature]:
         """A copy of the calls per signature, safe while other threads call."""
         return Counter({sig: row.calls for sig, row in self._latency_rows() if row.calls})
@@ -580,16 +665,20 @@ class Dispatcher:
 
     def cost_snapshot(self) -> dict[str, dict[str, Any]]:
         """Each function's cost-model beliefs: what its compile decisions rested on."""
+        self.settle()
         return {name: cost.snapshot() for name, cost in self._costs.items()}
 
     def accepted_keys(self) -> list[Signature]:
+        self.settle()
         with self._lock:
             return [k for k, s in self._keys.items() if s.accepted and not s.blacklisted]
 
     def key_state(self, key: Signature) -> KeyState | None:
+        self.settle()
         with self._lock:
             return self._keys.get(key)
 
     def freeze(self) -> None:
         """Stop admitting new specialisations (deterministic replay)."""
+        self.settle()
         self._frozen = True

@@ -12,6 +12,7 @@ import numpy as np
 
 from dynshape_perception.core.compiler.cache import ArtefactCache, default_cache_dir
 from dynshape_perception.core.compiler.targets import load_profile as load_target
+from dynshape_perception.core.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.core.runtime.compile_pool import CompileFn, CompilePool, compile_to_cache
 from dynshape_perception.core.runtime.dispatcher import Dispatcher
 from dynshape_perception.core.runtime.executable import LoadedModel
@@ -39,6 +40,7 @@ class Engine:
         weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
         weights_dir: Path | None = None,
         compile_fn: CompileFn = compile_to_cache,
+        bookkeeper: Bookkeeper | None = None,
     ) -> None:
         self.target = load_target(profile)
         if not self.target.host_is_native or self.target.is_cuda:
@@ -61,6 +63,8 @@ class Engine:
                 _, w = committed_weights(name, weights_dir)
             self.weights[name] = w
         self.pool: CompilePool | None = None
+        # The engine owns it, given or not, and stops its thread on close.
+        self.bookkeeper: Bookkeeper | None = None
         if self.jit.mode != "off":
             self.pool = CompilePool(
                 self.weights,
@@ -71,16 +75,19 @@ class Engine:
                 timeout_s=self.jit.compile_timeout_s,
                 compile_fn=compile_fn,
                 meter=InterferenceMeter(
-                    self.jit.prior_compile_weight, busy_s=lambda: self.metrics.busy_s
+                    self.jit.prior_compile_weight,
+                    # Read while a dispatcher settles its calls: it must not wait on them.
+                    busy_s=lambda: self.metrics.totals(settle=False).busy_s,
                 ),
             )
         try:
+            self.bookkeeper = bookkeeper or Bookkeeper()
             for name in models:
                 model = model_definition(name)
                 artefact = self.cache.get_or_build(model, self.weights[name], self.target)
                 generic = LoadedModel(model, artefact.library_path)
                 self.dispatchers[name] = Dispatcher(
-                    model, generic, self.jit, self.metrics, self.pool
+                    model, generic, self.jit, self.metrics, self.pool, self.bookkeeper
                 )
                 self.planned[name] = artefact.sidecar.planned_bytes
             # Start-up ends once the compile worker has imported the compiler: that import is
@@ -141,6 +148,10 @@ class Engine:
         return queued
 
     def close(self) -> None:
+        if self.bookkeeper is not None:
+            self.metrics.settle()
+            self.bookkeeper.close()
+            self.bookkeeper = None
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None

@@ -93,15 +93,36 @@ class JitMetrics:
     # updates its own, so a call touches nothing shared; reads here sum them.
     _latency_sources: dict[str, LatencyRows] = field(default_factory=dict, repr=False)
     _tallies: dict[str, CallTally] = field(default_factory=dict, repr=False)
+    # Per model, what brings its tally up to date: dispatchers settle calls off the calling
+    # path, and a read must see every call made before it.
+    _settlers: dict[str, Callable[[], None]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add_source(self, model: str, rows: LatencyRows, tally: CallTally) -> None:
+    def add_source(
+        self,
+        model: str,
+        rows: LatencyRows,
+        tally: CallTally,
+        settle: Callable[[], None] | None = None,
+    ) -> None:
         with self._lock:
             self._latency_sources[model] = rows
             self._tallies[model] = tally
+            if settle is not None:
+                self._settlers[model] = settle
 
-    def totals(self) -> CallTally:
-        """Every dispatcher's tally summed into one."""
+    def settle(self) -> None:
+        """Bring every tally up to date with the calls made so far."""
+        with self._lock:
+            settlers = list(self._settlers.values())
+        for settle in settlers:
+            settle()
+
+    def totals(self, settle: bool = True) -> CallTally:
+        """Every dispatcher's tally summed into one; unsettled, without the calls whose records
+        are still queued (for readers on the bookkeeping path itself)."""
+        if settle:
+            self.settle()
         with self._lock:
             tallies = list(self._tallies.values())
         total = CallTally()

@@ -142,6 +142,11 @@ class KeyState:
     rejected: bool = False
     accepted: bool = False
     sample: list[Any] | None = None
+    # Generic-served calls counted on the calling thread, ahead of ``calls``, which is
+    # settled later: the call that makes the key hot copies its inputs as the compile sample.
+    arrivals: int = 0
+    # Accepted later than that call, with no sample: the next call copies its inputs.
+    want_sample: bool = False
     # The specialisation serving this key (a ``Specialisation``) while it is cached.
     entry: Any = None
 
