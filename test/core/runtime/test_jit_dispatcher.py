@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from dynshape_perception.core.runtime import compile_pool as compile_pool_module
 from dynshape_perception.core.runtime import dispatcher as dispatcher_module
+from dynshape_perception.core.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.core.runtime.compile_pool import (
     CompileFn,
     compile_to_cache,
@@ -415,7 +416,10 @@ def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixt
 
 
 def associator_engine(
-    cache_root: Path, config: JitConfig | None = None, compile_fn: CompileFn = compile_to_cache
+    cache_root: Path,
+    config: JitConfig | None = None,
+    compile_fn: CompileFn = compile_to_cache,
+    bookkeeper: Bookkeeper | None = None,
 ) -> Engine:
     return Engine(
         "x86_64",
@@ -424,7 +428,31 @@ def associator_engine(
         models=("associator",),
         weights=WEIGHTS,
         compile_fn=compile_fn,
+        bookkeeper=bookkeeper,
     )
+
+
+def test_a_caller_refilling_its_arrays_does_not_change_the_compile_sample(
+    cache_root: Path,
+) -> None:
+    # Bookkeeping that never runs by itself: the sample is taken before the caller refills.
+    with associator_engine(cache_root, bookkeeper=Bookkeeper(poll_s=3600.0)) as eng:
+        dispatcher = eng["associator"]
+        arrays = call_inputs("associator", {"N": 5, "M": 3}, seed=4)
+        original = [a.copy() for a in arrays]
+        for _ in range(2):
+            for a, value in zip(arrays, original, strict=True):
+                a[...] = value
+            dispatcher("forward", *arrays)
+            # A frame loop refills its buffers before the bookkeeping has run.
+            for a in arrays:
+                a.fill(np.nan)
+        state = dispatcher.key_state(dispatcher.key_of(Signature.of("forward", {"N": 5, "M": 3})))
+        assert state is not None and state.accepted and state.sample is not None
+        for got, want in zip(state.sample, original, strict=True):
+            np.testing.assert_array_equal(got, want)
+        # A compile thread still in TVM when the interpreter exits aborts it.
+        assert eng.pool is not None and eng.pool.wait_idle(120)
 
 
 def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) -> None:
