@@ -34,6 +34,9 @@ STALL_S = 3.0
 # How often a worker waiting on a compile checks whether the pool was closed.
 AWAIT_POLL_S = 0.2
 ABANDONED_POLL_S = 1.0
+# A compile thread still inside TVM when the interpreter exits aborts the process
+# (std::terminate, exit status 134): closing waits this long for running compiles to return.
+EXIT_WAIT_S = 30.0
 # A thread pool must slow calls this much less than a process pool to be chosen, each
 # judged on this many calls that ran while it compiled.
 TRIAL_MARGIN = 0.02
@@ -516,7 +519,8 @@ class DaemonThreadExecutor(cf.Executor):
 
     A Python thread cannot be stopped: a compile past its timeout is abandoned and runs on.
     ``ThreadPoolExecutor`` would join it at interpreter exit, so a hung compile would keep
-    the process from exiting; a daemon thread does not.
+    the process from exiting; a daemon thread does not. Closing waits for running compiles
+    up to ``EXIT_WAIT_S``, since exiting beside one aborts the process.
     """
 
     def __init__(self, name: str) -> None:
@@ -542,7 +546,13 @@ class DaemonThreadExecutor(cf.Executor):
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Nothing to join: a running compile is abandoned, not waited for."""
+        """With ``wait``, let running compiles return, for ``EXIT_WAIT_S`` at most; one that
+        takes longer (hung) is abandoned."""
+        if not wait:
+            return
+        deadline = time.monotonic() + EXIT_WAIT_S
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _processes(executor: cf.Executor) -> list[Any]:
