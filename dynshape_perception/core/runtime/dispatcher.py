@@ -376,6 +376,10 @@ class Dispatcher:
         sig = Signature.of(function, dims)
         policy = self._dims[function]
         key = policy.key(sig)
+        if len(self._shapes) >= PROFILE_MAX:
+            # Pruning goes by call counts: queued calls must be in them, or a hot signature
+            # whose calls are still queued would look seen once and be dropped.
+            self.settle()
         with self._lock:
             shape = self._shapes.get(memo)
             if shape is None:

@@ -273,7 +273,10 @@ def test_profile_and_latency_rows_drop_signatures_seen_once_past_their_bound(
     monkeypatch: pytest.MonkeyPatch, cache_root: Path
 ) -> None:
     monkeypatch.setattr(dispatcher_module, "PROFILE_MAX", 16)
-    with associator_engine(cache_root, eager_config(mode="off")) as eng:
+    # Calls stay queued until something settles them: pruning must count them all the same.
+    with associator_engine(
+        cache_root, eager_config(mode="off"), bookkeeper=Bookkeeper(poll_s=3600.0)
+    ) as eng:
         d = eng["associator"]
         hot = Signature.of("forward", {"N": 5, "M": 5})
         for n in range(1, 40):
