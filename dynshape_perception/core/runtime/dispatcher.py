@@ -245,6 +245,9 @@ class Dispatcher:
         if pool is not None:
             pool.add_feeder(self.settle)
         self._frozen = config.mode == "frozen"
+        # Frozen replays must not depend on timing: what warm-up builds and validates serves,
+        # however it timed, and is never demoted by its in-place timing.
+        self._deterministic = config.mode == "frozen"
         self._off = config.mode == "off"
         self.on_event: Callable[[CompileEvent], None] | None = None
         # Which specialisation served which call, newest last: for diagnostics and audits.
@@ -435,7 +438,7 @@ class Dispatcher:
         """
         entry.hits += 1
         entry.hit_ms += ms
-        if entry.hits != JUDGE_HITS:
+        if entry.hits != JUDGE_HITS or self._deterministic:
             return
         self._trials[entry.key.function].pop(entry.key, None)
         state = self._keys.get(entry.key)
@@ -585,7 +588,7 @@ class Dispatcher:
         cost.observe_compile(compile_s)
         speedup = result.speedup
         cost.observe_speedup(speedup)
-        if speedup >= self.config.accept_ratio:
+        if speedup >= self.config.accept_ratio and not self._deterministic:
             with self._lock:
                 state.rejected = True
                 state.accepted = False

@@ -575,6 +575,28 @@ def test_calls_stop_a_running_compile_process_unless_below_yield_min_ms(
         assert pool.running and (pool.yields == 1) == stops
 
 
+def test_a_frozen_run_serves_its_warm_specialisations_however_they_timed(
+    cache_root: Path, tmp_path: Path
+) -> None:
+    """Frozen replays must not depend on timing: a build timed slower than generic (an
+    acceptance ratio no build can meet) still serves, and is never demoted in place."""
+    key = Signature.of("forward", {"N": 16, "M": 4})
+    profile = tmp_path / "profile.yaml"
+    dump_profile({"associator": Counter({Signature.of("forward", {"N": 10, "M": 3}): 5})}, profile)
+    with associator_engine(cache_root, eager_config(mode="frozen", accept_ratio=1e-9)) as eng:
+        assert eng.warm_up(profile, wait_s=120) == 1
+        dispatcher = eng["associator"]
+        assert key in dispatcher.cache.keys()
+        state = dispatcher.key_state(key)
+        assert state is not None
+        state.idle_ms = 1e-6  # any in-place timing would demote it
+        inputs = call_inputs("associator", {"N": 10, "M": 3}, seed=1)
+        for _ in range(JUDGE_HITS + 5):
+            dispatcher("forward", *inputs)
+        assert eng.metrics.hits == JUDGE_HITS + 5 and eng.metrics.demoted == 0
+        assert eng.metrics.compiles_rejected == 0
+
+
 @pytest.mark.parametrize(("baseline_ms", "kept"), [(1e-6, False), (1e6, True)])
 def test_a_specialisation_slower_in_place_is_demoted(
     cache_root: Path, baseline_ms: float, kept: bool
