@@ -20,9 +20,9 @@ from dynshape_perception.core.fit.data import (
     eth_ucy_windows,
     synthetic_windows,
 )
-from dynshape_perception.core.fit.schedule import cosine_share, set_learning_rate
+from dynshape_perception.core.fit.schedule import adam, cosine_share, set_learning_rate
 from dynshape_perception.core.fit.torch_env import configure
-from dynshape_perception.core.fit.torch_models import Predictor, load_numpy, to_numpy
+from dynshape_perception.core.fit.torch_models import Predictor, exact_sqrt, load_numpy, to_numpy
 from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.models.common import ModelDef
 from dynshape_perception.models.predictor import PredictorConfig
@@ -149,7 +149,7 @@ def wta_loss(
     traj: Tensor, logits: Tensor, fut: Tensor, fit: PredictorFitConfig, relax: float
 ) -> tuple[Tensor, Tensor]:
     """Winner-takes-all regression and cross-entropy on the winner; returns (loss, winner)."""
-    err = torch.sqrt(((traj - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS)
+    err = exact_sqrt(((traj - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS)
     cost = err.mean(-1) + fit.fde_weight * err[..., -1]
     winner = cost.detach().argmin(dim=1)
     k = cost.shape[1]
@@ -178,7 +178,7 @@ def fit_predictor(
     synth = torch.from_numpy(synth_np)
     net = Predictor(cfg)
     load_numpy(net, init_weights(parameter_shapes(model), seed))
-    opt = torch.optim.Adam(net.parameters(), lr=fit.learning_rate)
+    opt = adam(net.parameters(), fit.learning_rate)
     gen = torch.Generator().manual_seed(seed)
     horizon = cfg.horizon
     ema = [p.detach().clone() for p in net.parameters()]

@@ -24,6 +24,15 @@ def set_learning_rate(optimizer: Any, rate: float) -> None:
         group["lr"] = rate
 
 
+def adam(params: Iterable[Any], learning_rate: float) -> torch.optim.Adam:
+    """Adam whose update is one fused kernel of plain float arithmetic.
+
+    The default CPU Adam takes its square root from MKL's vector sqrt, whose bits vary with
+    the CPU model (see ``torch_models.exact_sqrt``); the fused kernel's do not.
+    """
+    return torch.optim.Adam(params, lr=learning_rate, fused=True)
+
+
 class BinaryFitConfig(Protocol):
     @property
     def steps(self) -> int: ...
@@ -46,7 +55,7 @@ def train_binary_logit(
 ) -> float:
     """Adam on binary cross-entropy of ``net.logit`` over seeded random batches with the
     cosine schedule; returns the last batch's loss."""
-    opt = torch.optim.Adam(params, lr=fit.learning_rate)
+    opt = adam(params, fit.learning_rate)
     gen = torch.Generator().manual_seed(seed)
     loss_value = float("nan")
     for step in range(fit.steps):

@@ -26,6 +26,30 @@ class Dense(nn.Module):
         return x @ self.weight + self.bias
 
 
+class _ExactSqrt(torch.autograd.Function):
+    """IEEE square root through NumPy, with ``torch.sqrt``'s gradient ``g / (2 sqrt(x))``."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor) -> Tensor:
+        out = torch.from_numpy(np.sqrt(x.detach().numpy()))
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> Tensor:
+        (out,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        return grad / (2 * out)
+
+
+def exact_sqrt(x: Tensor) -> Tensor:
+    """The correctly rounded square root on every CPU.
+
+    ``torch.sqrt`` on CPU calls MKL's vector sqrt, which on MKL's portable CNR branch is
+    not correctly rounded and whose last bits differ between CPU models; so did the weights.
+    """
+    return _ExactSqrt.apply(x)
+
+
 def load_numpy(module: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
     """Copy float32 arrays into the parameters of the same names; every name must match."""
     params = dict(module.named_parameters())
@@ -58,7 +82,7 @@ class Segmenter(nn.Module):
     def features(self, points: Tensor, ground: Tensor) -> Tensor:
         xyz = points[:, :3]
         height = (xyz @ ground[:3] + ground[3]) / self.config.height_scale_m
-        rng = torch.sqrt(xyz[:, 0] ** 2 + xyz[:, 1] ** 2) / self.config.range_scale_m
+        rng = exact_sqrt(xyz[:, 0] ** 2 + xyz[:, 1] ** 2) / self.config.range_scale_m
         return torch.stack(
             [height, rng, xyz[:, 2] / self.config.height_scale_m, points[:, 3]], dim=1
         )
@@ -109,8 +133,8 @@ class Predictor(nn.Module):
 
     def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
         hd = self.config.hidden
-        sp = torch.sqrt(d_new[:, 0] ** 2 + d_new[:, 1] ** 2)
-        sq = torch.sqrt(d_prev[:, 0] ** 2 + d_prev[:, 1] ** 2)
+        sp = exact_sqrt(d_new[:, 0] ** 2 + d_new[:, 1] ** 2)
+        sq = exact_sqrt(d_prev[:, 0] ** 2 + d_prev[:, 1] ** 2)
         den = sp * sq + TURN_EPS
         f = torch.stack(
             [
@@ -146,7 +170,7 @@ class Predictor(nn.Module):
         cfg = self.config
         z = torch.relu(self.dec(h))
         res = self.residual(z).reshape(-1, cfg.hypotheses, cfg.horizon, 2)
-        speed = torch.sqrt(disp[:, 0] ** 2 + disp[:, 1] ** 2)
+        speed = exact_sqrt(disp[:, 0] ** 2 + disp[:, 1] ** 2)
         moving = speed > HEADING_EPS_M
         safe = torch.clamp(speed, min=HEADING_EPS_M)
         c = torch.where(moving, disp[:, 0] / safe, torch.ones_like(speed))[:, None, None]
