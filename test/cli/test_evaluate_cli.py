@@ -42,10 +42,10 @@ SEGMENT_OFFSET = -5.0
 # `dynshape-perception evaluate prediction --eth-ucy ../shared/data/eth_ucy/biwi_eth.txt --json`
 # and `dynshape-perception evaluate segmentation --kitti-bin .../kitti_000008.bin --json`.
 COMMITTED_ETH = {
-    "minADE": 0.4968,
-    "minFDE": 0.873,
-    "top1_ADE": 1.0732,
-    "top1_FDE": 2.2552,
+    "minADE": 0.4986,
+    "minFDE": 0.8609,
+    "top1_ADE": 1.1007,
+    "top1_FDE": 2.2949,
     "cv_ADE": 1.0776,
     "cv_FDE": 2.2883,
     "cv6_minADE": 0.6309,
