@@ -1,8 +1,8 @@
 """A fit's bytes do not depend on the CPU it runs on.
 
 Short fits of all three models, run natively and under qemu emulating an AMD EPYC (another
-vendor, no AVX-512, and exact stand-ins for the hardware's approximate reciprocal and
-reciprocal-square-root instructions), must agree bit for bit.
+vendor, no AVX-512, and software versions of the approximate reciprocal-square-root
+instructions whose bits differ from the hardware's), must agree bit for bit.
 """
 
 from __future__ import annotations
