@@ -29,19 +29,12 @@ EMULATED_CPU = "EPYC-Rome"
 EMULATED_TIMEOUT_S = 1200
 
 PROBE = """
-import hashlib, json
+import json
 import dynshape_perception.core.fit
-import numpy as np
 from dynshape_perception.core.fit import associator, predictor, segmenter
 from dynshape_perception.core.fit.data import SyntheticPedestrians
 from dynshape_perception.models import model_definition
-
-def digest(weights):
-    h = hashlib.sha256()
-    for name in sorted(weights):
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(weights[name], np.float32).tobytes())
-    return h.hexdigest()
+from dynshape_perception.models.weights import weights_checksum
 
 fits = {
     "associator": lambda model: associator.fit_associator(model, ("synthetic",), 0,
@@ -52,7 +45,8 @@ fits = {
         predictor.PredictorFitConfig(steps=40, batch_size=64, relax_steps=10,
                                      synthetic=SyntheticPedestrians(scenes=1, agents=8))),
 }
-print(json.dumps({name: digest(fit(model_definition(name))[0]) for name, fit in fits.items()}))
+print(json.dumps({name: weights_checksum(fit(model_definition(name))[0])
+                  for name, fit in fits.items()}))
 """
 
 
