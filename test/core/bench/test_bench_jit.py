@@ -109,6 +109,31 @@ def test_a_hit_rate_without_accepted_calls_is_undefined_not_zero() -> None:
     )
 
 
+def test_while_compiling_compares_the_same_calls_far_and_near() -> None:
+    jit_ms = np.arange(1.0, 11.0)
+    during = np.array([1, 1, 0, 0, 1, 0, 0, 0, 1, 0], bool)
+    row = jit.while_compiling(
+        jit_ms,
+        during,
+        {"generic": jit_ms / 2, "generic_repeat": jit_ms, "cut_short": jit_ms[:3]},
+        {"generic_before": jit_ms[:5] / 4, "generic_after": jit_ms[:5]},
+    )
+    assert row["calls"] == 4
+    assert row["p99_ms"] == pytest.approx(np.percentile([1.0, 2.0, 5.0, 9.0], 99), abs=1e-3)
+    assert row["ratio_to_generic"] == 2.0 and row["ratio_to_generic_repeat"] == 1.0
+    # A run that did not serve every call has no same calls to compare.
+    assert not any("cut_short" in key for key in row)
+    near = row["adjacent"]
+    assert (near["window_calls"], near["calls"], near["calls_outside"]) == (5, 3, 1)
+    assert near["p99_ms"] == pytest.approx(np.percentile([1.0, 2.0, 5.0], 99), abs=1e-3)
+    assert near["ratio_to_generic_before"] == 4.0 and near["ratio_to_generic_after"] == 1.0
+    assert jit.while_compiling(jit_ms, np.zeros(10, bool), {"generic": jit_ms}, {}) == {"calls": 0}
+    # Nothing pending among the first calls: no near comparison to make.
+    late = np.zeros(10, bool)
+    late[9] = True
+    assert "adjacent" not in jit.while_compiling(jit_ms, late, {}, {"generic_before": jit_ms[:5]})
+
+
 def test_bench_jit_reports_every_strategy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
