@@ -250,6 +250,44 @@ def _run(
             generic_outcome.total_s / max(generic_outcome.wall_s, 1e-9), 3
         )
 
+    jit_outcome: Outcome | None = None
+    during = np.zeros(0, bool)
+    adjacent: list[np.ndarray] = []
+    window = min(len(stream), ADJACENT_CALLS)
+
+    def adjacent_generic() -> None:
+        if generic_outcome is not None:
+            head = open_loop(stream[:window], inputs[:window], arrivals[:window], generic_run)
+            adjacent.append(np.asarray(head.latencies_ms))
+
+    if "jit" in strategies:
+        adjacent_generic()
+        row, jit_outcome, during = _run_engine(
+            stream, inputs, arrivals, models, work, options, None
+        )
+        adjacent_generic()
+        if generic_outcome is not None:
+            row["paired_with_generic"] = paired_with_generic(
+                stream,
+                np.asarray(jit_outcome.service_ms),
+                np.asarray(generic_outcome.service_ms),
+                np.asarray(jit_outcome.served_special, bool),
+                during,
+            )
+        results["jit"] = row
+    repeat_outcome: Outcome | None = None
+    if "generic_repeat" in strategies:
+        # The same generic run again, right after the runtime's: the two generic runs bracket
+        # it, and their spread is this machine's run-to-run noise, against which the other
+        # totals are read. Its speed drifts over minutes, so nothing else runs in between.
+        repeat_outcome = open_loop(stream, inputs, arrivals, generic_run)
+        results["generic_repeat"] = summarise(repeat_outcome, jit=False)
+    if "jit_warm" in strategies:
+        # The vehicle's second start: the cold run's profile and artefact cache, loaded before
+        # the first call; only keys that turn hot later compile during the stream.
+        results["jit_warm"] = _run_engine(
+            stream, inputs, arrivals, models, work, options, work / "profile.yaml"
+        )[0]
     for name, policy in (("sync_exact", None), ("static_buckets", "buckets")):
         if name not in strategies:
             continue
@@ -314,43 +352,6 @@ def _run(
             outcome = extrapolate(outcome, stream, compile_by_model, built_by_model)
         results[name] = summarise(outcome, jit=False)
 
-    jit_outcome: Outcome | None = None
-    during = np.zeros(0, bool)
-    adjacent: list[np.ndarray] = []
-    window = min(len(stream), ADJACENT_CALLS)
-
-    def adjacent_generic() -> None:
-        if generic_outcome is not None:
-            head = open_loop(stream[:window], inputs[:window], arrivals[:window], generic_run)
-            adjacent.append(np.asarray(head.latencies_ms))
-
-    if "jit" in strategies:
-        adjacent_generic()
-        row, jit_outcome, during = _run_engine(
-            stream, inputs, arrivals, models, work, options, None
-        )
-        adjacent_generic()
-        if generic_outcome is not None:
-            row["paired_with_generic"] = paired_with_generic(
-                stream,
-                np.asarray(jit_outcome.service_ms),
-                np.asarray(generic_outcome.service_ms),
-                np.asarray(jit_outcome.served_special, bool),
-                during,
-            )
-        results["jit"] = row
-    if "jit_warm" in strategies:
-        # The vehicle's second start: the cold run's profile and artefact cache, loaded before
-        # the first call; only keys that turn hot later compile during the stream.
-        results["jit_warm"] = _run_engine(
-            stream, inputs, arrivals, models, work, options, work / "profile.yaml"
-        )[0]
-    repeat_outcome: Outcome | None = None
-    if "generic_repeat" in strategies:
-        # The same generic run again, last: the spread between the two is this machine's
-        # run-to-run noise, against which the other totals are read.
-        repeat_outcome = open_loop(stream, inputs, arrivals, generic_run)
-        results["generic_repeat"] = summarise(repeat_outcome, jit=False)
     if jit_outcome is not None:
         results["jit"]["while_compiling"] = while_compiling(
             np.asarray(jit_outcome.latencies_ms),
@@ -883,6 +884,12 @@ def run(args: argparse.Namespace) -> int:
             f"generic A/A (run-to-run noise): total {first:.2f} then {again:.2f} s, "
             f"x{again / first:.3f}"
         )
+        if "jit" in results:
+            runtime = results["jit"]["total_s"]
+            print(
+                f"runtime busy {runtime:.2f} s between them: x{runtime / first:.3f} and "
+                f"x{runtime / again:.3f}, x{2 * runtime / (first + again):.3f} of their mean"
+            )
     if args.json:
         compact = {
             k: {kk: vv for kk, vv in v.items() if kk != "compile_events"}
