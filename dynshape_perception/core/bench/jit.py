@@ -615,10 +615,10 @@ def while_compiling(
     """p99 of the calls served while compiles were queued or running, beside the generic
     runs' p99 on the very same calls: the pair the "no worse while compiling" target compares.
 
-    ``whole_runs`` are the generic runs over the whole stream, minutes from the runtime's run;
-    two of them give this figure's own run-to-run spread. ``adjacent_runs`` replayed the
-    stream's first calls just before and after it, and are compared over the pending calls
-    among those (``calls_outside`` are not).
+    ``whole_runs`` are the generic passes over the whole stream, whose first calls ran minutes
+    from the runtime's; two of them give this figure's own run-to-run spread.
+    ``adjacent_runs`` replayed the stream's first calls just before and after it, and are
+    compared over the pending calls among those (``calls_outside`` are not).
     """
     row: dict[str, Any] = {"calls": int(during.sum())}
     if not during.any():
