@@ -134,6 +134,22 @@ def test_while_compiling_compares_the_same_calls_far_and_near() -> None:
     assert "adjacent" not in jit.while_compiling(jit_ms, late, {}, {"generic_before": jit_ms[:5]})
 
 
+def test_repeated_cold_starts_are_judged_against_their_neighbours() -> None:
+    during = np.array([1, 1, 0, 0], bool)
+    generic = [np.full(4, 10.0), np.full(4, 30.0), np.full(4, 20.0), np.full(4, 20.0)]
+    runs = [
+        (np.full(4, 40.0), during),
+        (np.full(4, 5.0), np.zeros(4, bool)),
+        (np.full(4, 10.0), during),
+    ]
+    row = jit.while_compiling_repeated(runs, generic)
+    # 40 against (10 + 30) / 2; the start with nothing pending has no ratio; 10 against 20.
+    assert row["ratios"] == [2.0, 0.5] and row["generic_aa"] == [3.0, 1.0]
+    assert row["pending_calls"] == [2, 0, 2] and row["window_calls"] == 4
+    assert row["median_ratio"] == 1.25
+    assert "median_ratio" not in jit.while_compiling_repeated(runs[1:2], generic[:2])
+
+
 def test_bench_jit_reports_every_strategy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,6 +178,10 @@ def test_bench_jit_reports_every_strategy(
     assert sync["calling_thread_compile_s"] > 2.0
     assert set(report["jit"]["busy_by_model_s"]) == {"segmenter", "predictor"}
     assert report["jit"]["while_compiling"]["calls"] >= 0
+    repeated = report["jit"]["while_compiling_repeated"]
+    assert repeated["window_calls"] == 400
+    assert len(repeated["pending_calls"]) == jit.PENDING_REPEATS
+    assert len(repeated["ratios"]) == sum(n > 0 for n in repeated["pending_calls"])
     belief = report["jit"]["cost_model"]["predictor"]
     built = report["jit"]["compile_summary"].get("predictor", {"ok": 0, "rejected": 0})
     assert belief["validated"] == built["ok"] + built["rejected"], "each validated build counts"
@@ -191,7 +211,7 @@ def test_bench_jit_reports_every_strategy(
     printed = capsys.readouterr().out
     assert "cost model predictor" in printed
     assert "generic A/A" in printed and "runtime busy" in printed
-    assert "dispatch overhead" in printed
+    assert "dispatch overhead" in printed and "while compiling, repeated" in printed
     assert "extrapolated" in printed
 
 
