@@ -40,6 +40,7 @@ OVERHEAD_CALLS = 400
 OVERHEAD_GAP_S = 0.003
 # Cold starts of the runtime over the stream's first calls, each between two generic passes
 # over them: the p99 while compiling, interleaved and repeated (``while_compiling_repeated``).
+# One pair of generic passes alone can differ twofold here, so one start decides nothing.
 PENDING_REPEATS = 3
 # The stream's first calls, replayed generic-only just before and just after the runtime's
 # run: compiles run in its first seconds, and a reference minutes away on a noisy machine
@@ -188,6 +189,7 @@ class JitBenchOptions:
     pool_size: int = 1
     strategies: tuple[str, ...] = STRATEGIES
     compile_mode: str = "auto"
+    pending_repeats: int = PENDING_REPEATS
 
 
 def run_benchmark(options: JitBenchOptions) -> dict[str, Any]:
@@ -291,11 +293,11 @@ def _run(
         results["jit_warm"] = _run_engine(
             stream, inputs, arrivals, models, work, options, work / "profile.yaml"
         )[0]
-    if jit_outcome is not None and generic_outcome is not None:
+    if jit_outcome is not None and generic_outcome is not None and options.pending_repeats:
         head = (stream[:window], inputs[:window], arrivals[:window])
         generic_heads = [np.asarray(open_loop(*head, generic_run).latencies_ms)]
         cold_heads: list[tuple[np.ndarray, np.ndarray]] = []
-        for i in range(PENDING_REPEATS):
+        for i in range(options.pending_repeats):
             _, outcome, pending = _run_engine(
                 *head, models, work, options, None, cache=f"jit_head_{i}"
             )
@@ -826,12 +828,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(STRATEGIES),
         help="comma-separated subset to run (all by default; jit_warm needs jit)",
     )
+    parser.add_argument(
+        "--pending-repeats",
+        type=int,
+        default=PENDING_REPEATS,
+        help="more cold starts over the stream's first calls, each between generic passes, "
+        "to judge the p99 while compiling (0: none)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.calls < 1 or not 0.0 < args.rate <= 1.0:
         raise ConfigError("--calls must be >= 1 and --rate in (0, 1]")
+    if args.pending_repeats < 0:
+        raise ConfigError(f"--pending-repeats must be >= 0, got {args.pending_repeats}")
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     unknown = set(strategies) - set(STRATEGIES)
     if unknown or not strategies:
@@ -847,6 +858,7 @@ def run(args: argparse.Namespace) -> int:
             pool_size=args.pool_size,
             strategies=strategies,
             compile_mode=args.compile_mode,
+            pending_repeats=args.pending_repeats,
         )
     )
     print(json.dumps(results["stream"]))

@@ -156,7 +156,9 @@ def test_bench_jit_reports_every_strategy(
     out = tmp_path / "jit.json"
     parser = argparse.ArgumentParser()
     jit.add_arguments(parser)
-    args = parser.parse_args(["--calls", "400", "--budget-s", "2", "--json", str(out)])
+    args = parser.parse_args(
+        ["--calls", "400", "--budget-s", "2", "--pending-repeats", "2", "--json", str(out)]
+    )
     assert jit.run(args) == 0
     report = json.loads(out.read_text())
     for name in jit.STRATEGIES:
@@ -180,7 +182,7 @@ def test_bench_jit_reports_every_strategy(
     assert report["jit"]["while_compiling"]["calls"] >= 0
     repeated = report["jit"]["while_compiling_repeated"]
     assert repeated["window_calls"] == 400
-    assert len(repeated["pending_calls"]) == jit.PENDING_REPEATS
+    assert len(repeated["pending_calls"]) == 2
     assert len(repeated["ratios"]) == sum(n > 0 for n in repeated["pending_calls"])
     belief = report["jit"]["cost_model"]["predictor"]
     built = report["jit"]["compile_summary"].get("predictor", {"ok": 0, "rejected": 0})
@@ -224,3 +226,5 @@ def test_bench_jit_refuses_bad_arguments() -> None:
         jit.run(parser.parse_args(["--strategies", "generic,jit_warm"]))
     with pytest.raises(ConfigError, match="--rate"):
         jit.run(parser.parse_args(["--rate", "0"]))
+    with pytest.raises(ConfigError, match="--pending-repeats"):
+        jit.run(parser.parse_args(["--pending-repeats", "-1"]))
