@@ -40,7 +40,8 @@ OVERHEAD_CALLS = 400
 OVERHEAD_GAP_S = 0.003
 # Cold starts of the runtime over the stream's first calls, each between two generic passes
 # over them: the p99 while compiling, interleaved and repeated (``while_compiling_repeated``).
-# One pair of generic passes alone can differ twofold here, so one start decides nothing.
+# Two generic passes over the same calls alone differed up to 3.4-fold here, so one start
+# decides nothing.
 PENDING_REPEATS = 3
 # The stream's first calls, replayed generic-only just before and just after the runtime's
 # run: compiles run in its first seconds, and a reference minutes away on a noisy machine
@@ -259,18 +260,20 @@ def _run(
     during = np.zeros(0, bool)
     adjacent: list[np.ndarray] = []
     window = min(len(stream), ADJACENT_CALLS)
+    head = (stream[:window], inputs[:window], arrivals[:window])
 
-    def adjacent_generic() -> None:
-        if generic_outcome is not None:
-            head = open_loop(stream[:window], inputs[:window], arrivals[:window], generic_run)
-            adjacent.append(np.asarray(head.latencies_ms))
+    def generic_head() -> np.ndarray:
+        """Latencies of a generic pass over the stream's first calls."""
+        return np.asarray(open_loop(*head, generic_run).latencies_ms)
 
     if "jit" in strategies:
-        adjacent_generic()
+        if generic_outcome is not None:
+            adjacent.append(generic_head())
         row, jit_outcome, during = _run_engine(
             stream, inputs, arrivals, models, work, options, None
         )
-        adjacent_generic()
+        if generic_outcome is not None:
+            adjacent.append(generic_head())
         if generic_outcome is not None:
             row["paired_with_generic"] = paired_with_generic(
                 stream,
@@ -294,15 +297,14 @@ def _run(
             stream, inputs, arrivals, models, work, options, work / "profile.yaml"
         )[0]
     if jit_outcome is not None and generic_outcome is not None and options.pending_repeats:
-        head = (stream[:window], inputs[:window], arrivals[:window])
-        generic_heads = [np.asarray(open_loop(*head, generic_run).latencies_ms)]
+        generic_heads = [generic_head()]
         cold_heads: list[tuple[np.ndarray, np.ndarray]] = []
         for i in range(options.pending_repeats):
             _, outcome, pending = _run_engine(
                 *head, models, work, options, None, cache=f"jit_head_{i}"
             )
             cold_heads.append((np.asarray(outcome.latencies_ms), pending))
-            generic_heads.append(np.asarray(open_loop(*head, generic_run).latencies_ms))
+            generic_heads.append(generic_head())
         results["jit"]["while_compiling_repeated"] = while_compiling_repeated(
             cold_heads, generic_heads
         )
