@@ -274,7 +274,6 @@ def _run(
         )
         if generic_outcome is not None:
             adjacent.append(generic_head())
-        if generic_outcome is not None:
             row["paired_with_generic"] = paired_with_generic(
                 stream,
                 np.asarray(jit_outcome.service_ms),
@@ -628,6 +627,11 @@ def paired_with_generic(
     return out
 
 
+def _p99(ms: np.ndarray, calls: np.ndarray) -> float:
+    """p99 of ``ms`` over the calls the boolean mask ``calls`` selects from its start."""
+    return float(np.percentile(ms[: len(calls)][calls], 99))
+
+
 def while_compiling(
     jit_ms: np.ndarray,
     during: np.ndarray,
@@ -645,18 +649,18 @@ def while_compiling(
     row: dict[str, Any] = {"calls": int(during.sum())}
     if not during.any():
         return row
-    p99 = float(np.percentile(jit_ms[during], 99))
+    p99 = _p99(jit_ms, during)
     row["p99_ms"] = round(p99, 3)
     for name, ms in whole_runs.items():
         if len(ms) == len(jit_ms):
-            ref = float(np.percentile(ms[during], 99))
+            ref = _p99(ms, during)
             row[f"{name}_p99_same_calls_ms"] = round(ref, 3)
             row[f"ratio_to_{name}"] = round(p99 / ref, 3)
     window = min((len(ms) for ms in adjacent_runs.values()), default=0)
     head = during[:window]
     if not head.any():
         return row
-    near = float(np.percentile(jit_ms[:window][head], 99))
+    near = _p99(jit_ms, head)
     adjacent: dict[str, Any] = {
         "window_calls": window,
         "calls": int(head.sum()),
@@ -664,7 +668,7 @@ def while_compiling(
         "p99_ms": round(near, 3),
     }
     for name, ms in adjacent_runs.items():
-        ref = float(np.percentile(ms[:window][head], 99))
+        ref = _p99(ms, head)
         adjacent[f"{name}_p99_ms"] = round(ref, 3)
         adjacent[f"ratio_to_{name}"] = round(near / ref, 3)
     row["adjacent"] = adjacent
@@ -685,8 +689,8 @@ def while_compiling_repeated(
         calls.append(int(during.sum()))
         if not during.any():
             continue
-        before, after = (float(np.percentile(g[during], 99)) for g in generic_runs[i : i + 2])
-        ratios.append(round(float(np.percentile(jit_ms[during], 99)) / ((before + after) / 2), 3))
+        before, after = (_p99(g, during) for g in generic_runs[i : i + 2])
+        ratios.append(round(_p99(jit_ms, during) / ((before + after) / 2), 3))
         aa.append(round(after / before, 3))
     row: dict[str, Any] = {
         "window_calls": len(generic_runs[0]),
