@@ -134,20 +134,48 @@ def test_while_compiling_compares_the_same_calls_far_and_near() -> None:
     assert "adjacent" not in jit.while_compiling(jit_ms, late, {}, {"generic_before": jit_ms[:5]})
 
 
+def _pass(latency_ms: float, service_ms: float | None = None, calls: int = 4) -> jit.Outcome:
+    return jit.Outcome(
+        latencies_ms=[latency_ms] * calls, service_ms=[service_ms or latency_ms] * calls
+    )
+
+
 def test_repeated_cold_starts_are_judged_against_their_neighbours() -> None:
     during = np.array([1, 1, 0, 0], bool)
-    generic = [np.full(4, 10.0), np.full(4, 30.0), np.full(4, 20.0), np.full(4, 20.0)]
+    generic = [_pass(10.0, 2.0), _pass(30.0, 2.0), _pass(20.0, 4.0), _pass(20.0, 4.0)]
     runs = [
-        (np.full(4, 40.0), during),
-        (np.full(4, 5.0), np.zeros(4, bool)),
-        (np.full(4, 10.0), during),
+        (_pass(40.0, 3.0), during),
+        (_pass(5.0), np.zeros(4, bool)),
+        (_pass(10.0, 4.0), during),
     ]
     row = jit.while_compiling_repeated(runs, generic)
     # 40 against (10 + 30) / 2; the start with nothing pending has no ratio; 10 against 20.
     assert row["ratios"] == [2.0, 0.5] and row["generic_aa"] == [3.0, 1.0]
+    assert row["service_ratios"] == [1.5, 1.0]
     assert row["pending_calls"] == [2, 0, 2] and row["window_calls"] == 4
     assert row["median_ratio"] == 1.25
+    assert row["geomean"] == 1.0 and row["service_geomean"] == pytest.approx(1.225, abs=1e-3)
+    # Two starts, one each side of 1: resampled, the mean spans both.
+    assert row["ci95"] == [0.5, 2.0] and row["verdict"] == "undecided"
+    one = jit.while_compiling_repeated(runs[:1], generic[:2])
+    assert one["ci95"] is None and one["verdict"] == "undecided"
     assert "median_ratio" not in jit.while_compiling_repeated(runs[1:2], generic[:2])
+
+
+def test_the_p99_target_is_judged_on_the_interval_not_the_mean() -> None:
+    near_one = [0.9, 0.95, 1.0, 1.05, 0.92, 0.98, 1.02, 0.97] * 4
+    mean, low, high = jit.geomean_ci(near_one)
+    assert low is not None and high is not None
+    assert low < mean < high and high < 1.1
+    assert jit.geomean_ci(near_one) == (mean, low, high), "seeded: the same report each time"
+    assert jit.verdict([low, high], 1.1) == "met"
+    assert jit.verdict([1.12, 1.5], 1.1) == "missed"
+    assert jit.verdict([0.8, 1.3], 1.1) == "undecided"
+    assert jit.verdict([0.8, 1.1], 1.1) == "met"
+    assert jit.verdict(None, 1.1) == "undecided"
+    # Wide spread, as two generic passes alone can differ threefold: no verdict either way.
+    _, low, high = jit.geomean_ci([0.37, 3.4, 0.5, 2.0, 1.6])
+    assert jit.verdict([low or 0.0, high or 0.0], 1.1) == "undecided"
 
 
 def test_bench_jit_reports_every_strategy(
@@ -184,6 +212,10 @@ def test_bench_jit_reports_every_strategy(
     assert repeated["window_calls"] == 400
     assert len(repeated["pending_calls"]) == 2
     assert len(repeated["ratios"]) == sum(n > 0 for n in repeated["pending_calls"])
+    assert len(repeated["service_ratios"]) == len(repeated["ratios"])
+    assert repeated["rate_hz"] > 0 and 0.0 < repeated["generic_load"] < 1.0
+    if repeated["ratios"]:
+        assert repeated["verdict"] in ("met", "missed", "undecided")
     belief = report["jit"]["cost_model"]["predictor"]
     built = report["jit"]["compile_summary"].get("predictor", {"ok": 0, "rejected": 0})
     assert belief["validated"] == built["ok"] + built["rejected"], "each validated build counts"
