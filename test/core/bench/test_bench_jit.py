@@ -162,6 +162,21 @@ def test_repeated_cold_starts_are_judged_against_their_neighbours() -> None:
     assert "median_ratio" not in jit.while_compiling_repeated(runs[1:2], generic[:2])
 
 
+def test_busy_time_of_each_start_is_set_against_its_neighbours() -> None:
+    def took(seconds: float) -> jit.Outcome:
+        return jit.Outcome(total_s=seconds)
+
+    row = jit.busy_repeated([took(9.0), took(10.0)], [took(10.0), took(8.0), took(12.0)])
+    assert row["ratios"] == [1.0, 1.0] and row["geomean"] == 1.0
+    # A tie is no win: the target wants the runtime below generic.
+    assert row["ci95"] == [1.0, 1.0] and row["verdict"] == "missed"
+    either = jit.busy_repeated([took(9.0), took(11.0)], [took(10.0)] * 3)
+    assert either["ci95"] == [0.9, 1.1] and either["verdict"] == "undecided"
+    faster = jit.busy_repeated([took(9.0)] * 3, [took(10.0)] * 4)
+    assert faster["ci95"] == [0.9, 0.9] and faster["verdict"] == "met"
+    assert jit.busy_repeated([], [took(10.0)]) == {"ratios": []}
+
+
 def test_the_p99_target_is_judged_on_the_interval_not_the_mean() -> None:
     near_one = [0.9, 0.95, 1.0, 1.05, 0.92, 0.98, 1.02, 0.97] * 4
     mean, low, high = jit.geomean_ci(near_one)
@@ -216,6 +231,11 @@ def test_bench_jit_reports_every_strategy(
     assert repeated["rate_hz"] > 0 and 0.0 < repeated["generic_load"] < 1.0
     if repeated["ratios"]:
         assert repeated["verdict"] in ("met", "missed", "undecided")
+    assert len(repeated["busy"]["ratios"]) == 2 and repeated["busy"]["verdict"] in (
+        "met",
+        "missed",
+        "undecided",
+    )
     belief = report["jit"]["cost_model"]["predictor"]
     built = report["jit"]["compile_summary"].get("predictor", {"ok": 0, "rejected": 0})
     assert belief["validated"] == built["ok"] + built["rejected"], "each validated build counts"
