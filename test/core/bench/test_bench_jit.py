@@ -157,6 +157,7 @@ def test_repeated_cold_starts_are_judged_against_their_neighbours() -> None:
     assert row["geomean"] == 1.0 and row["service_geomean"] == pytest.approx(1.225, abs=1e-3)
     # Two starts, one each side of 1: resampled, the mean spans both.
     assert row["ci95"] == [0.5, 2.0] and row["verdict"] == "undecided"
+    assert row["service_ci95"] == [1.0, 1.5] and row["service_verdict"] == "undecided"
     one = jit.while_compiling_repeated(runs[:1], generic[:2])
     assert one["ci95"] is None and one["verdict"] == "undecided"
     assert "median_ratio" not in jit.while_compiling_repeated(runs[1:2], generic[:2])
@@ -230,7 +231,7 @@ def test_bench_jit_reports_every_strategy(
     assert len(repeated["service_ratios"]) == len(repeated["ratios"])
     assert repeated["rate_hz"] > 0 and 0.0 < repeated["generic_load"] < 1.0
     if repeated["ratios"]:
-        assert repeated["verdict"] in ("met", "missed", "undecided")
+        assert {repeated["verdict"], repeated["service_verdict"]} <= {"met", "missed", "undecided"}
     assert len(repeated["busy"]["ratios"]) == 2 and repeated["busy"]["verdict"] in (
         "met",
         "missed",
