@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -108,6 +109,7 @@ def _ready() -> bool:
 
 def _lower_priority(pid: int) -> None:
     """SCHED_IDLE where the OS has it: a serving thread that wakes takes the core at once.
+    On Linux ``pid`` may name a thread of this process, which alone is lowered.
 
     A nice-10 compile still holds a core until the scheduler's wake-up granularity passes,
     and a small TVM call whose parallel region needs that core waits for it.
@@ -515,7 +517,7 @@ def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) ->
 
 
 class DaemonThreadExecutor(cf.Executor):
-    """One daemon thread per compile.
+    """One daemon thread per compile, at idle priority on Linux.
 
     A Python thread cannot be stopped: a compile past its timeout is abandoned and runs on.
     ``ThreadPoolExecutor`` would join it at interpreter exit, so a hung compile would keep
@@ -534,6 +536,11 @@ class DaemonThreadExecutor(cf.Executor):
         def run() -> None:
             if not future.set_running_or_notify_cancel():
                 return
+            # As a worker process is: a compile thread at normal priority holds one of the
+            # cores a parallel call (a point cloud) splits its work over, and threads cannot
+            # be stopped through heavy calls as a process is.
+            if sys.platform.startswith("linux"):
+                _lower_priority(threading.get_native_id())
             try:
                 future.set_result(fn(*args, **kwargs))
             except BaseException as err:  # noqa: BLE001 - the waiting side re-raises it

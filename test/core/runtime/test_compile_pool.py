@@ -530,6 +530,19 @@ def test_the_worker_process_runs_at_idle_priority_from_its_spawn(tmp_path: Path)
         pool.shutdown()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority: Linux")
+def test_a_compile_thread_runs_at_idle_priority_and_the_caller_does_not() -> None:
+    def own_priority() -> tuple[int, int]:
+        tid = threading.get_native_id()
+        return os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)
+
+    caller = own_priority()
+    executor = DaemonThreadExecutor("priority-check")
+    assert executor.submit(own_priority).result(timeout=5.0) == (os.SCHED_IDLE, WORKER_NICENESS)
+    assert own_priority() == caller, "only the compile thread is lowered"
+    assert caller[0] != os.SCHED_IDLE
+
+
 def test_a_crashed_worker_is_a_strike_and_the_next_compile_gets_a_new_one(
     tmp_path: Path,
 ) -> None:
