@@ -200,6 +200,17 @@ def arrival_times(mean_service_s: float, rate_fraction: float, calls: int) -> np
     return np.cumsum(gaps) - gaps[0]
 
 
+def generic_runner(generic: Mapping[str, LoadedModel]) -> Runner:
+    """The generic strategy: every call through its model's generic build. Every strategy
+    validates its inputs, as the runtime does: a fair comparison serves calls equally safely."""
+
+    def run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+        generic[call.model]("forward", *args)
+        return False, False
+
+    return run
+
+
 @dataclass(frozen=True)
 class JitBenchOptions:
     calls: int = 20000
@@ -257,12 +268,7 @@ def _run(
         }
     }
 
-    # Every strategy validates its inputs, as the runtime does: a fair comparison serves
-    # calls equally safely.
-    def generic_run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
-        generic[call.model]("forward", *args)
-        return False, False
-
+    generic_run = generic_runner(generic)
     generic_outcome: Outcome | None = None
     if "generic" in strategies:
         generic_outcome = open_loop(stream, inputs, arrivals, generic_run)
@@ -412,11 +418,7 @@ def repeated_cold_starts(
     """
     mean_service_s = closed_loop_mean_s(head, inputs, generic)
     arrivals = arrival_times(mean_service_s, options.rate_fraction, len(head))
-
-    def generic_run(call: Call, args: list[np.ndarray]) -> tuple[bool, bool]:
-        generic[call.model]("forward", *args)
-        return False, False
-
+    generic_run = generic_runner(generic)
     generic_passes = [open_loop(head, inputs, arrivals, generic_run)]
     cold: list[tuple[Outcome, np.ndarray]] = []
     for i in range(options.pending_repeats):
@@ -743,18 +745,21 @@ def while_compiling_repeated(
         calls.append(int(during.sum()))
         if not during.any():
             continue
-        before, after = generic_runs[i : i + 2]
-        for out, field_name in ((ratios, "latencies_ms"), (service, "service_ms")):
-            mine = _p99(np.asarray(getattr(runtime, field_name)), during)
-            near = [_p99(np.asarray(getattr(g, field_name)), during) for g in (before, after)]
-            out.append(round(mine / (sum(near) / 2), 3))
-        aa.append(
-            round(
-                _p99(np.asarray(after.latencies_ms), during)
-                / _p99(np.asarray(before.latencies_ms), during),
-                3,
-            )
-        )
+        # The runtime's p99, then its two neighbours', over the pending calls.
+        p99 = {
+            name: [
+                _p99(np.asarray(getattr(o, name)), during)
+                for o in (runtime, *generic_runs[i : i + 2])
+            ]
+            for name in ("latencies_ms", "service_ms")
+        }
+        for out, (mine, before, after) in (
+            (ratios, p99["latencies_ms"]),
+            (service, p99["service_ms"]),
+        ):
+            out.append(round(mine / ((before + after) / 2), 3))
+        _, before, after = p99["latencies_ms"]
+        aa.append(round(after / before, 3))
     row: dict[str, Any] = {
         "window_calls": len(generic_runs[0].latencies_ms),
         "pending_calls": calls,
@@ -766,9 +771,7 @@ def while_compiling_repeated(
         return row
     row["median_ratio"] = round(float(np.median(ratios)), 3)
     for name, values in (("", ratios), ("service_", service), ("generic_aa_", aa)):
-        mean, low, high = geomean_ci(values)
-        row[f"{name}geomean"] = round(mean, 3)
-        row[f"{name}ci95"] = None if low is None else [round(low, 3), round(high or 0.0, 3)]
+        row.update({f"{name}{k}": v for k, v in _geomean_row(values, 3).items()})
     row["target"] = P99_TARGET
     row["verdict"] = verdict(row["ci95"], P99_TARGET)
     row["service_verdict"] = verdict(row["service_ci95"], P99_TARGET)
@@ -798,9 +801,7 @@ def busy_repeated(runs: list[Outcome], generic_runs: list[Outcome]) -> dict[str,
     ]
     row: dict[str, Any] = {"ratios": ratios}
     if ratios:
-        mean, low, high = geomean_ci(ratios)
-        row["geomean"] = round(mean, 4)
-        row["ci95"] = None if low is None else [round(low, 4), round(high or 0.0, 4)]
+        row.update(_geomean_row(ratios, 4))
         # Strictly below: a tie is not a win.
         row["verdict"] = verdict(row["ci95"], 1.0 - 1e-9)
     return row
@@ -819,6 +820,13 @@ def geomean_ci(
     means = logs[picks].mean(axis=1)
     low, high = np.exp(np.percentile(means, [2.5, 97.5]))
     return mean, float(low), float(high)
+
+
+def _geomean_row(ratios: list[float], digits: int) -> dict[str, Any]:
+    """``geomean`` and ``ci95`` (None from one ratio) of ``geomean_ci``, rounded."""
+    mean, low, high = geomean_ci(ratios)
+    interval = None if low is None or high is None else [round(low, digits), round(high, digits)]
+    return {"geomean": round(mean, digits), "ci95": interval}
 
 
 def compile_summary(events: list[Any]) -> dict[str, dict[str, Any]]:
