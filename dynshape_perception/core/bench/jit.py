@@ -24,7 +24,7 @@ from dynshape_perception.core.compiler.targets import load_profile
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.policy import DEFAULT_WEAK_EDGES, JitConfig
-from dynshape_perception.core.runtime.shapes import DimPolicy, Signature, crop_outputs, pad_inputs
+from dynshape_perception.core.runtime.shapes import DimPolicy, Padding, Signature
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.models.registry import committed_weights
 
@@ -326,6 +326,8 @@ def _run(
             continue
         cache = ArtefactCache(work / name)
         built: dict[tuple[str, Signature], LoadedModel] = {}
+        # A call pads as a runtime hit does: planned once per signature.
+        plans: dict[tuple[str, Signature], Padding] = {}
         compile_s = [0.0]
         compile_by_model: dict[str, float] = {}
         dims_policy = {m: JitConfig().dim_policy(m) if policy else DimPolicy() for m in models}
@@ -342,6 +344,7 @@ def _run(
             compile_s: list[float] = compile_s,
             compile_by_model: dict[str, float] = compile_by_model,
             dims_policy: dict[str, DimPolicy] = dims_policy,
+            plans: dict[tuple[str, Signature], Padding] = plans,
         ) -> tuple[bool, bool]:
             model, weights = models[call.model]
             generic[call.model].validate("forward", args)
@@ -363,10 +366,11 @@ def _run(
                 compile_s[0] += took
                 compile_by_model[call.model] = compile_by_model.get(call.model, 0.0) + took
                 compiled_now = True
-            fn = model.spec.function("forward")
-            crop_outputs(
-                fn, runner.run_unchecked("forward", pad_inputs(fn, args, key.as_dict())), call.dims
-            )
+            padding = plans.get((call.model, sig))
+            if padding is None:
+                fn = model.spec.function("forward")
+                padding = plans[(call.model, sig)] = Padding(fn, call.dims, key.as_dict())
+            padding.crop(runner.run_unchecked("forward", padding.pad(args)))
             return not compiled_now, True
 
         outcome = open_loop(

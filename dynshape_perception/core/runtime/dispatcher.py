@@ -33,9 +33,8 @@ from dynshape_perception.core.runtime.policy import (
     strike,
 )
 from dynshape_perception.core.runtime.shapes import (
+    Padding,
     Signature,
-    crop_outputs,
-    pad_inputs,
     sample_inputs,
 )
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
@@ -91,7 +90,7 @@ class ShapeRecord:
     walks a profile counter, a key table and a latency table pays for each of them.
     """
 
-    __slots__ = ("admitted", "key", "latency", "sig", "state")
+    __slots__ = ("admitted", "key", "latency", "padding", "sig", "state")
 
     def __init__(self, sig: Signature, key: Signature, admitted: bool, state: KeyState) -> None:
         self.sig = sig
@@ -100,6 +99,8 @@ class ShapeRecord:
         self.state = state
         # Its calls are the signature's profile count.
         self.latency = LatencyStats()
+        # From its dims to its key's, planned at its first hit.
+        self.padding: Padding | None = None
 
 
 class SpecialisationCache:
@@ -292,7 +293,7 @@ class Dispatcher:
         started: float,
     ) -> list[np.ndarray]:
         if entry is not None:
-            out = self._run_specialised(entry, function, args, dims)
+            out = self._run_specialised(entry, shape, function, args, dims)
             ms = (time.perf_counter() - started) * 1000.0
             # Judged here, not when settled: a demoted specialisation serves no call after it.
             self._judge(entry, ms)
@@ -466,11 +467,20 @@ class Dispatcher:
             self.on_event(event)
 
     def _run_specialised(
-        self, entry: Specialisation, function: str, args: list[np.ndarray], dims: Mapping[str, int]
+        self,
+        entry: Specialisation,
+        shape: ShapeRecord,
+        function: str,
+        args: list[np.ndarray],
+        dims: Mapping[str, int],
     ) -> list[np.ndarray]:
-        spec = self._specs[function]
-        padded = pad_inputs(spec, args, entry.target)
-        return crop_outputs(spec, entry.model.run_unchecked(function, padded), dims)
+        padding = shape.padding
+        if padding is None:
+            # Two callers may plan at once; both plans are the same.
+            padding = shape.padding = Padding(self._specs[function], dims, entry.target)
+        if padding.identity:
+            return entry.model.run_unchecked(function, args)
+        return padding.crop(entry.model.run_unchecked(function, padding.pad(args)))
 
     def _count(self, shape: ShapeRecord, ms: float, hit: bool) -> None:
         with self._lock:

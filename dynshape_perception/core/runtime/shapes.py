@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dynshape_perception.core.compiler.tvm_adapter import aligned_empty
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.models.common import FunctionSpec, ModelDef
 
@@ -92,71 +93,122 @@ class DimPolicy:
         return True
 
 
+_FILL, _EDGE = 0, 1
+
+
+class Padding:
+    """How a signature's arrays reach its key's shapes and back, worked out once.
+
+    A hit on a small predictor key saves a few microseconds; finding which axes grow by
+    walking the specs on every call cost more than that (x1.11-1.25 of a generic call at the
+    first buckets). Built with a signature's first hit, the plan leaves a call only the
+    copies it makes.
+
+    Inputs pad up to ``target`` with their ``pad`` value where the model declares one, else by
+    repeating the last slice. Repeating real rows keeps padding exact for every model here:
+    duplicated points leave a max-pool unchanged, and affinity rows and agents are
+    independent. A declared value must be as exact: history steps past an agent's length are
+    never read, and a padded agent of length 1 is independent too, only cheaper. Callers
+    never pad an axis of length 0.
+    """
+
+    __slots__ = ("_crops", "_edges", "_fills", "identity")
+
+    def __init__(
+        self, spec: FunctionSpec, actual: Mapping[str, int], target: Mapping[str, int]
+    ) -> None:
+        fills: list[tuple[int, tuple[int, ...], float, tuple[slice, ...]]] = []
+        edges: list[tuple[int, tuple[tuple[int, int], ...]]] = []
+        for i, tspec in enumerate(spec.inputs):
+            have = tuple(int(actual[d]) if isinstance(d, str) else int(d) for d in tspec.shape)
+            if tspec.pad is not None:
+                full = tuple(
+                    max(target[d], n) if isinstance(d, str) else n
+                    for d, n in zip(tspec.shape, have, strict=True)
+                )
+                if full != have:
+                    fills.append((i, full, tspec.pad, tuple(slice(0, n) for n in have)))
+                continue
+            steps = tuple(
+                (axis, target[d])
+                for axis, d in enumerate(tspec.shape)
+                if isinstance(d, str) and target[d] > have[axis]
+            )
+            if steps:
+                edges.append((i, steps))
+        crops: list[tuple[int, tuple[slice, ...]]] = []
+        for i, shape in enumerate(spec.outputs):
+            if any(isinstance(d, str) and target[d] > actual[d] for d in shape):
+                cut = tuple(
+                    slice(0, actual[d]) if isinstance(d, str) else slice(None) for d in shape
+                )
+                crops.append((i, cut))
+        self._fills = tuple(fills)
+        self._edges = tuple(edges)
+        self._crops = tuple(crops)
+        self.identity = not fills and not edges and not crops
+
+    def pad(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = list(arrays)
+        for i, full, value, region in self._fills:
+            grown = np.full(full, value, out[i].dtype)
+            grown[region] = out[i]
+            out[i] = grown
+        for i, steps in self._edges:
+            for axis, m in steps:
+                out[i] = _pad_axis(out[i], axis, m)
+        return out
+
+    def crop(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Padded outputs cut back to the call's dims, dense as an unpadded call's."""
+        out = list(outputs)
+        for i, cut in self._crops:
+            arr = out[i][cut]
+            # A cut past axis 0 leaves a strided view; callers get dense arrays, as unpadded.
+            out[i] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        return out
+
+
 def pad_inputs(
     spec: FunctionSpec, arrays: Sequence[np.ndarray], target: Mapping[str, int]
 ) -> list[np.ndarray]:
-    """Pad every symbolic axis up to ``target``: with the input's ``pad`` value where the
-    model declares one, else by repeating its last slice.
-
-    Repeating real rows keeps padding exact for every model here: duplicated points leave a
-    max-pool unchanged, and affinity rows and agents are independent. A declared value must
-    be as exact: history steps past an agent's length are never read, and a padded agent of
-    length 1 is independent too, only cheaper. Callers never pad an axis of length 0.
-    """
-    out: list[np.ndarray] = []
-    for arr, tspec in zip(arrays, spec.inputs, strict=True):
-        if tspec.pad is not None:
-            arr = _fill_to(arr, tspec.shape, target, tspec.pad)
-        else:
-            for axis, dim in enumerate(tspec.shape):
-                if isinstance(dim, str) and target[dim] > arr.shape[axis]:
-                    arr = _pad_axis(arr, axis, target[dim])
-        out.append(arr)
-    return out
-
-
-def _fill_to(
-    arr: np.ndarray, dims: Sequence[object], target: Mapping[str, int], value: float
-) -> np.ndarray:
-    """``arr`` grown to ``target`` on its symbolic axes, the new cells ``value``: one fill and
-    one copy however many axes grow; ``arr`` itself if none does."""
-    full = tuple(
-        max(target[d], n) if isinstance(d, str) else n for d, n in zip(dims, arr.shape, strict=True)
-    )
-    if full == arr.shape:
-        return arr
-    out = np.full(full, value, arr.dtype)
-    out[tuple(slice(0, n) for n in arr.shape)] = arr
-    return out
-
-
-def _pad_axis(arr: np.ndarray, axis: int, m: int) -> np.ndarray:
-    """One axis edge-padded to ``m``, as ``np.pad(mode="edge")`` does, in a tenth of its time.
-
-    A hit pads on the calling path, where np.pad alone would cost more than a specialised
-    predictor call saves. Padding axes one after another, in order, repeats the corner
-    element into the corners, as np.pad does; the padded axis has length >= 1.
-    """
-    n = arr.shape[axis]
-    out = np.empty((*arr.shape[:axis], m, *arr.shape[axis + 1 :]), arr.dtype)
-    lead = (slice(None),) * axis
-    out[(*lead, slice(0, n))] = arr
-    out[(*lead, slice(n, m))] = arr[(*lead, slice(n - 1, n))]
-    return out
+    """Pad every symbolic axis up to ``target`` (see ``Padding``), for a single call."""
+    actual = _dims_of([t.shape for t in spec.inputs], [a.shape for a in arrays])
+    return Padding(FunctionSpec(spec.name, spec.inputs), actual, target).pad(arrays)
 
 
 def crop_outputs(
     spec: FunctionSpec, outputs: Sequence[np.ndarray], actual: Mapping[str, int]
 ) -> list[np.ndarray]:
-    """Cut padded outputs back to the call's real dims."""
-    cropped: list[np.ndarray] = []
-    for arr, shape in zip(outputs, spec.outputs, strict=True):
-        for axis, dim in enumerate(shape):
-            if isinstance(dim, str) and arr.shape[axis] > actual[dim]:
-                arr = arr[(slice(None),) * axis + (slice(0, actual[dim]),)]
-        # A cut past axis 0 leaves a strided view; callers get dense arrays, as unpadded.
-        cropped.append(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
-    return cropped
+    """Cut padded outputs back to the call's real dims, for a single call."""
+    padded = _dims_of(spec.outputs, [a.shape for a in outputs])
+    return Padding(FunctionSpec(spec.name, (), spec.outputs), actual, padded).crop(outputs)
+
+
+def _dims_of(axes: Sequence[Sequence[object]], have: Sequence[tuple[int, ...]]) -> dict[str, int]:
+    """The named dims' values as the shapes ``have`` show them: each name's largest."""
+    dims: dict[str, int] = {}
+    for named, sizes in zip(axes, have, strict=True):
+        for d, n in zip(named, sizes, strict=True):
+            if isinstance(d, str):
+                dims[d] = max(dims.get(d, 0), int(n))
+    return dims
+
+
+def _pad_axis(arr: np.ndarray, axis: int, m: int) -> np.ndarray:
+    """One axis edge-padded to ``m``, as ``np.pad(mode="edge")`` does, in a tenth of its time.
+
+    Padding axes one after another, in order, repeats the corner element into the corners,
+    as np.pad does; the padded axis has length >= 1. The array is aligned for the VM, which
+    would copy a cloud again otherwise (60-180 us at 65k-131k points); the small declared-value
+    fills skip that, as finding an address costs more than copying a few rows.
+    """
+    n = arr.shape[axis]
+    out = aligned_empty((*arr.shape[:axis], m, *arr.shape[axis + 1 :]), arr.dtype)
+    lead = (slice(None),) * axis
+    out[(*lead, slice(0, n))] = arr
+    out[(*lead, slice(n, m))] = arr[(*lead, slice(n - 1, n))]
+    return out
 
 
 def sample_inputs(

@@ -9,12 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dynshape_perception.core.runtime.executable import LoadedModel
-from dynshape_perception.core.runtime.shapes import (
-    DimPolicy,
-    Signature,
-    crop_outputs,
-    pad_inputs,
-)
+from dynshape_perception.core.runtime.shapes import DimPolicy, Padding, Signature
 from dynshape_perception.errors import ValidationError
 from dynshape_perception.models.common import ModelDef
 
@@ -65,17 +60,17 @@ def validate(
     policy = DimPolicy(dict(request.weak_edges)).for_function(spec)
     if not policy.admits(key, Signature.of(function, dims)):
         raise ValidationError(f"recorded call {dims} is outside the guard of {key}")
-    target = key.as_dict()
+    padding = Padding(spec, dims, key.as_dict())
 
     def served() -> list[np.ndarray]:
         # As a hit runs, for the check and for the timing: padding and cropping cost a call of
         # tens of microseconds a share of it, which timing the padded call alone would miss.
-        return crop_outputs(
-            spec, special.run_unchecked(function, pad_inputs(spec, args, target)), dims
-        )
+        if padding.identity:
+            return special.run_unchecked(function, args)
+        return padding.crop(special.run_unchecked(function, padding.pad(args)))
 
-    for arr, tspec in zip(pad_inputs(spec, args, target), spec.inputs, strict=True):
-        want = tuple(tspec.resolve(target))
+    for arr, tspec in zip(padding.pad(args), spec.inputs, strict=True):
+        want = tuple(tspec.resolve(key.as_dict()))
         if tuple(arr.shape) != want:
             raise ValidationError(f"padded {tspec.name} is {arr.shape}, {key} wants {want}")
     got = served()

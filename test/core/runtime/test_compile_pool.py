@@ -179,13 +179,13 @@ def test_the_worker_times_a_specialisation_as_a_hit_runs_it(
         weak_edges={"N": (4,), "M": (4,)},
         sample=sample,
     )
-    real_pad = validation.pad_inputs
+    real_pad = validation.Padding.pad
 
     def slow_padding_fault_injector(*args: Any) -> list[np.ndarray]:
         time.sleep(0.002)
         return real_pad(*args)
 
-    monkeypatch.setattr(validation, "pad_inputs", slow_padding_fault_injector)
+    monkeypatch.setattr(validation.Padding, "pad", slow_padding_fault_injector)
     # The generic build serves the padded key too: only the padding tells the two apart.
     assert validation.validate(ASSOC, generic, generic, checked) > 5.0
 

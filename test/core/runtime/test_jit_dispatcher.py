@@ -146,6 +146,12 @@ def test_specialisations_serve_hot_shapes(engine: Engine) -> None:
     assert key == Signature.of("forward", {"N": 16, "M": 4})
     assert sig == Signature.of("forward", {"N": 10, "M": 3})
     assert engine.metrics.compiles_ok >= 1
+    # The first hit plans the signature's padding; later hits reuse that plan.
+    (shape,) = [s for s in engine["associator"]._shapes.values() if s.sig == sig]
+    plan = shape.padding
+    assert plan is not None and not plan.identity
+    engine["associator"]("forward", *inputs)
+    assert engine["associator"].hit_log[-1] == (key, sig) and shape.padding is plan
 
 
 def test_failing_compiler_three_strikes_then_blacklisted(

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dynshape_perception.core.compiler.tvm_adapter import TENSOR_ALIGNMENT
 from dynshape_perception.core.runtime.shapes import (
     DimPolicy,
+    Padding,
     Signature,
     crop_outputs,
     pad_inputs,
@@ -18,6 +21,7 @@ from dynshape_perception.models import model_definition
 from dynshape_perception.models.common import FunctionSpec, TensorSpec
 
 PRED = model_definition("predictor")
+SEG = model_definition("segmenter")
 
 
 @settings(max_examples=200, deadline=None)
@@ -69,6 +73,66 @@ def test_declared_pad_values_fill_every_grown_axis_at_once(
     np.testing.assert_array_equal(hist[:a, :t], history)
     assert not hist[a:].any() and not hist[:, t:].any()
     np.testing.assert_array_equal(lens, [*lengths, *[1] * extra_a])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    a=st.integers(1, 6),
+    t=st.integers(1, 6),
+    extra_a=st.integers(0, 3),
+    extra_t=st.integers(0, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_a_padding_plan_pads_and_crops_every_call_of_its_signature_alike(
+    a: int, t: int, extra_a: int, extra_t: int, seed: int
+) -> None:
+    """Planned once from the dims, a hit's padding equals padding each call from its arrays."""
+    spec = PRED.spec.function("forward")
+    dims, target = {"A": a, "T": t}, {"A": a + extra_a, "T": t + extra_t}
+    plan = Padding(spec, dims, target)
+    assert plan.identity == (extra_a == extra_t == 0)
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        history = rng.standard_normal((a, t, 2)).astype(np.float32)
+        lengths = rng.integers(1, t + 1, a).astype(np.int32)
+        for got, want in zip(
+            plan.pad([history, lengths]),
+            pad_inputs(spec, [history, lengths], target),
+            strict=True,
+        ):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+        outputs = [
+            rng.standard_normal(tuple(target.get(d, d) for d in shape)).astype(np.float32)
+            for shape in spec.outputs
+        ]
+        for got, want in zip(plan.crop(outputs), crop_outputs(spec, outputs, dims), strict=True):
+            assert got.flags.c_contiguous
+            np.testing.assert_array_equal(got, want)
+
+
+def test_an_identity_plan_hands_the_arrays_through() -> None:
+    spec = PRED.spec.function("forward")
+    plan = Padding(spec, {"A": 3, "T": 5}, {"A": 3, "T": 5})
+    history, lengths = np.zeros((3, 5, 2), np.float32), np.ones(3, np.int32)
+    assert plan.identity
+    padded = plan.pad([history, lengths])
+    assert padded[0] is history and padded[1] is lengths
+    outputs = [np.zeros((3, 6, 12, 2), np.float32), np.zeros((3, 6), np.float32)]
+    assert all(g is o for g, o in zip(plan.crop(outputs), outputs, strict=True))
+
+
+@pytest.mark.parametrize("points", [1, 5000, 60_001])
+def test_edge_padded_clouds_are_aligned_for_the_vm(points: int) -> None:
+    """The VM copies an unaligned array: a padded cloud must not be copied twice."""
+    spec = SEG.spec.function("forward")
+    cloud = np.random.default_rng(points).standard_normal((points, 4)).astype(np.float32)
+    ground = np.zeros(4, np.float32)
+    padded, same = Padding(spec, {"P": points}, {"P": points + 7}).pad([cloud, ground])
+    assert padded.ctypes.data % TENSOR_ALIGNMENT == 0
+    assert padded.shape == (points + 7, 4) and padded.dtype == np.float32
+    np.testing.assert_array_equal(padded, np.pad(cloud, [(0, 7), (0, 0)], "edge"))
+    assert same is ground
 
 
 def test_packed_dims_stay_strong_per_function() -> None:
