@@ -156,6 +156,33 @@ def test_a_specialisation_holds_only_its_function(cache_root: Path) -> None:
     assert result.speedup > 0
 
 
+def test_small_calls_are_timed_over_more_pairs_than_the_minimum() -> None:
+    """Five pairs are a floor: short calls are timed as long as the budget lasts, long ones
+    stop at the floor, and nothing runs past the cap of pairs."""
+    from dynshape_perception.core.runtime import validation
+
+    calls = {"special": 0, "generic": 0}
+
+    def counted(side: str, seconds: float) -> Any:
+        def run() -> None:
+            calls[side] += 1
+            time.sleep(seconds)
+
+        return run
+
+    ratio = validation._interleaved_ratio(
+        counted("special", 0.0), counted("generic", 0.0), 5, 0.02
+    )
+    assert ratio > 0 and calls["special"] == calls["generic"]
+    assert 5 < calls["special"] <= validation.MAX_TIMED_PAIRS
+    calls.update(special=0, generic=0)
+    validation._interleaved_ratio(counted("special", 0.01), counted("generic", 0.01), 5, 0.0)
+    assert calls == {"special": 5, "generic": 5}
+    calls.update(special=0, generic=0)
+    validation._interleaved_ratio(counted("special", 0.0), counted("generic", 0.0), 5, 60.0)
+    assert calls["special"] == validation.MAX_TIMED_PAIRS
+
+
 def test_the_worker_times_a_specialisation_as_a_hit_runs_it(
     cache_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynshape_perception.core.compiler.tvm_adapter import TENSOR_ALIGNMENT
+from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.core.runtime.shapes import (
     DimPolicy,
     Padding,
@@ -133,6 +134,19 @@ def test_edge_padded_clouds_are_aligned_for_the_vm(points: int) -> None:
     assert padded.shape == (points + 7, 4) and padded.dtype == np.float32
     np.testing.assert_array_equal(padded, np.pad(cloud, [(0, 7), (0, 0)], "edge"))
     assert same is ground
+
+
+def test_short_histories_and_few_agents_specialise_exactly_by_default() -> None:
+    """Padding one agent or a few history steps costs a small call more than a
+    specialisation saves, so the default edges keep them exact."""
+    policy = JitConfig().dim_policy("predictor")
+    for a in (1, 2, 3, 4):
+        for t in range(1, 9):
+            sig = Signature.of("forward", {"A": a, "T": t})
+            assert policy.key(sig) == sig
+    assert policy.key(Signature.of("forward", {"A": 5, "T": 9})) == Signature.of(
+        "forward", {"A": 6, "T": 12}
+    )
 
 
 def test_packed_dims_stay_strong_per_function() -> None:
