@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -370,7 +371,7 @@ def _run(
             if padding is None:
                 fn = model.spec.function("forward")
                 padding = plans[(call.model, sig)] = Padding(fn, call.dims, key.as_dict())
-            padding.crop(runner.run_unchecked("forward", padding.pad(args)))
+            padding.around(partial(runner.run_unchecked, "forward"), args)
             return not compiled_now, True
 
         outcome = open_loop(

@@ -7,7 +7,8 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +76,6 @@ class Specialisation:
     last_used: float = 0.0
     # False once evicted or demoted: a caller holding it through its key state serves generic.
     live: bool = True
-    # The dims its inputs are padded to, built once rather than on every hit.
-    target: dict[str, int] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.target = self.key.as_dict()
 
 
 class ShapeRecord:
@@ -477,10 +473,8 @@ class Dispatcher:
         padding = shape.padding
         if padding is None:
             # Two callers may plan at once; both plans are the same.
-            padding = shape.padding = Padding(self._specs[function], dims, entry.target)
-        if padding.identity:
-            return entry.model.run_unchecked(function, args)
-        return padding.crop(entry.model.run_unchecked(function, padding.pad(args)))
+            padding = shape.padding = Padding(self._specs[function], dims, shape.key.as_dict())
+        return padding.around(partial(entry.model.run_unchecked, function), args)
 
     def _count(self, shape: ShapeRecord, ms: float, hit: bool) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,9 +93,6 @@ class DimPolicy:
         return True
 
 
-_FILL, _EDGE = 0, 1
-
-
 class Padding:
     """How a signature's arrays reach its key's shapes and back, worked out once.
 
@@ -158,6 +155,14 @@ class Padding:
             for axis, m in steps:
                 out[i] = _pad_axis(out[i], axis, m)
         return out
+
+    def around(
+        self, run: Callable[[list[np.ndarray]], list[np.ndarray]], arrays: Sequence[np.ndarray]
+    ) -> list[np.ndarray]:
+        """``run`` on the padded arrays, its outputs cropped; as is where nothing grows."""
+        if self.identity:
+            return run(list(arrays))
+        return self.crop(run(self.pad(arrays)))
 
     def crop(self, outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Padded outputs cut back to the call's dims, dense as an unpadded call's."""
