@@ -23,6 +23,14 @@ from dynshape_perception.models.common import FunctionSpec, TensorSpec
 
 PRED = model_definition("predictor")
 SEG = model_definition("segmenter")
+# Predictor calls of A agents and T steps, and how far their key grows each.
+GROWN_HISTORIES = dict(
+    a=st.integers(1, 6),
+    t=st.integers(1, 6),
+    extra_a=st.integers(0, 3),
+    extra_t=st.integers(0, 3),
+    seed=st.integers(0, 2**16),
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -53,13 +61,7 @@ def test_pad_inputs_leaves_unpadded_arrays_alone() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    a=st.integers(1, 6),
-    t=st.integers(1, 6),
-    extra_a=st.integers(0, 3),
-    extra_t=st.integers(0, 3),
-    seed=st.integers(0, 2**16),
-)
+@given(**GROWN_HISTORIES)
 def test_declared_pad_values_fill_every_grown_axis_at_once(
     a: int, t: int, extra_a: int, extra_t: int, seed: int
 ) -> None:
@@ -77,13 +79,7 @@ def test_declared_pad_values_fill_every_grown_axis_at_once(
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    a=st.integers(1, 6),
-    t=st.integers(1, 6),
-    extra_a=st.integers(0, 3),
-    extra_t=st.integers(0, 3),
-    seed=st.integers(0, 2**16),
-)
+@given(**GROWN_HISTORIES)
 def test_a_padding_plan_pads_and_crops_every_call_of_its_signature_alike(
     a: int, t: int, extra_a: int, extra_t: int, seed: int
 ) -> None:
