@@ -174,32 +174,6 @@ class Padding:
         return out
 
 
-def pad_inputs(
-    spec: FunctionSpec, arrays: Sequence[np.ndarray], target: Mapping[str, int]
-) -> list[np.ndarray]:
-    """Pad every symbolic axis up to ``target`` (see ``Padding``), for a single call."""
-    actual = _dims_of([t.shape for t in spec.inputs], [a.shape for a in arrays])
-    return Padding(FunctionSpec(spec.name, spec.inputs), actual, target).pad(arrays)
-
-
-def crop_outputs(
-    spec: FunctionSpec, outputs: Sequence[np.ndarray], actual: Mapping[str, int]
-) -> list[np.ndarray]:
-    """Cut padded outputs back to the call's real dims, for a single call."""
-    padded = _dims_of(spec.outputs, [a.shape for a in outputs])
-    return Padding(FunctionSpec(spec.name, (), spec.outputs), actual, padded).crop(outputs)
-
-
-def _dims_of(axes: Sequence[Sequence[object]], have: Sequence[tuple[int, ...]]) -> dict[str, int]:
-    """The named dims' values as the shapes ``have`` show them: each name's largest."""
-    dims: dict[str, int] = {}
-    for named, sizes in zip(axes, have, strict=True):
-        for d, n in zip(named, sizes, strict=True):
-            if isinstance(d, str):
-                dims[d] = max(dims.get(d, 0), int(n))
-    return dims
-
-
 def _pad_axis(arr: np.ndarray, axis: int, m: int) -> np.ndarray:
     """One axis edge-padded to ``m``, as ``np.pad(mode="edge")`` does, in a tenth of its time.
 

@@ -15,8 +15,6 @@ from dynshape_perception.core.runtime.shapes import (
     DimPolicy,
     Padding,
     Signature,
-    crop_outputs,
-    pad_inputs,
 )
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.common import FunctionSpec, TensorSpec
@@ -39,25 +37,27 @@ GROWN_HISTORIES = dict(
     extra=st.lists(st.integers(0, 4), min_size=4, max_size=4),
     seed=st.integers(0, 2**16),
 )
-def test_pad_inputs_equals_numpy_edge_mode(shape: list[int], extra: list[int], seed: int) -> None:
+def test_edge_padding_equals_numpy_edge_mode(shape: list[int], extra: list[int], seed: int) -> None:
     arr = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     dims = tuple(f"d{i}" for i in range(len(shape)))
     spec = FunctionSpec("f", (TensorSpec("x", dims),))
+    actual = dict(zip(dims, shape, strict=True))
     target = {d: n + e for d, n, e in zip(dims, shape, extra, strict=False)}
     want = np.pad(arr, [(0, target[d] - n) for d, n in zip(dims, shape, strict=True)], "edge")
-    (got,) = pad_inputs(spec, [arr], target)
+    (got,) = Padding(spec, actual, target).pad([arr])
     assert got.dtype == arr.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 
 
-def test_pad_inputs_leaves_unpadded_arrays_alone() -> None:
+def test_a_grown_plan_pads_only_the_axes_that_grow() -> None:
     spec = PRED.spec.function("forward")
-    history = np.zeros((3, 5, 2), np.float32)
+    history = np.ones((3, 5, 2), np.float32)
     lengths = np.full(3, 5, np.int32)
-    out = pad_inputs(spec, [history, lengths], {"A": 3, "T": 5})
-    assert out[0] is history and out[1] is lengths
-    out = pad_inputs(spec, [history, lengths], {"A": 4, "T": 8})
-    assert out[0].shape == (4, 8, 2) and out[1].tolist() == [5, 5, 5, 1]
+    hist, lens = Padding(spec, {"A": 3, "T": 5}, {"A": 4, "T": 8}).pad([history, lengths])
+    assert hist.shape == (4, 8, 2) and lens.tolist() == [5, 5, 5, 1]
+    assert hist.sum() == history.sum()
+    hist, lens = Padding(spec, {"A": 3, "T": 5}, {"A": 3, "T": 8}).pad([history, lengths])
+    assert hist.shape == (3, 8, 2) and lens is lengths
 
 
 @settings(max_examples=100, deadline=None)
@@ -70,7 +70,8 @@ def test_declared_pad_values_fill_every_grown_axis_at_once(
     rng = np.random.default_rng(seed)
     history = rng.standard_normal((a, t, 2)).astype(np.float32)
     lengths = rng.integers(1, t + 1, a).astype(np.int32)
-    hist, lens = pad_inputs(spec, [history, lengths], {"A": a + extra_a, "T": t + extra_t})
+    target = {"A": a + extra_a, "T": t + extra_t}
+    hist, lens = Padding(spec, {"A": a, "T": t}, target).pad([history, lengths])
     assert hist.shape == (a + extra_a, t + extra_t, 2) and hist.dtype == np.float32
     assert lens.shape == (a + extra_a,) and lens.dtype == np.int32
     np.testing.assert_array_equal(hist[:a, :t], history)
@@ -83,27 +84,26 @@ def test_declared_pad_values_fill_every_grown_axis_at_once(
 def test_a_padding_plan_pads_and_crops_every_call_of_its_signature_alike(
     a: int, t: int, extra_a: int, extra_t: int, seed: int
 ) -> None:
-    """Planned once from the dims, a hit's padding equals padding each call from its arrays."""
+    """Planned once from the dims, a plan keeps no state from one call to the next."""
     spec = PRED.spec.function("forward")
     dims, target = {"A": a, "T": t}, {"A": a + extra_a, "T": t + extra_t}
     plan = Padding(spec, dims, target)
     assert plan.identity == (extra_a == extra_t == 0)
     rng = np.random.default_rng(seed)
-    for _ in range(2):
+    for _ in range(3):
         history = rng.standard_normal((a, t, 2)).astype(np.float32)
         lengths = rng.integers(1, t + 1, a).astype(np.int32)
-        for got, want in zip(
-            plan.pad([history, lengths]),
-            pad_inputs(spec, [history, lengths], target),
-            strict=True,
-        ):
-            assert got.dtype == want.dtype
-            np.testing.assert_array_equal(got, want)
+        hist, lens = plan.pad([history, lengths])
+        np.testing.assert_array_equal(hist, np.pad(history, [(0, extra_a), (0, extra_t), (0, 0)]))
+        np.testing.assert_array_equal(lens, np.pad(lengths, (0, extra_a), constant_values=1))
+        assert hist.dtype == np.float32 and lens.dtype == np.int32
         outputs = [
             rng.standard_normal(tuple(target.get(d, d) for d in shape)).astype(np.float32)
             for shape in spec.outputs
         ]
-        for got, want in zip(plan.crop(outputs), crop_outputs(spec, outputs, dims), strict=True):
+        for got, full, shape in zip(plan.crop(outputs), outputs, spec.outputs, strict=True):
+            cut = tuple(slice(0, dims[d]) if isinstance(d, str) else slice(None) for d in shape)
+            want = full[cut]
             assert got.flags.c_contiguous
             np.testing.assert_array_equal(got, want)
 
@@ -167,7 +167,7 @@ def test_crop_undoes_pad_and_returns_dense_arrays(a: int, t: int, extra_a: int, 
         rng.standard_normal(tuple(padded_dims.get(d, d) for d in shape)).astype(np.float32)
         for shape in spec.outputs
     ]
-    got = crop_outputs(spec, outputs, {"A": a, "T": t})
+    got = Padding(spec, {"A": a, "T": t}, padded_dims).crop(outputs)
     for full, cut in zip(outputs, got, strict=True):
         np.testing.assert_array_equal(cut, full[:a])
         assert cut.flags.c_contiguous
@@ -176,7 +176,7 @@ def test_crop_undoes_pad_and_returns_dense_arrays(a: int, t: int, extra_a: int, 
 def test_crop_past_the_leading_axis_copies_to_a_dense_array() -> None:
     spec = FunctionSpec("f", (TensorSpec("x", ("A", "T")),), (("A", "T"),))
     out = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
-    (cut,) = crop_outputs(spec, [out], {"A": 3, "T": 2})
+    (cut,) = Padding(spec, {"A": 3, "T": 2}, {"A": 4, "T": 6}).crop([out])
     np.testing.assert_array_equal(cut, out[:3, :2])
     assert cut.flags.c_contiguous
 
