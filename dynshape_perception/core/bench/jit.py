@@ -751,20 +751,12 @@ def while_compiling_repeated(
         if not during.any():
             continue
         # The runtime's p99, then its two neighbours', over the pending calls.
-        p99 = {
-            name: [
-                _p99(np.asarray(getattr(o, name)), during)
-                for o in (runtime, *generic_runs[i : i + 2])
-            ]
-            for name in ("latencies_ms", "service_ms")
-        }
-        for out, (mine, before, after) in (
-            (ratios, p99["latencies_ms"]),
-            (service, p99["service_ms"]),
-        ):
-            out.append(round(mine / ((before + after) / 2), 3))
-        _, before, after = p99["latencies_ms"]
-        aa.append(round(after / before, 3))
+        passes = (runtime, *generic_runs[i : i + 2])
+        lat = [_p99(np.asarray(o.latencies_ms), during) for o in passes]
+        svc = [_p99(np.asarray(o.service_ms), during) for o in passes]
+        ratios.append(round(lat[0] / ((lat[1] + lat[2]) / 2), 3))
+        service.append(round(svc[0] / ((svc[1] + svc[2]) / 2), 3))
+        aa.append(round(lat[2] / lat[1], 3))
     row: dict[str, Any] = {
         "window_calls": len(generic_runs[0].latencies_ms),
         "pending_calls": calls,
