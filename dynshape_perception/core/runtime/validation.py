@@ -65,7 +65,8 @@ def validate(
     policy = DimPolicy(dict(request.weak_edges)).for_function(spec)
     if not policy.admits(key, Signature.of(function, dims)):
         raise ValidationError(f"recorded call {dims} is outside the guard of {key}")
-    padding = Padding(spec, dims, key.as_dict())
+    target = key.as_dict()
+    padding = Padding(spec, dims, target)
 
     def served() -> list[np.ndarray]:
         # As a hit runs, for the check and for the timing: padding and cropping cost a call of
@@ -73,7 +74,7 @@ def validate(
         return padding.around(partial(special.run_unchecked, function), args)
 
     for arr, tspec in zip(padding.pad(args), spec.inputs, strict=True):
-        want = tuple(tspec.resolve(key.as_dict()))
+        want = tuple(tspec.resolve(target))
         if tuple(arr.shape) != want:
             raise ValidationError(f"padded {tspec.name} is {arr.shape}, {key} wants {want}")
     got = served()
