@@ -95,8 +95,9 @@ def _interleaved_ratio(
 
     Five pairs time a call of milliseconds well, not one of 20 us: for one predictor key on
     an idle machine, best-of-5 ratios ranged x0.79-0.93 over 15 validations and best-of-200
-    x0.85-0.89, about the 0.95 acceptance ratio's distance. Small calls fit hundreds of pairs
-    in the budget, and the first verdict on a function steers its cost model.
+    x0.85-0.89. A spread of x0.14 is wider than the key's distance from the 0.95 acceptance
+    ratio, so five pairs could accept or reject it by chance. Small calls fit hundreds of
+    pairs in the budget, and the first verdict on a function steers its cost model.
     """
     best_s = best_g = float("inf")
     started = time.perf_counter()
