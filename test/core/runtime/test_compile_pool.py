@@ -170,9 +170,7 @@ def test_small_calls_are_timed_over_more_pairs_than_the_minimum() -> None:
 
         return run
 
-    ratio = validation._interleaved_ratio(
-        counted("special", 0.0), counted("generic", 0.0), 5, 0.02
-    )
+    ratio = validation._interleaved_ratio(counted("special", 0.0), counted("generic", 0.0), 5, 0.02)
     assert ratio > 0 and calls["special"] == calls["generic"]
     assert 5 < calls["special"] <= validation.MAX_TIMED_PAIRS
     calls.update(special=0, generic=0)
