@@ -88,6 +88,14 @@ class ModelSpec:
             bound = self.bounds.get(dim)
             if value < 0 or (bound is not None and value > bound):
                 return f"{dim}={value} lies outside [0, {bound}]"
+        for tspec in fn.inputs:
+            if tspec.sums_to is None:
+                continue
+            # Packed lengths are each at least 1: no call splits fewer rows than that.
+            parts = tspec.shape[0]
+            count = dims[parts] if isinstance(parts, str) else parts
+            if count > dims[tspec.sums_to]:
+                return f"{tspec.sums_to}={dims[tspec.sums_to]} rows cannot hold {count} lengths"
         return None
 
     def bind_dims(self, function: str, arrays: list[np.ndarray]) -> dict[str, int]:

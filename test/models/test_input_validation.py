@@ -84,3 +84,11 @@ def test_zero_counts_are_valid() -> None:
     assert SEG.bind_dims("forward", [np.zeros((0, 4), np.float32), GROUND]) == {"P": 0}
     dims = ASSOC.bind_dims("forward", [np.zeros((0, 8), np.float32), np.zeros((5, 8), np.float32)])
     assert dims == {"N": 0, "M": 5}
+
+
+def test_a_signature_of_fewer_packed_rows_than_agents_is_no_call() -> None:
+    """Each packed history has at least one step: S rows hold at most S agents."""
+    assert PRED.check_signature("encode_packed", {"A": 3, "S": 3}) is None
+    assert PRED.check_signature("encode_packed", {"A": 0, "S": 0}) is None
+    problem = PRED.check_signature("encode_packed", {"A": 3, "S": 2})
+    assert problem is not None and "S=2 rows cannot hold 3 lengths" in problem

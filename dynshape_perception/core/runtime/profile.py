@@ -34,7 +34,8 @@ def load_profile(path: Path) -> dict[str, Counter[Signature]]:
     dims and call counts, is a ``ConfigError``."""
     try:
         doc = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as err:
+    # ValueError: a scalar YAML types but cannot build, such as the date 2024-13-45.
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
         raise ConfigError(f"cannot read shape profile {path}: {err}") from err
     if not isinstance(doc, dict) or doc.get("version") != PROFILE_VERSION:
         raise ConfigError(f"{path} is not a version-{PROFILE_VERSION} shape profile")
