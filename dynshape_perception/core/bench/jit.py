@@ -535,7 +535,7 @@ def _run_engine(
             "interference": engine.pool.meter.snapshot(engine.pool.mode) if engine.pool else {},
             "compile_mode_choice": engine.pool.choice if engine.pool else {},
             "metrics": snap,
-            "compile_summary": compile_summary(engine.metrics.events),
+            "compile_summary": compile_summary(list(engine.metrics.events)),
             "cost_model": {
                 name: d.cost_snapshot()["forward"] for name, d in engine.dispatchers.items()
             },

@@ -140,10 +140,9 @@ class InProcessReplay:
         metrics = RunMetrics(self.settings.deadlines_ms, dict(run_info or {}))
         self._jit_prev = (self.engine.metrics.calls, self.engine.metrics.hits)
         t0 = time.monotonic()
-        seen_events = 0
-        for event in list(self.engine.metrics.events):
+        earlier, seen_events = self.engine.metrics.events_since(0)
+        for event in earlier:
             metrics.add_event(event, t0, -1)
-            seen_events += 1
         with bags.BagReader(bag_path) as reader:
             plan = plan_topics(reader.topics(), options.topics, options.remaps)
             metrics.topics = {
@@ -222,10 +221,9 @@ class InProcessReplay:
                         self._jit_state(record)
                         record.wall_s = round(time.perf_counter() - wall0, 6)
                         metrics.add_frame(record)
-                        events = self.engine.metrics.events
-                        for event in events[seen_events:]:
+                        events, seen_events = self.engine.metrics.events_since(seen_events)
+                        for event in events:
                             metrics.add_event(event, t0, index)
-                        seen_events = len(events)
                         index += 1
                         bar.update(1)
                         if options.max_frames is not None and index >= options.max_frames:

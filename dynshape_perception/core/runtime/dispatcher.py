@@ -72,6 +72,7 @@ class Specialisation:
     # Served calls and their summed latency, to judge it in place (see Dispatcher._judge).
     hits: int = 0
     hit_ms: float = 0.0
+    judged: bool = False
     # When it last served (perf_counter): the cache evicts the least recent.
     last_used: float = 0.0
     # False once evicted or demoted: a caller holding it through its key state serves generic.
@@ -366,7 +367,7 @@ class Dispatcher:
         if accepted and self.degrade.on_miss():
             self.metrics.bump("degraded_episodes")
             degraded = True
-        self.metrics.degraded = degraded
+        self.metrics.set_degraded(self.model.name, degraded)
 
     def _new_shape(
         self, memo: tuple[object, ...], function: str, dims: Mapping[str, int]
@@ -396,6 +397,14 @@ class Dispatcher:
         cold = [memo for memo, s in self._shapes.items() if s.latency.calls <= floor]
         for memo in cold:
             del self._shapes[memo]
+        # Exact keys (packed histories, association sizes) are as many as their signatures:
+        # a key state nothing is known of goes with its last signature.
+        live = {s.key for s in self._shapes.values()}
+        for key, state in list(self._keys.items()):
+            if key in live or state.entry is not None or state.strikes:
+                continue
+            if not (state.accepted or state.rejected or state.blacklisted):
+                del self._keys[key]
         self.profile_dropped += len(cold)
         self.metrics.bump("latency_signatures_dropped", len(cold))
 
@@ -408,7 +417,8 @@ class Dispatcher:
         state = self._keys.get(entry.key)
         if state is not None and state.entry is entry:
             state.entry = None
-        self._trials[entry.key.function].pop(entry.key, None)
+            # Only its own trial: a successor put in its place has started a new one.
+            self._trials[entry.key.function].pop(entry.key, None)
 
     def _latency_rows(self) -> list[tuple[Signature, LatencyStats]]:
         self.settle()
@@ -435,8 +445,14 @@ class Dispatcher:
         """
         entry.hits += 1
         entry.hit_ms += ms
-        if entry.hits != JUDGE_HITS or self._deterministic:
+        if entry.hits < JUDGE_HITS or entry.judged or self._deterministic:
             return
+        # Callers on several threads pass the count together (or, losing an increment, never
+        # see it equal): the flag, set under the lock, makes one of them the judge.
+        with self._lock:
+            if entry.judged:
+                return
+            entry.judged = True
         self._trials[entry.key.function].pop(entry.key, None)
         state = self._keys.get(entry.key)
         if state is None or state.idle_ms <= 0.0:
@@ -449,6 +465,7 @@ class Dispatcher:
         with self._lock:
             state.rejected = True
             state.accepted = False
+            state.sample = None
         self.metrics.bump("demoted")
         event = CompileEvent(
             time.monotonic(),
@@ -517,7 +534,9 @@ class Dispatcher:
                 return False, None
             if not cost.settled and self._trial_full(key.function, now):
                 return False, None
-        elif self.pool.in_flight(self.model.name, key):
+        elif state.entry is not None or self.pool.in_flight(self.model.name, key):
+            # Published or compiling: a miss settled after its compile landed (the call began
+            # before, or its record waited in the inbox) must not build the key again.
             return True, None
         state.accepted = True
         if state.sample is None:
@@ -539,11 +558,21 @@ class Dispatcher:
 
     def _submit(self, request: CompileRequest, benefit: float) -> None:
         """Outside this dispatcher's lock, which the next caller may be waiting for."""
-        assert self.pool is not None
-        if self.pool.submit(request, benefit, self._compiled):
-            with self._lock:
-                self._outstanding[request.key.function] += 1
+        if self._queue(request, benefit):
             self.degrade.requested += 1
+
+    def _queue(self, request: CompileRequest, benefit: float) -> bool:
+        """Counted outstanding before it is queued: a compile that fails at once must find
+        itself counted, or its count would outlive it and block the function's next trial."""
+        assert self.pool is not None
+        function = request.key.function
+        with self._lock:
+            self._outstanding[function] += 1
+        if self.pool.submit(request, benefit, self._compiled):
+            return True
+        with self._lock:
+            self._outstanding[function] -= 1
+        return False
 
     def _observe_interference(
         self, state: KeyState, generic_ms: float, compiling: str | None
@@ -588,6 +617,12 @@ class Dispatcher:
         if result is None:
             self._fail(key, state, compile_s, reason)
             return
+        if state.rejected and not self._deterministic:
+            # Demoted while this build ran: that verdict, from serving, outweighs a fresh timing.
+            reason = "key demoted meanwhile"
+            event = CompileEvent(now, self.model.name, str(key), True, compile_s, reason)
+            self._emit(event, rejected=True)
+            return
         self.degrade.completed += 1
         cost.observe_compile(compile_s)
         speedup = result.speedup
@@ -596,6 +631,7 @@ class Dispatcher:
             with self._lock:
                 state.rejected = True
                 state.accepted = False
+                state.sample = None
             self._emit(
                 CompileEvent(
                     now,
@@ -618,6 +654,9 @@ class Dispatcher:
         entry = Specialisation(key, loaded, nbytes, speedup)
         with self._lock:
             self._trials[key.function][key] = time.perf_counter()
+            # A point cloud's copy need not live as long as its key: once evicted, the key's
+            # next miss records a fresh one.
+            state.sample = None
         # Linked before the put, so that an eviction the put (or a racing one) makes unlinks it.
         state.entry = entry
         self.cache.put(entry)
@@ -629,6 +668,7 @@ class Dispatcher:
             newly = strike(state, key, self.config)
             if state.blacklisted:
                 state.accepted = False
+                state.sample = None
         if newly:
             self.metrics.bump("blacklisted")
         self._emit(
@@ -656,9 +696,7 @@ class Dispatcher:
                 state.accepted = True
                 state.sample = sample_inputs(self.model, key.function, key.as_dict(), seed)
                 request = self._request(key, state.sample)
-            if self.pool.submit(request, float("inf"), self._compiled):
-                with self._lock:
-                    self._outstanding[key.function] += 1
+            self._queue(request, float("inf"))
 
     @property
     def hit_log(self) -> deque[tuple[Signature, Signature]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from dynshape_perception.core.runtime.shapes import Signature
 
 EMA_WEIGHT = 0.2
+EVENTS_KEPT = 4096
 
 LatencyRows = Callable[[], Iterable[tuple[Signature, "LatencyStats"]]]
 
@@ -84,11 +86,12 @@ class JitMetrics:
     demoted: int = 0
     blacklisted: int = 0
     degraded_episodes: int = 0
-    degraded: bool = False
     latency_signatures_dropped: int = 0
     # Warm-up profile entries that name no function, other dims, or shapes past the bounds.
     profile_entries_skipped: int = 0
-    events: list[CompileEvent] = field(default_factory=list)
+    # The newest compile events; a node runs for days, and LRU churn recompiles.
+    events: deque[CompileEvent] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    events_recorded: int = 0
     # Per model, its dispatcher's latency rows and call tally: each dispatcher owns, bounds and
     # updates its own, so a call touches nothing shared; reads here sum them.
     _latency_sources: dict[str, LatencyRows] = field(default_factory=dict, repr=False)
@@ -97,6 +100,18 @@ class JitMetrics:
     # path, and a read must see every call made before it.
     _settlers: dict[str, Callable[[], None]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Per model, whether its dispatcher has stopped specialising: one model's recovery must
+    # not hide another's degrade.
+    _degraded: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    @property
+    def degraded(self) -> bool:
+        # A copy taken in one step, as a dispatcher may add its model meanwhile.
+        return any(tuple(self._degraded.values()))
+
+    def set_degraded(self, model: str, degraded: bool) -> None:
+        with self._lock:
+            self._degraded[model] = degraded
 
     def add_source(
         self,
@@ -153,7 +168,7 @@ class JitMetrics:
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
         with self._lock:
-            self.events.append(event)
+            self._append_event(event)
             self.compile_time_s += event.compile_s
             if rejected:
                 self.compiles_rejected += 1
@@ -165,7 +180,19 @@ class JitMetrics:
     def record_event(self, event: CompileEvent) -> None:
         """An event that is not a compile (a demotion): kept in the log, counted nowhere."""
         with self._lock:
-            self.events.append(event)
+            self._append_event(event)
+
+    def _append_event(self, event: CompileEvent) -> None:
+        self.events.append(event)
+        self.events_recorded += 1
+
+    def events_since(self, seen: int) -> tuple[list[CompileEvent], int]:
+        """The events recorded after the first ``seen`` that are still kept, and how many
+        have been recorded in all (the next call's ``seen``)."""
+        with self._lock:
+            total = self.events_recorded
+            kept = list(self.events)
+        return kept[max(0, seen - (total - len(kept))) :], total
 
     def bump(self, name: str, by: int = 1) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from dynshape_perception.core.runtime.compile_pool import (
     failing_worker_start_fault_injector,
     stalling_compiler_fault_injector,
 )
-from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS
+from dynshape_perception.core.runtime.dispatcher import JUDGE_HITS, Specialisation
 from dynshape_perception.core.runtime.engine import Engine
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.core.runtime.policy import JitConfig
@@ -325,6 +326,7 @@ ONE_ENTRY = "version: 1\nmodels: {associator: [{function: forward, %s}]}"
         ),
         ("version: 1\nmodels: {associator: [{function: forward, dims: {N: 3}}]}", "needs"),
         ("version: 1\nmodels: [1, 2]", "must be a mapping"),
+        ("version: 1\nmodels: {associator: 2024-13-45}", "cannot read"),
         ("version: 1\nmodels: {associator: 7}", "must list"),
         ("version: 1\nmodels: " + "[" * 5000 + "]" * 5000, "cannot read|must be a mapping"),
     ],
@@ -447,6 +449,9 @@ def test_a_caller_refilling_its_arrays_does_not_change_the_compile_sample(
     # Bookkeeping that never runs by itself: the sample is taken before the caller refills.
     with associator_engine(cache_root, bookkeeper=Bookkeeper(poll_s=3600.0)) as eng:
         dispatcher = eng["associator"]
+        # Held until the sample is checked: a published key lets go of its sample.
+        assert eng.pool is not None
+        eng.pool.pause()
         arrays = call_inputs("associator", {"N": 5, "M": 3}, seed=4)
         original = [a.copy() for a in arrays]
         for _ in range(2):
@@ -460,8 +465,10 @@ def test_a_caller_refilling_its_arrays_does_not_change_the_compile_sample(
         assert state is not None and state.accepted and state.sample is not None
         for got, want in zip(state.sample, original, strict=True):
             np.testing.assert_array_equal(got, want)
+        eng.pool.resume()
         # A compile thread still in TVM when the interpreter exits aborts it.
-        assert eng.pool is not None and eng.pool.wait_idle(120)
+        assert eng.pool.wait_idle(120)
+        assert state.entry is not None and state.sample is None
 
 
 def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) -> None:
@@ -631,3 +638,133 @@ def test_a_specialisation_slower_in_place_is_demoted(
         if not kept:
             assert state.rejected and not state.accepted
             assert "demoted" in eng.metrics.events[-1].reason
+
+
+def published(eng: Engine, dims: dict[str, int]) -> tuple[list[np.ndarray], Signature, Any]:
+    """Inputs of ``dims``, made hot until their key's specialisation serves; the key and its
+    state."""
+    dispatcher = eng["associator"]
+    inputs = call_inputs("associator", dims, seed=1)
+    for _ in range(2):
+        dispatcher("forward", *inputs)
+    assert eng.pool is not None and eng.pool.wait_idle(120)
+    key = dispatcher.key_of(Signature.of("forward", dims))
+    state = dispatcher.key_state(key)
+    assert state is not None and state.entry is not None, "eager_config publishes any build"
+    return inputs, key, state
+
+
+def test_a_miss_settled_after_its_keys_build_landed_builds_nothing_more(cache_root: Path) -> None:
+    with associator_engine(cache_root, bookkeeper=Bookkeeper(poll_s=3600.0)) as eng:
+        dispatcher, pool = eng["associator"], eng.pool
+        assert pool is not None
+        inputs = call_inputs("associator", {"N": 10, "M": 3}, seed=1)
+        key = dispatcher.key_of(Signature.of("forward", {"N": 10, "M": 3}))
+        pool.pause()
+        for _ in range(2):
+            dispatcher("forward", *inputs)
+        dispatcher.settle()
+        assert pool.in_flight("associator", key)
+        # Calls that begin before the build lands; their records wait in the inbox.
+        for _ in range(3):
+            dispatcher("forward", *inputs)
+        pool.resume()
+        deadline = time.monotonic() + 120
+        while key not in dispatcher.cache.keys() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert key in dispatcher.cache.keys()
+        dispatcher.settle()
+        assert pool.wait_idle(120)
+        assert eng.metrics.compiles_ok == 1 and len(eng.metrics.events) == 1
+
+
+def test_a_build_landing_for_a_demoted_key_is_not_put_back(cache_root: Path) -> None:
+    with associator_engine(cache_root) as eng:
+        dispatcher = eng["associator"]
+        inputs, key, state = published(eng, {"N": 10, "M": 3})
+        library = state.entry.model.library_path
+        dispatcher.config = dataclasses.replace(dispatcher.config, accept_ratio=0.95)
+        state.idle_ms = 1e-6
+        for _ in range(JUDGE_HITS):
+            dispatcher("forward", *inputs)
+        assert state.rejected and key not in dispatcher.cache.keys()
+        assert state.sample is None, "a rejected key keeps no inputs"
+        # A build of the key, queued before the demotion, lands after it.
+        dispatcher._compiled(key, CompileResult(str(library), 0.1, 0.5), 0.1, "")
+        assert key not in dispatcher.cache.keys() and state.entry is None
+        assert eng.metrics.compiles_rejected == 1
+        assert "demoted meanwhile" in eng.metrics.events[-1].reason
+
+
+def test_hits_that_race_past_the_judging_count_are_still_judged_once(cache_root: Path) -> None:
+    with associator_engine(cache_root) as eng:
+        dispatcher = eng["associator"]
+        inputs, key, state = published(eng, {"N": 10, "M": 3})
+        dispatcher.config = dataclasses.replace(dispatcher.config, accept_ratio=0.95)
+        state.idle_ms = 1e6
+        errors: list[BaseException] = []
+
+        def hit_many() -> None:
+            try:
+                for _ in range(JUDGE_HITS // 2):
+                    dispatcher("forward", *inputs)
+            except BaseException as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+
+        threads = [threading.Thread(target=hit_many) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not errors
+        assert dispatcher.cost_snapshot()["forward"]["judged_in_place"] == 1
+        # As if two callers' increments interleaved so that neither saw the count itself.
+        entry = Specialisation(key, state.entry.model, 0, 0.5, hits=JUDGE_HITS, hit_ms=1.0)
+        state.idle_ms = 1e-6
+        dispatcher._judge(entry, 1.0)
+        assert dispatcher.cost_snapshot()["forward"]["judged_in_place"] == 2
+        assert eng.metrics.demoted == 1 and state.rejected
+
+
+def test_a_compile_failing_before_its_submit_returns_leaves_nothing_outstanding(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with associator_engine(cache_root, compile_fn=failing_compiler_fault_injector) as eng:
+        dispatcher, pool = eng["associator"], eng.pool
+        assert pool is not None
+        submit = pool.submit
+
+        def preempted_submitter_fault_injector(
+            request: CompileRequest, benefit_ms: float, on_done: Any
+        ) -> bool:
+            """Fault injector: the submitting thread loses its core until the compile failed."""
+            queued = submit(request, benefit_ms, on_done)
+            deadline = time.monotonic() + 30
+            while not pool.idle(settle=False) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return queued
+
+        monkeypatch.setattr(pool, "submit", preempted_submitter_fault_injector)
+        inputs = call_inputs("associator", {"N": 5, "M": 5}, seed=2)
+        for _ in range(4):
+            dispatcher("forward", *inputs)
+            dispatcher.settle()
+        assert eng.metrics.compiles_failed >= 1
+        assert dispatcher._outstanding["forward"] == 0
+
+
+def test_key_states_go_with_their_last_signature(
+    monkeypatch: pytest.MonkeyPatch, cache_root: Path
+) -> None:
+    """Exact keys are as many as their signatures: pruning one prunes the other."""
+    monkeypatch.setattr(dispatcher_module, "PROFILE_MAX", 16)
+    config = eager_config(mode="off", weak_edges={"associator": {}})
+    with associator_engine(cache_root, config) as eng:
+        dispatcher = eng["associator"]
+        for n in range(1, 40):
+            dispatcher("forward", *call_inputs("associator", {"N": 5, "M": 5}, seed=5))
+            dispatcher("forward", *call_inputs("associator", {"N": n, "M": 7}, seed=n))
+        dispatcher.settle()
+        assert dispatcher.profile_dropped > 0
+        kept = {shape.key for shape in dispatcher._shapes.values()}
+        assert set(dispatcher._keys) == kept

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dynshape_perception.core.runtime.metrics import CallTally, JitMetrics, LatencyStats
+from dynshape_perception.core.runtime import metrics as metrics_module
+from dynshape_perception.core.runtime.metrics import (
+    CallTally,
+    CompileEvent,
+    JitMetrics,
+    LatencyStats,
+)
 from dynshape_perception.core.runtime.shapes import Signature
 
 
@@ -30,3 +36,34 @@ def test_latency_rows_come_from_their_owners_and_uncalled_rows_are_left_out() ->
     other.add(LatencyStats(), 4.0, hit=False, accepted=True)
     assert (metrics.calls, metrics.misses, metrics.hit_rate) == (4, 1, 0.5), "tallies are summed"
     assert metrics.busy_s == pytest.approx(0.010)
+
+
+def test_one_models_recovery_does_not_hide_anothers_degrade() -> None:
+    metrics = JitMetrics()
+    metrics.set_degraded("segmenter", True)
+    metrics.set_degraded("predictor", False)
+    assert metrics.degraded and metrics.snapshot()["degraded"]
+    metrics.set_degraded("segmenter", False)
+    assert not metrics.degraded
+
+
+def test_the_event_log_keeps_the_newest_and_readers_resume_where_they_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_module, "EVENTS_KEPT", 4)
+    metrics = JitMetrics()
+
+    def event(i: int) -> CompileEvent:
+        return CompileEvent(float(i), "predictor", f"k{i}", True, 0.1)
+
+    for i in range(3):
+        metrics.record_compile(event(i))
+    first, seen = metrics.events_since(0)
+    assert [e.key for e in first] == ["k0", "k1", "k2"] and seen == 3
+    for i in range(3, 9):
+        metrics.record_compile(event(i))
+    assert [e.key for e in metrics.events] == ["k5", "k6", "k7", "k8"], "bounded, newest kept"
+    later, seen = metrics.events_since(seen)
+    assert [e.key for e in later] == ["k5", "k6", "k7", "k8"], "k3 and k4 fell out unread"
+    assert seen == 9 and metrics.events_since(seen) == ([], 9)
+    assert metrics.compiles_ok == 9, "the counters count every event, kept or not"
