@@ -46,6 +46,14 @@ TRIAL_SAMPLES = 200
 # compiles at least this much (wall over running time): a process keeps a compiler crash
 # out of the serving process.
 TRIAL_STRETCH = 1.5
+TRIAL_DRY_S = 10.0
+
+
+class _CompileTimeout(Exception):
+    """A compile ran past its timeout: distinct from a ``TimeoutError`` the compiler raises,
+    which is its failure, not a hang."""
+
+
 # Per worker: the generic build each specialisation is validated against, loaded once.
 _GENERIC: dict[tuple[str, str, str, str], Any] = {}
 
@@ -134,6 +142,9 @@ class CompileJob:
     key: Signature = field(compare=False)
     request: CompileRequest = field(compare=False)
     on_done: OnDone = field(compare=False)
+    # Broken with a pool of several workers, where the crash may have been another's: run
+    # again alone, where a crash is its own.
+    alone: bool = field(default=False, compare=False)
 
 
 class CompilePool:
@@ -165,6 +176,9 @@ class CompilePool:
         # Wall and stopped seconds of the successful process compiles in the trial.
         self._trial_wall_s = 0.0
         self._trial_stopped_s = 0.0
+        self._last_done = time.monotonic()
+        # A job retried alone is running: no other starts beside it.
+        self._solo = False
         self._timeout_s = timeout_s
         self._compile_fn = compile_fn
         self._heap: list[CompileJob] = []
@@ -186,7 +200,7 @@ class CompilePool:
         self._yield_started = 0.0
         # The process worker's start-up job: done once it has imported the compiler.
         self._started: cf.Future[Any] | None = None
-        self._executor = self._new_executor()
+        self._executor = self._new_executor(self.mode)
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)
             for i in range(size)
@@ -194,8 +208,8 @@ class CompilePool:
         for worker in self._workers:
             worker.start()
 
-    def _new_executor(self) -> cf.Executor:
-        if self.mode == "process":
+    def _new_executor(self, mode: str) -> cf.Executor:
+        if mode == "process":
             # spawn: forking a process that holds TVM and rclpy threads is unsafe.
             pool = cf.ProcessPoolExecutor(
                 max_workers=self._size,
@@ -231,14 +245,16 @@ class CompilePool:
             return False
         return True
 
-    def _replace_executor(self) -> None:
-        """New workers in ``self.mode``; the old ones are ended, whatever they were doing.
+    def _replace_executor(self, mode: str) -> None:
+        """New workers in ``mode``; the old ones are ended, whatever they were doing.
 
         Threads cannot be ended: those still compiling are kept count of, and while as many
-        run as the pool has workers, no new compile starts beside them.
+        run as the pool has workers, no new compile starts beside them. The mode changes only
+        once the new workers exist: a failed start leaves the pool as it was.
         """
         old = self._executor
-        self._executor = self._new_executor()
+        self._executor = self._new_executor(mode)
+        self.mode = mode
         _terminate_processes(old)
         if isinstance(old, DaemonThreadExecutor):
             self._abandoned.extend(old.threads)
@@ -298,8 +314,10 @@ class CompilePool:
         On two cores a compile on the second core still slows a call that wants both, so the
         compile gets the idle time between calls rather than a share of each one.
         """
-        self._enter_yield()
+        # Entered inside the try: an interrupt landing mid-entry must not leave the pool
+        # held for good (``_leave_yield`` floors the count at zero).
         try:
+            self._enter_yield()
             yield
         finally:
             self._leave_yield()
@@ -376,23 +394,46 @@ class CompilePool:
                     or self._paused
                     or self._yielding
                     or self._held_by_abandoned_locked()
+                    or self._solo
+                    or (self._heap[0].alone and self.busy > 0)
                 ):
-                    # Polled while abandoned compiles run: nothing signals their end.
-                    self._cv.wait(ABANDONED_POLL_S if self._abandoned else None)
+                    # Polled while abandoned compiles run: nothing signals their end; and
+                    # while the trial waits to see whether compiles have run dry.
+                    polled = self._abandoned or self._thread_trial_locked()
+                    self._cv.wait(ABANDONED_POLL_S if polled else None)
+                    if self._trial_ran_dry_locked():
+                        try:
+                            self._choose_locked()
+                        except Exception:  # a failed switch keeps the current mode
+                            log.exception("JIT: switching the compile mode failed")
                 if self._closed:
                     return
                 if self._auto and not self.choice and self.busy == 0:
-                    self._trial_step_locked()
+                    try:
+                        self._trial_step_locked()
+                    except Exception:  # a failed switch keeps the current mode
+                        log.exception("JIT: switching the compile mode failed")
                 job = heapq.heappop(self._heap)
+                executor = self._executor
                 self.busy += 1
+                self._solo = job.alone
+            requeued = False
             try:
-                self._run(job)
+                requeued = self._run(job, executor)
             except Exception:  # a broken callback must not end this worker
                 log.exception("JIT: finishing the compile of %s %s failed", job.model, job.key)
             finally:
                 with self._cv:
                     self.busy -= 1
-                    self._pending.discard((job.model, job.key))
+                    if job.alone:
+                        self._solo = False
+                        self._cv.notify_all()
+                    if requeued:
+                        heapq.heappush(self._heap, job)
+                        self._cv.notify()
+                    else:
+                        self._pending.discard((job.model, job.key))
+                    self._last_done = time.monotonic()
 
     def _await(self, future: cf.Future[CompileResult]) -> CompileResult | None:
         """The compile's result; None if the pool closed meanwhile. Time its worker spent
@@ -404,45 +445,65 @@ class CompilePool:
             running_s = time.perf_counter() - started - (self._stopped_so_far() - stopped_before)
             left_s = self._timeout_s - running_s
             if left_s <= 0.0:
-                raise cf.TimeoutError
-            try:
-                return future.result(timeout=min(left_s, AWAIT_POLL_S))
-            except cf.TimeoutError:
-                if self._closed:
-                    return None
+                raise _CompileTimeout
+            done, _ = cf.wait([future], timeout=min(left_s, AWAIT_POLL_S))
+            if done:
+                return future.result()
+            if self._closed:
+                return None
 
-    def _run(self, job: CompileJob) -> None:
+    def _run(self, job: CompileJob, executor: cf.Executor) -> bool:
+        """Compile ``job`` on ``executor`` and report it; True if it is to be queued again,
+        since another job's timeout or crash replaced the workers it ran on."""
         started = time.perf_counter()
         # Only the trial's process compiles need their stopped time; the mode cannot change
         # while this job runs.
         measuring = self._auto and not self.choice and self.mode == "process"
         stopped_before = self._stopped_so_far() if measuring else 0.0
+        reason = ""
+        restart = False
+        result: CompileResult | None = None
         try:
-            future = self._executor.submit(self._compile_fn, job.request, self._weights[job.model])
-            done = self._await(future)
-        except cf.TimeoutError:
-            self._restart_executor()
-            job.on_done(job.key, None, time.perf_counter() - started, "timeout")
-            return
+            future = executor.submit(self._compile_fn, job.request, self._weights[job.model])
+            # A pool of several spawns its later workers with its jobs, not at start.
+            for proc in _processes(executor):
+                if proc.pid is not None:
+                    _lower_priority(proc.pid)
+            result = self._await(future)
+            if result is None:
+                return False
+        except _CompileTimeout:
+            reason, restart = "timeout", True
         except cf.BrokenExecutor as err:
-            # A crashed worker breaks its pool for good: the crash is this key's strike, and
-            # the next compile gets a new worker.
-            self._restart_executor()
-            job.on_done(job.key, None, time.perf_counter() - started, f"worker crashed: {err}")
-            return
+            # A crashed worker breaks its pool for good, and the next compile gets a new one.
+            # Alone in the pool, the crash is this key's strike; beside others, it cannot be
+            # told whose it was, so each job it broke runs again alone.
+            reason, restart = f"worker crashed: {err}", True
+            if self._size > 1 and not job.alone:
+                self._restart_executor(executor, reason)
+                job.alone = True
+                return not self._closed
         except Exception as err:  # noqa: BLE001 - any compile failure is a strike, not a crash
             reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        if reason and self._replaced(executor):
+            # Not its failure: its workers were ended for another job's timeout, or closing.
+            return not self._closed
+        if restart:
+            self._restart_executor(executor, reason)
+        if result is None:
             job.on_done(job.key, None, time.perf_counter() - started, reason)
-            return
-        if done is None:
-            return
-        result = done
+            return False
         if measuring:
             stopped = self._stopped_so_far() - stopped_before
             with self._cv:
                 self._trial_wall_s += time.perf_counter() - started
                 self._trial_stopped_s += stopped
         job.on_done(job.key, result, result.compile_s, "")
+        return False
+
+    def _replaced(self, executor: cf.Executor) -> bool:
+        with self._cv:
+            return self._closed or executor is not self._executor
 
     def _trial_step_locked(self) -> None:
         """Advance the auto trial between jobs: measure process, then thread, then choose."""
@@ -451,10 +512,11 @@ class CompilePool:
         if self.mode == "process" and self.meter.samples("thread") == 0:
             self._switch_locked("thread")
             return
-        measured = {m: self.meter.slowdown(m) for m in ("process", "thread")}
-        slow = {m: v for m, v in measured.items() if v is not None}
-        if len(slow) < len(measured):
-            return
+        if all(self.meter.slowdown(m) is not None for m in ("process", "thread")):
+            self._choose_locked()
+
+    def _choose_locked(self) -> None:
+        slow = {m: v for m in ("process", "thread") if (v := self.meter.slowdown(m)) is not None}
         running = self._trial_wall_s - self._trial_stopped_s
         stretch = self._trial_wall_s / running if running > 0 else None
         chosen = choose_mode(slow, stretch)
@@ -467,6 +529,21 @@ class CompilePool:
         if chosen != self.mode:
             self._switch_locked(chosen)
 
+    def _thread_trial_locked(self) -> bool:
+        return self._auto and not self.choice and self.mode == "thread" and self.busy == 0
+
+    def _trial_ran_dry_locked(self) -> bool:
+        """Whether the trial's thread phase has waited ``TRIAL_DRY_S`` for a compile with both
+        modes measured, if short of ``TRIAL_SAMPLES``. Compiles run dry once the cost model
+        learns what does not pay; rather than keep the mode tried second with no verdict
+        behind it, the trial then chooses on what it has."""
+        return (
+            self._thread_trial_locked()
+            and not self._heap
+            and time.monotonic() - self._last_done >= TRIAL_DRY_S
+            and all(self.meter.slowdown(m) is not None for m in ("process", "thread"))
+        )
+
     def _stopped_so_far(self) -> float:
         """Seconds the workers have spent stopped, including a stop still under way."""
         with self._cv:
@@ -474,15 +551,27 @@ class CompilePool:
             return self.yield_s + ongoing
 
     def _switch_locked(self, mode: str) -> None:
-        self.mode = mode
-        self._replace_executor()
+        self._replace_executor(mode)
 
-    def _restart_executor(self) -> None:
-        """A timed-out compile may never return: replace the workers."""
+    def _restart_executor(self, executor: cf.Executor, reason: str) -> None:
+        """A timed-out compile may never return, a crashed worker breaks its pool: replace
+        the workers, unless another job already has. A thread that hangs cannot be ended,
+        and while it runs it holds a worker and keeps the interpreter from exiting cleanly:
+        the auto mode takes processes from then on."""
         with self._cv:
+            if self._closed or executor is not self._executor:
+                return
             if self._stopped:
                 self._resume_stopped()
-            self._replace_executor()
+            mode = self.mode
+            if self._auto and mode == "thread" and reason == "timeout":
+                mode = "process"
+                self.choice = {"mode": mode, "reason": "a compile thread hung"}
+                log.warning("JIT: a compile thread hung; compiling in processes from now on")
+            try:
+                self._replace_executor(mode)
+            except Exception:  # the next compile finds the pool broken: a strike
+                log.exception("JIT: restarting the compile workers failed")
 
     def shutdown(self, wait: bool = True) -> None:
         with self._cv:
@@ -569,9 +658,15 @@ def _processes(executor: cf.Executor) -> list[Any]:
 
 
 def _terminate_processes(executor: cf.Executor) -> None:
-    """A process pool's shutdown waits for a running job; a compile may never finish."""
+    """A process pool's shutdown waits for a running job; a compile may never finish. A
+    worker stopped through a heavy call holds SIGTERM until continued."""
     for proc in _processes(executor):
         proc.terminate()
+        if proc.pid is not None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def stalling_compiler_fault_injector(
@@ -592,6 +687,17 @@ def crashing_compiler_fault_injector(
     if request.key.dims[0][1] % 2:
         os.kill(os.getpid(), signal.SIGSEGV)
     return compile_to_cache(request, weights)
+
+
+def slow_or_crashing_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: for keys whose first dim is odd, a compiler that crashes its process
+    at once; for the others, one that fails after 3 s, so that a crash lands mid-compile."""
+    if request.key.dims[0][1] % 2:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    time.sleep(3.0)
+    raise CompileError(f"injected slow failure for {request.model} {request.key}")
 
 
 def failing_worker_start_fault_injector() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -31,6 +32,7 @@ from dynshape_perception.core.runtime.compile_pool import (
     compile_to_cache,
     crashing_compiler_fault_injector,
     failing_compiler_fault_injector,
+    slow_or_crashing_compiler_fault_injector,
     stalling_compiler_fault_injector,
     validate_in_worker,
 )
@@ -592,3 +594,149 @@ def test_a_crashed_worker_is_a_strike_and_the_next_compile_gets_a_new_one(
         assert worker_pids(pool) and worker_pids(pool) != [first_pid]
     finally:
         pool.shutdown()
+
+
+def timing_out_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: a compiler whose own wait times out (a lock, a remote cache)."""
+    raise TimeoutError("injected timeout inside the compiler")
+
+
+def test_a_compiler_raising_timeout_error_fails_without_a_restart(tmp_path: Path) -> None:
+    """Its TimeoutError is its failure, not a hang of the pool's making."""
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="thread", compile_fn=timing_out_compiler_fault_injector
+    )
+    try:
+        executor = pool._executor
+        assert run_one(pool, 1, tmp_path) == "injected timeout inside the compiler"
+        assert pool._executor is executor
+    finally:
+        pool.shutdown()
+
+
+def test_an_auto_pool_whose_compile_thread_hangs_compiles_in_processes_after(
+    tmp_path: Path,
+) -> None:
+    """A hung thread cannot be ended, a process can."""
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="auto",
+        timeout_s=0.3,
+        compile_fn=sleeping_compiler_fault_injector,
+    )
+    try:
+        with pool._cv:
+            pool._switch_locked("thread")  # the trial's thread phase
+        assert run_one(pool, 1, tmp_path) == "timeout"
+        assert pool.mode == "process" and pool.can_yield
+        assert pool.choice == {"mode": "process", "reason": "a compile thread hung"}
+    finally:
+        pool.shutdown()
+
+
+def test_the_trial_chooses_on_what_it_measured_once_compiles_run_dry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compile_pool_module, "TRIAL_DRY_S", 0.3)
+    meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="auto",
+        compile_fn=failing_compiler_fault_injector,
+        meter=meter,
+    )
+    try:
+        for _ in range(10):
+            meter.observe(1.0, 1.0, None)
+            meter.observe(1.5, 1.0, "process")
+        with pool._cv:
+            pool._switch_locked("thread")
+        run_one(pool, 1, tmp_path)
+        time.sleep(1.5)
+        assert not pool.choice, "no verdict while the thread mode is unmeasured"
+        for _ in range(10):
+            meter.observe(1.1, 1.0, "thread")
+        deadline = time.monotonic() + 10
+        while not pool.choice and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.choice["mode"] == "thread" and pool.mode == "thread"
+        assert pool.choice["slowdown"] == {"process": 0.5, "thread": pytest.approx(0.1)}
+    finally:
+        pool.shutdown()
+
+
+def test_a_crash_beside_other_compiles_is_charged_to_the_crashing_key_alone(
+    tmp_path: Path,
+) -> None:
+    """A broken pool of two cannot say whose compile crashed: each job it broke runs again
+    alone, where a crash is its own."""
+    done: dict[Signature, str] = {}
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        size=2,
+        mode="process",
+        compile_fn=slow_or_crashing_compiler_fault_injector,
+    )
+    try:
+        assert pool.wait_started(60.0)
+        crashing = Signature.of("forward", {"N": 3, "M": 3})
+        healthy = Signature.of("forward", {"N": 4, "M": 4})
+        pool.pause()
+        for key, benefit in ((crashing, 2.0), (healthy, 1.0)):
+            pool.submit(request(key, tmp_path), benefit, lambda k, r, s, why: done.update({k: why}))
+        pool.resume()
+        assert pool.wait_idle(120.0)
+        assert done[crashing].startswith("worker crashed")
+        assert done[healthy].startswith("injected slow failure"), done[healthy]
+    finally:
+        pool.shutdown()
+
+
+def test_a_yield_interrupted_mid_entry_does_not_hold_compiles_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="thread", compile_fn=failing_compiler_fault_injector
+    )
+
+    def interrupted_entry_fault_injector() -> None:
+        """Fault injector: Ctrl-C lands after the count went up, before the entry returned."""
+        with pool._cv:
+            pool._yielding += 1
+        raise KeyboardInterrupt
+
+    try:
+        monkeypatch.setattr(pool, "_enter_yield", interrupted_entry_fault_injector)
+        with pytest.raises(KeyboardInterrupt), pool.yielding():
+            pass
+        assert pool._yielding == 0
+        assert "injected" in run_one(pool, 1, tmp_path), "compiles still run"
+    finally:
+        pool.shutdown()
+
+
+def test_close_ends_a_worker_stopped_behind_the_pools_back(tmp_path: Path) -> None:
+    """A stop the pool did not record (an interrupt between the signal and the record) must
+    not leave close waiting on a worker that holds its SIGTERM."""
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="process", compile_fn=stalling_compiler_fault_injector
+    )
+    assert pool.wait_started(60.0)
+    (pid,) = worker_pids(pool)
+    pool.submit(request(Signature.of("forward", {"N": 4, "M": 4}), tmp_path), 1.0, lambda *a: None)
+    os.kill(pid, signal.SIGSTOP)
+    assert settles_to(pid, "T")
+    closing = threading.Thread(target=pool.shutdown)
+    closing.start()
+    closing.join(20.0)
+    if closing.is_alive():
+        os.kill(pid, signal.SIGCONT)
+    assert not closing.is_alive(), "close waited on a stopped worker"
