@@ -293,12 +293,8 @@ def run_one(pool: CompilePool, n: int, cache_root: Path) -> str:
     return reasons[0]
 
 
-@pytest.mark.parametrize(
-    ("thread_ratio", "chosen"), [(1.1, "thread"), (1.49, "process"), (2.0, "process")]
-)
-def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
-    tmp_path: Path, thread_ratio: float, chosen: str
-) -> None:
+def trial_pool(tmp_path: Path) -> tuple[CompilePool, InterferenceMeter]:
+    """An auto pool whose compiles fail at once, with a meter the test feeds by hand."""
     meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
     pool = CompilePool(
         WEIGHTS,
@@ -308,6 +304,16 @@ def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
         compile_fn=failing_compiler_fault_injector,
         meter=meter,
     )
+    return pool, meter
+
+
+@pytest.mark.parametrize(
+    ("thread_ratio", "chosen"), [(1.1, "thread"), (1.49, "process"), (2.0, "process")]
+)
+def test_auto_mode_measures_process_then_thread_and_keeps_the_gentler(
+    tmp_path: Path, thread_ratio: float, chosen: str
+) -> None:
+    pool, meter = trial_pool(tmp_path)
     try:
         assert pool.mode == "process" and pool.can_yield
         assert "injected" in run_one(pool, 1, tmp_path), "a compile too few calls saw: no switch"
@@ -642,15 +648,7 @@ def test_the_trial_chooses_on_what_it_measured_once_compiles_run_dry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(compile_pool_module, "TRIAL_DRY_S", 0.3)
-    meter = InterferenceMeter(prior_weight=0.5, min_samples=3)
-    pool = CompilePool(
-        WEIGHTS,
-        "x86_64",
-        tmp_path,
-        mode="auto",
-        compile_fn=failing_compiler_fault_injector,
-        meter=meter,
-    )
+    pool, meter = trial_pool(tmp_path)
     try:
         for _ in range(10):
             meter.observe(1.0, 1.0, None)
