@@ -401,9 +401,10 @@ class CompilePool:
                     # while the trial waits to see whether compiles have run dry.
                     polled = self._abandoned or self._thread_trial_locked()
                     self._cv.wait(ABANDONED_POLL_S if polled else None)
-                    if self._trial_ran_dry_locked():
+                    slow = self._trial_ran_dry_locked()
+                    if slow is not None:
                         try:
-                            self._choose_locked()
+                            self._choose_locked(slow)
                         except Exception:  # a failed switch keeps the current mode
                             log.exception("JIT: switching the compile mode failed")
                 if self._closed:
@@ -461,7 +462,8 @@ class CompilePool:
         measuring = self._auto and not self.choice and self.mode == "process"
         stopped_before = self._stopped_so_far() if measuring else 0.0
         reason = ""
-        restart = False
+        # Workers to replace: a hung compile's (it may never return) or a crashed one's.
+        restart = hung = False
         result: CompileResult | None = None
         try:
             future = executor.submit(self._compile_fn, job.request, self._weights[job.model])
@@ -473,14 +475,14 @@ class CompilePool:
             if result is None:
                 return False
         except _CompileTimeout:
-            reason, restart = "timeout", True
+            reason, restart, hung = "timeout", True, True
         except cf.BrokenExecutor as err:
             # A crashed worker breaks its pool for good, and the next compile gets a new one.
             # Alone in the pool, the crash is this key's strike; beside others, it cannot be
             # told whose it was, so each job it broke runs again alone.
             reason, restart = f"worker crashed: {err}", True
             if self._size > 1 and not job.alone:
-                self._restart_executor(executor, reason)
+                self._restart_executor(executor, hung=False)
                 job.alone = True
                 return not self._closed
         except Exception as err:  # noqa: BLE001 - any compile failure is a strike, not a crash
@@ -489,7 +491,7 @@ class CompilePool:
             # Not its failure: its workers were ended for another job's timeout, or closing.
             return not self._closed
         if restart:
-            self._restart_executor(executor, reason)
+            self._restart_executor(executor, hung)
         if result is None:
             job.on_done(job.key, None, time.perf_counter() - started, reason)
             return False
@@ -510,13 +512,20 @@ class CompilePool:
         if self.meter.samples(self.mode) < TRIAL_SAMPLES:
             return
         if self.mode == "process" and self.meter.samples("thread") == 0:
-            self._switch_locked("thread")
+            self._replace_executor("thread")
             return
-        if all(self.meter.slowdown(m) is not None for m in ("process", "thread")):
-            self._choose_locked()
+        slow = self._measured()
+        if slow is not None:
+            self._choose_locked(slow)
 
-    def _choose_locked(self) -> None:
-        slow = {m: v for m in ("process", "thread") if (v := self.meter.slowdown(m)) is not None}
+    def _measured(self) -> dict[str, float] | None:
+        """Each mode's slowdown of live calls, once the meter has measured both."""
+        process, thread = self.meter.slowdown("process"), self.meter.slowdown("thread")
+        if process is None or thread is None:
+            return None
+        return {"process": process, "thread": thread}
+
+    def _choose_locked(self, slow: Mapping[str, float]) -> None:
         running = self._trial_wall_s - self._trial_stopped_s
         stretch = self._trial_wall_s / running if running > 0 else None
         chosen = choose_mode(slow, stretch)
@@ -527,22 +536,21 @@ class CompilePool:
         }
         log.info("JIT compile mode: %s (%s)", chosen, self.choice)
         if chosen != self.mode:
-            self._switch_locked(chosen)
+            self._replace_executor(chosen)
 
     def _thread_trial_locked(self) -> bool:
         return self._auto and not self.choice and self.mode == "thread" and self.busy == 0
 
-    def _trial_ran_dry_locked(self) -> bool:
-        """Whether the trial's thread phase has waited ``TRIAL_DRY_S`` for a compile with both
-        modes measured, if short of ``TRIAL_SAMPLES``. Compiles run dry once the cost model
-        learns what does not pay; rather than keep the mode tried second with no verdict
-        behind it, the trial then chooses on what it has."""
-        return (
-            self._thread_trial_locked()
-            and not self._heap
-            and time.monotonic() - self._last_done >= TRIAL_DRY_S
-            and all(self.meter.slowdown(m) is not None for m in ("process", "thread"))
-        )
+    def _trial_ran_dry_locked(self) -> dict[str, float] | None:
+        """Both modes' slowdowns, if the trial's thread phase, short of ``TRIAL_SAMPLES``, has
+        waited ``TRIAL_DRY_S`` for a compile with both measured. Compiles run dry once the
+        cost model learns what does not pay; rather than keep the mode tried second with no
+        verdict behind it, the trial then chooses on what it has."""
+        if not self._thread_trial_locked() or self._heap:
+            return None
+        if time.monotonic() - self._last_done < TRIAL_DRY_S:
+            return None
+        return self._measured()
 
     def _stopped_so_far(self) -> float:
         """Seconds the workers have spent stopped, including a stop still under way."""
@@ -550,10 +558,7 @@ class CompilePool:
             ongoing = time.perf_counter() - self._yield_started if self._stopped else 0.0
             return self.yield_s + ongoing
 
-    def _switch_locked(self, mode: str) -> None:
-        self._replace_executor(mode)
-
-    def _restart_executor(self, executor: cf.Executor, reason: str) -> None:
+    def _restart_executor(self, executor: cf.Executor, hung: bool) -> None:
         """A timed-out compile may never return, a crashed worker breaks its pool: replace
         the workers, unless another job already has. A thread that hangs cannot be ended,
         and while it runs it holds a worker and keeps the interpreter from exiting cleanly:
@@ -564,7 +569,7 @@ class CompilePool:
             if self._stopped:
                 self._resume_stopped()
             mode = self.mode
-            if self._auto and mode == "thread" and reason == "timeout":
+            if self._auto and mode == "thread" and hung:
                 mode = "process"
                 self.choice = {"mode": mode, "reason": "a compile thread hung"}
                 log.warning("JIT: a compile thread hung; compiling in processes from now on")

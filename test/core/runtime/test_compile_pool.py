@@ -636,7 +636,7 @@ def test_an_auto_pool_whose_compile_thread_hangs_compiles_in_processes_after(
     )
     try:
         with pool._cv:
-            pool._switch_locked("thread")  # the trial's thread phase
+            pool._replace_executor("thread")  # the trial's thread phase
         assert run_one(pool, 1, tmp_path) == "timeout"
         assert pool.mode == "process" and pool.can_yield
         assert pool.choice == {"mode": "process", "reason": "a compile thread hung"}
@@ -654,7 +654,7 @@ def test_the_trial_chooses_on_what_it_measured_once_compiles_run_dry(
             meter.observe(1.0, 1.0, None)
             meter.observe(1.5, 1.0, "process")
         with pool._cv:
-            pool._switch_locked("thread")
+            pool._replace_executor("thread")
         run_one(pool, 1, tmp_path)
         time.sleep(1.5)
         assert not pool.choice, "no verdict while the thread mode is unmeasured"
