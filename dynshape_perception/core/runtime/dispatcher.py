@@ -462,10 +462,7 @@ class Dispatcher:
         if ratio < self.config.accept_ratio:
             return
         self.cache.drop(entry.key)
-        with self._lock:
-            state.rejected = True
-            state.accepted = False
-            state.sample = None
+        self._reject(state)
         self.metrics.bump("demoted")
         event = CompileEvent(
             time.monotonic(),
@@ -628,10 +625,7 @@ class Dispatcher:
         speedup = result.speedup
         cost.observe_speedup(speedup)
         if speedup >= self.config.accept_ratio and not self._deterministic:
-            with self._lock:
-                state.rejected = True
-                state.accepted = False
-                state.sample = None
+            self._reject(state)
             self._emit(
                 CompileEvent(
                     now,
@@ -661,6 +655,14 @@ class Dispatcher:
         state.entry = entry
         self.cache.put(entry)
         self._emit(CompileEvent(now, self.model.name, str(key), True, compile_s))
+
+    def _reject(self, state: KeyState) -> None:
+        """Never specialise this key again (slower at validation, or where it served); its
+        sample is no longer needed."""
+        with self._lock:
+            state.rejected = True
+            state.accepted = False
+            state.sample = None
 
     def _fail(self, key: Signature, state: KeyState, compile_s: float, reason: str) -> None:
         self.degrade.failed += 1
