@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dynshape_perception.errors import ConfigError, InputValueError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 
 ModelFn = Callable[..., list[np.ndarray]]
 LAYOUTS = ("pad", "pack")
@@ -43,9 +43,10 @@ class LayoutStats:
 class HistoryBatcher:
     """Encodes agent histories with the predictor's ``encode`` or ``encode_packed``.
 
-    Batches are classed by agent count and padding waste (A x T_max / S, in powers of two).
-    Each class alternates layouts until both have been timed ``calibration`` times, then uses
-    the faster one, re-timing both every ``recalibrate_every`` calls so drift is caught.
+    Batches are classed by agent count, padding waste (A x T_max / S) and size (S), each in
+    powers of two: a layout timed on short histories says nothing of long ones. Each class
+    alternates layouts until both have been timed ``calibration`` times, then uses the faster
+    one, re-timing both every ``recalibrate_every`` calls so drift is caught.
     """
 
     def __init__(
@@ -59,13 +60,17 @@ class HistoryBatcher:
         self._predictor = predictor
         self.calibration = calibration
         self.recalibrate_every = recalibrate_every
-        self.stats: dict[tuple[int, int], LayoutStats] = {}
+        self.stats: dict[tuple[int, int, int], LayoutStats] = {}
 
     @staticmethod
-    def shape_class(lengths: np.ndarray) -> tuple[int, int]:
+    def shape_class(lengths: np.ndarray) -> tuple[int, int, int]:
         total = int(lengths.sum())
         waste = lengths.size * int(lengths.max()) / max(total, 1)
-        return math.ceil(math.log2(max(lengths.size, 1))), round(math.log2(waste))
+        return (
+            math.ceil(math.log2(max(lengths.size, 1))),
+            round(math.log2(waste)),
+            round(math.log2(max(total, 1))),
+        )
 
     def layout_for(self, lengths: np.ndarray) -> str:
         stats = self.stats.setdefault(self.shape_class(lengths), LayoutStats(self.calibration))
@@ -77,6 +82,11 @@ class HistoryBatcher:
 
     def encode(self, histories: Sequence[np.ndarray]) -> list[np.ndarray]:
         """State (hidden, last_pos, last_disp) of every history, oldest sample first."""
+        histories = [np.asarray(h, np.float32) for h in histories]
+        for h in histories:
+            # Padding would broadcast a 1-D history into rows of one sample: a wrong answer.
+            if h.ndim != 2 or h.shape[1] != 2:
+                raise ShapeError(f"a history must be [n, 2] positions, got shape {h.shape}")
         lengths = np.asarray([len(h) for h in histories], np.int32)
         if lengths.size == 0:
             return self._predictor("encode", np.zeros((0, 1, 2), np.float32), lengths)
@@ -85,7 +95,7 @@ class HistoryBatcher:
         layout = self.layout_for(lengths)
         started = time.perf_counter()
         if layout == "pack":
-            points = np.concatenate([np.asarray(h, np.float32) for h in histories])
+            points = np.concatenate(histories)
             state = self._predictor("encode_packed", points, lengths)
         else:
             batch = np.zeros((lengths.size, int(lengths.max()), 2), np.float32)
@@ -98,8 +108,8 @@ class HistoryBatcher:
 
     def report(self) -> dict[str, dict[str, float | str | None]]:
         out: dict[str, dict[str, float | str | None]] = {}
-        for (a_cls, waste_cls), st in sorted(self.stats.items()):
-            out[f"A<=2^{a_cls},waste~2^{waste_cls}"] = {
+        for (a_cls, waste_cls, size_cls), st in sorted(self.stats.items()):
+            out[f"A<=2^{a_cls},waste~2^{waste_cls},S~2^{size_cls}"] = {
                 "pad_ms": float(np.median(st.samples["pad"])) if st.samples["pad"] else None,
                 "pack_ms": float(np.median(st.samples["pack"])) if st.samples["pack"] else None,
                 "choice": st.choice(),

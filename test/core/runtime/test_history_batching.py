@@ -11,7 +11,7 @@ from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.compiler.targets import load_profile
 from dynshape_perception.core.runtime.batching import HistoryBatcher
 from dynshape_perception.core.runtime.executable import LoadedModel
-from dynshape_perception.errors import ConfigError, InputValueError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -70,7 +70,27 @@ def test_bad_histories_and_settings_are_package_errors(cache_root: Path) -> None
     batcher = HistoryBatcher(LoadedModel(model, artefact.library_path))
     with pytest.raises(InputValueError, match="at least one sample"):
         batcher.encode([np.zeros((3, 2), np.float32), np.zeros((0, 2), np.float32)])
+    # Either layout: padding would broadcast a 1-D history into rows of one sample.
+    for layout in ("pad", "pack"):
+        batcher.layout_for = lambda lengths, chosen=layout: chosen  # type: ignore[method-assign]
+        for bad in (
+            [np.asarray([0.5, 1.5], np.float32), np.zeros((3, 2), np.float32)],
+            [np.zeros((2, 3), np.float32), np.zeros((3, 3), np.float32)],
+            [np.zeros((2, 2, 1), np.float32)],
+        ):
+            with pytest.raises(ShapeError, match=r"\[n, 2\]"):
+                batcher.encode(bad)
     with pytest.raises(ConfigError, match="recalibrate_every"):
         HistoryBatcher(batcher._predictor, recalibrate_every=0)
     with pytest.raises(ConfigError, match="calibration"):
         HistoryBatcher(batcher._predictor, calibration=0)
+
+
+def test_batches_of_other_sizes_are_timed_apart() -> None:
+    """Same agent count and waste, 20x the samples: one layout's timing is no guide to the
+    other size."""
+    short, long = np.asarray([2, 2, 1]), np.asarray([40, 40, 20])
+    a_short, waste_short, _ = HistoryBatcher.shape_class(short)
+    a_long, waste_long, _ = HistoryBatcher.shape_class(long)
+    assert (a_short, waste_short) == (a_long, waste_long)
+    assert HistoryBatcher.shape_class(short) != HistoryBatcher.shape_class(long)
