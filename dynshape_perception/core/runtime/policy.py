@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,9 @@ COMPILE_MODES = ("auto", "process", "thread")
 # Specialisations judged where they serve before their mean replaces the workers' timing:
 # gains differ by shape, and one judged key is no estimate for a function.
 IN_PLACE_MIN = 3
+# A key's call rate is never read off less time than this: eight calls in one frame, 2 ms
+# apart, would otherwise extrapolate to millions over the horizon.
+MIN_RATE_SPAN_S = 1.0
 
 # Bucket edges of the weak dims: point counts never repeat, so P is bucketed; the others
 # repeat often and are cheap to specialise exactly.
@@ -105,6 +109,28 @@ class JitConfig:
             raise ConfigError(f"jit horizon_s must be > 0, got {self.horizon_s!r}")
         if self.compile_timeout_s <= 0 or self.degrade_cooldown_s < 0:
             raise ConfigError("compile_timeout_s must be > 0 and degrade_cooldown_s >= 0")
+        # A NaN compares false with everything, so it would pass the checks above and below.
+        for name in (
+            "compile_timeout_s",
+            "degrade_cooldown_s",
+            "min_benefit_ms",
+            "accept_ratio",
+            "prior_speedup",
+            "prior_compile_s",
+            "prior_compile_weight",
+            "horizon_s",
+            "yield_min_ms",
+            "validate_rtol",
+            "validate_atol",
+        ):
+            if not math.isfinite(float(getattr(self, name))):
+                raise ConfigError(f"jit {name} must be finite, got {getattr(self, name)!r}")
+        if self.accept_ratio <= 0 or self.prior_speedup <= 0 or self.prior_compile_s < 0:
+            raise ConfigError(
+                "jit accept_ratio and prior_speedup must be > 0 and prior_compile_s >= 0"
+            )
+        if self.validate_rtol < 0 or self.validate_atol < 0 or self.yield_min_ms < 0:
+            raise ConfigError("jit validate_rtol, validate_atol and yield_min_ms must be >= 0")
 
     @property
     def threshold(self) -> int:
@@ -121,12 +147,16 @@ class JitConfig:
         if unknown:
             raise ConfigError(f"unknown jit settings: {sorted(unknown)}")
         values = dict(raw)
-        if "weak_edges" in values:
-            values["weak_edges"] = {
-                m: {d: tuple(int(x) for x in e) for d, e in dims.items()}
-                for m, dims in values["weak_edges"].items()
-            }
-        return cls(**values)
+        try:
+            if "weak_edges" in values:
+                values["weak_edges"] = {
+                    m: {d: tuple(int(x) for x in e) for d, e in dims.items()}
+                    for m, dims in values["weak_edges"].items()
+                }
+            return cls(**values)
+        # A setting of the wrong type (a string threshold, edges that are not lists).
+        except (TypeError, ValueError, AttributeError) as err:
+            raise ConfigError(f"invalid jit settings: {err}") from err
 
 
 @dataclass(slots=True)
@@ -213,7 +243,8 @@ class InterferenceMeter:
         return slowdown * self.utilisation
 
     def snapshot(self, mode: str) -> dict[str, Any]:
-        modes = sorted(m for m in self._n if m is not None)
+        with self._lock:
+            modes = sorted(m for m in self._n if m is not None)
         slowdowns = {m: self.slowdown(m) for m in modes}
         return {
             "compile_slowdown": {m: v if v is None else round(v, 4) for m, v in slowdowns.items()},
@@ -252,6 +283,9 @@ class CostModel:
         self._speedups = 0
         self._in_place = 0
         self._compiles = 0
+        # Compile-pool threads report builds while a calling thread reports a judgement: each
+        # running mean is a count and a value updated together.
+        self._lock = threading.Lock()
 
     @property
     def measured(self) -> bool:
@@ -278,14 +312,16 @@ class CostModel:
 
     def observe_speedup(self, ratio: float) -> None:
         """A worker's timing of a fresh specialisation against the generic build."""
-        self._speedups += 1
-        self.validated_speedup += (ratio - self.validated_speedup) / min(self._speedups, 10)
+        with self._lock:
+            self._speedups += 1
+            self.validated_speedup += (ratio - self.validated_speedup) / min(self._speedups, 10)
 
     def observe_in_place(self, ratio: float) -> None:
         """A specialisation's mean served latency over its key's generic latency."""
-        self._in_place += 1
-        prev = self.in_place_speedup if self.in_place_speedup is not None else ratio
-        self.in_place_speedup = prev + (ratio - prev) / min(self._in_place, 10)
+        with self._lock:
+            self._in_place += 1
+            prev = self.in_place_speedup if self.in_place_speedup is not None else ratio
+            self.in_place_speedup = prev + (ratio - prev) / min(self._in_place, 10)
 
     def snapshot(self) -> dict[str, Any]:
         """What the model believes now: for reports, not for decisions."""
@@ -302,13 +338,15 @@ class CostModel:
         }
 
     def observe_compile(self, seconds: float) -> None:
-        self._compiles += 1
-        self.compile_s += (seconds - self.compile_s) / min(self._compiles, 10)
+        """A build's time; not one fetched from the artefact cache, which costs no compile."""
+        with self._lock:
+            self._compiles += 1
+            self.compile_s += (seconds - self.compile_s) / min(self._compiles, 10)
 
     def expected_calls(self, state: KeyState) -> float:
-        span = state.last_seen_s - state.first_seen_s
-        if state.calls < 2 or span <= 0.0:
+        if state.calls < 2:
             return float(state.calls)
+        span = max(state.last_seen_s - state.first_seen_s, MIN_RATE_SPAN_S)
         return max(float(state.calls), (state.calls - 1) / span * self.horizon_s)
 
     def benefit_ms(self, state: KeyState) -> float:
@@ -328,31 +366,41 @@ class DegradeGuard:
         self.failed = 0
         self.until = 0.0
         self.episodes = 0
+        # Compile-pool threads count outcomes while the settling thread counts misses and
+        # resets all of them when an episode starts.
+        self._lock = threading.Lock()
 
     @property
     def active(self) -> bool:
         return time.monotonic() < self.until
 
+    def count(self, outcome: str) -> None:
+        """One compile ``requested``, ``completed`` or ``failed``."""
+        with self._lock:
+            setattr(self, outcome, getattr(self, outcome) + 1)
+
     def on_hit(self) -> None:
-        self.consecutive_misses = 0
+        with self._lock:
+            self.consecutive_misses = 0
 
     def on_miss(self) -> bool:
         """Count a miss of an accepted key; True when this miss starts a degrade episode."""
-        self.consecutive_misses += 1
-        if self.active or self.consecutive_misses < self.config.degrade_min_misses:
-            return False
-        # Judge finished compiles only: a queue still being worked off is not a failure, but
-        # compiles that keep failing or timing out make every miss futile.
-        finished = self.completed + self.failed
-        if finished < DEGRADE_MIN_FINISHED:
-            return False
-        rate = self.completed / finished
-        if rate >= self.config.degrade_completion_rate:
-            return False
-        self.until = time.monotonic() + self.config.degrade_cooldown_s
-        self.episodes += 1
-        self.consecutive_misses = 0
-        self.requested = self.completed = self.failed = 0
+        with self._lock:
+            self.consecutive_misses += 1
+            if self.active or self.consecutive_misses < self.config.degrade_min_misses:
+                return False
+            # Judge finished compiles only: a queue still being worked off is not a failure,
+            # but compiles that keep failing or timing out make every miss futile.
+            finished = self.completed + self.failed
+            if finished < DEGRADE_MIN_FINISHED:
+                return False
+            rate = self.completed / finished
+            if rate >= self.config.degrade_completion_rate:
+                return False
+            self.until = time.monotonic() + self.config.degrade_cooldown_s
+            self.episodes += 1
+            self.consecutive_misses = 0
+            self.requested = self.completed = self.failed = 0
         log.warning(
             "JIT auto-degrade: %d consecutive misses with compile completion %.0f%%; "
             "specialisation paused for %.0f s",

@@ -27,6 +27,13 @@ def test_expected_calls_follow_the_observed_rate() -> None:
     assert model.expected_calls(key(500, 10.0, 1.0)) == pytest.approx(2994.0)
 
 
+def test_a_burst_is_not_read_as_a_rate_of_thousands_a_second() -> None:
+    model = CostModel(prior_speedup=0.5, prior_compile_s=1.0, horizon_s=600.0)
+    # Eight calls 2 ms apart: over one second at most, not 3,500 calls a second for 600 s.
+    assert model.expected_calls(key(8, 0.014, 1.0)) == pytest.approx(7 * 600.0)
+    assert model.expected_calls(key(8, 0.0, 1.0)) == pytest.approx(7 * 600.0)
+
+
 def test_benefit_is_positive_only_when_the_compile_pays_for_itself() -> None:
     model = CostModel(prior_speedup=0.5, prior_compile_s=1.0, horizon_s=60.0)
     assert model.benefit_ms(key(11, 10.0, 40.0)) == pytest.approx(60 * 20.0 - 1000.0)
@@ -48,6 +55,22 @@ def test_bad_jit_settings_are_rejected() -> None:
         JitConfig(mode="eager")
     with pytest.raises(ConfigError, match="unknown jit settings"):
         JitConfig.from_mapping({"hotnes_threshold": 3})
+    # NaN passes every comparison it is put to: each float setting is checked finite.
+    for name in ("accept_ratio", "prior_speedup", "validate_rtol", "min_benefit_ms"):
+        with pytest.raises(ConfigError, match=f"{name} must be finite"):
+            JitConfig(**{name: float("nan")})
+    for bad in ({"accept_ratio": 0.0}, {"prior_speedup": -0.5}, {"prior_compile_s": -1.0}):
+        with pytest.raises(ConfigError, match="accept_ratio and prior_speedup must be > 0"):
+            JitConfig(**bad)
+    with pytest.raises(ConfigError, match="validate_rtol, validate_atol"):
+        JitConfig(validate_atol=-1e-5)
+    for raw in (
+        {"hotness_threshold": "eight"},
+        {"weak_edges": {"predictor": {"A": ["one", 2]}}},
+        {"weak_edges": {"predictor": [1, 2]}},
+    ):
+        with pytest.raises(ConfigError, match="invalid jit settings"):
+            JitConfig.from_mapping(raw)
 
 
 def test_degrade_judges_finished_compiles() -> None:
@@ -80,11 +103,11 @@ def test_interference_meter_keeps_its_prior_until_both_sides_are_measured() -> N
     for _ in range(5):
         meter.observe(0.0013, 0.001, compiling="process")
     assert meter.slowdown("process") == pytest.approx(0.3)
-    assert meter.weight("process") == pytest.approx(0.3 * meter.utilisation)
+    assert meter.utilisation == 0.0 and meter.weight("process") == 0.0, "an idle path pays none"
     assert meter.weight("thread") == 0.5, "each compile mode is measured on its own"
-    assert meter.utilisation == 0.0
     busy[0] = 3600.0
     assert meter.utilisation == 1.0
+    assert meter.weight("process") == pytest.approx(0.3)
 
 
 def test_interference_meter_ignores_preemption_outliers_and_never_goes_negative() -> None:
