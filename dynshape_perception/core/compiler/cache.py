@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 
 LIBRARY = "model.so"
 SIDECAR = "sidecar.json"
+# An entry is written whole into a staging folder, then renamed into place.
+STAGE_PREFIX = ".stage-"
+# A staging folder this old was left by a writer that died mid-write: no build takes an hour.
+STALE_STAGE_S = 3600.0
 
 
 def default_cache_dir() -> Path:
@@ -109,13 +115,34 @@ def cache_key(
 
 
 class ArtefactCache:
-    """``root/<key>/{model.so, sidecar.json}``; a sidecar is written last and marks completion."""
+    """``root/<key>/{model.so, sidecar.json}``, each entry published whole by one rename.
+
+    Several processes share one root (a node's engines, their compile workers): an entry
+    renamed into place can never pair one writer's library with another's sidecar, and the
+    first writer of a key wins.
+    """
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or default_cache_dir()
         self.hits = 0
         self.misses = 0
         self.rebuilt_corrupt = 0
+        self._sweep_stale_stages()
+
+    def _sweep_stale_stages(self) -> None:
+        """Remove what writers killed mid-write (a timed-out compile worker) left behind."""
+        cutoff = time.time() - STALE_STAGE_S
+        try:
+            stages = list(self.root.glob(f"{STAGE_PREFIX}*"))
+        except OSError:
+            return
+        for stage in stages:
+            try:
+                stale = stage.lstat().st_mtime < cutoff
+            except OSError:
+                continue
+            if stale:
+                shutil.rmtree(stage, ignore_errors=True)
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key
@@ -152,9 +179,8 @@ class ArtefactCache:
         key, _ = cache_key(model, weights, profile, dims, functions, bound)
         found = self.lookup(key)
         if found is not None:
-            side = found.sidecar
             # The key is a hash: an entry must also say it holds what was asked for.
-            held = (side.model, side.weights_checksum, side.pinned_dims, side.target_spec)
+            held = _provenance(found.sidecar)
             asked = (model.name, weights_checksum(weights), dict(dims or {}), profile.key())
             if held == asked:
                 self.hits += 1
@@ -171,21 +197,37 @@ class ArtefactCache:
         weights: Mapping[str, np.ndarray],
         result: BuildResult,
     ) -> Artefact:
-        folder = self.entry_dir(key)
-        folder.mkdir(parents=True, exist_ok=True)
-        lib = folder / LIBRARY
-        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=".model.", suffix=".so")
-        os.close(fd)
-        tmp = Path(tmp_name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGE_PREFIX))
         try:
-            tvmx.export_library(result.executable, tmp, result.profile.cross_compiler)
-            sidecar = make_sidecar(model, weights, result, file_sha256(tmp))
-            os.replace(tmp, lib)
-            atomic_write_text(folder / SIDECAR, sidecar.to_json())
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return Artefact(lib, sidecar, cache_hit=False)
+            tvmx.export_library(result.executable, stage / LIBRARY, result.profile.cross_compiler)
+            sidecar = make_sidecar(model, weights, result, file_sha256(stage / LIBRARY))
+            (stage / SIDECAR).write_text(sidecar.to_json())
+            return self._publish(stage, key, sidecar)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+    def _publish(self, stage: Path, key: str, sidecar: Sidecar) -> Artefact:
+        folder = self.entry_dir(key)
+        # Twice at most: a folder in the way that does not verify is removed, then retried.
+        for _ in range(2):
+            try:
+                os.rename(stage, folder)
+                return Artefact(folder / LIBRARY, sidecar, cache_hit=False)
+            except OSError as err:
+                if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+            found = self.lookup(key)
+            if found is not None and _provenance(found.sidecar) == _provenance(sidecar):
+                # Another writer published this key first: its entry serves everyone.
+                return Artefact(found.library_path, found.sidecar, cache_hit=False)
+            # No sidecar (an older writer's leftovers), corrupt, or another build's.
+            shutil.rmtree(folder, ignore_errors=True)
+        raise CacheError(f"cannot publish cache entry {folder}: something keeps writing there")
+
+
+def _provenance(side: Sidecar) -> tuple[object, ...]:
+    return (side.model, side.weights_checksum, side.pinned_dims, side.target_spec)
 
 
 def make_sidecar(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynshape_perception.core.compiler.cache import LIBRARY, SIDECAR, ArtefactCache, cache_key
+from dynshape_perception.core.compiler.build import BuildResult, bound_module, compile_model
+from dynshape_perception.core.compiler.cache import (
+    LIBRARY,
+    SIDECAR,
+    STAGE_PREFIX,
+    STALE_STAGE_S,
+    ArtefactCache,
+    cache_key,
+    file_sha256,
+)
 from dynshape_perception.core.compiler.targets import load_profile
 from dynshape_perception.core.runtime.executable import LoadedModel
 from dynshape_perception.models import model_definition
@@ -147,3 +157,53 @@ def test_two_processes_building_the_same_key_never_see_a_partial_library(tmp_pat
     leftovers = [p.name for p in entries[0].iterdir() if p.name not in (LIBRARY, SIDECAR)]
     assert leftovers == [], f"temporary files left behind: {leftovers}"
     assert ArtefactCache(tmp_path / "cache").lookup(entries[0].name) is not None
+
+
+def _fresh_build(key_dims: dict[str, int] | None = None) -> tuple[str, BuildResult]:
+    profile = load_profile("x86_64")
+    bound = bound_module(MODEL, WEIGHTS, key_dims, profile.is_cuda, None)
+    key, _ = cache_key(MODEL, WEIGHTS, profile, key_dims, None, bound)
+    return key, compile_model(MODEL, WEIGHTS, profile, key_dims, None, bound)
+
+
+def test_a_key_published_first_by_another_writer_is_the_one_kept(tmp_path: Path) -> None:
+    """Two writers of one key: the second finds the first's entry whole and serves it, so a
+    library is never paired with another build's sidecar."""
+    dims = {"N": 6, "M": 6}
+    key, late = _fresh_build(dims)
+    first = ArtefactCache(tmp_path).get_or_build(MODEL, WEIGHTS, load_profile("x86_64"), dims)
+    before = first.library_path.stat()
+    second = ArtefactCache(tmp_path).store(key, MODEL, WEIGHTS, late)
+    assert second.library_path == first.library_path
+    # The very file the first writer published, not a second one moved in under its sidecar.
+    after = first.library_path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert file_sha256(second.library_path) == second.sidecar.library_sha256
+    assert sorted(p.name for p in tmp_path.iterdir()) == [key]
+    assert sorted(p.name for p in (tmp_path / key).iterdir()) == [LIBRARY, SIDECAR]
+
+
+def test_leftovers_in_an_entrys_place_are_replaced(tmp_path: Path) -> None:
+    """A writer of the older layout died mid-write: its folder holds no sidecar."""
+    dims = {"N": 7, "M": 7}
+    key, result = _fresh_build(dims)
+    (tmp_path / key).mkdir()
+    (tmp_path / key / ".model.abc123.so").write_bytes(b"half a library")
+    artefact = ArtefactCache(tmp_path).store(key, MODEL, WEIGHTS, result)
+    assert sorted(p.name for p in (tmp_path / key).iterdir()) == [LIBRARY, SIDECAR]
+    found = ArtefactCache(tmp_path).lookup(key)
+    assert found is not None and found.library_path == artefact.library_path
+    rows = np.random.default_rng(1).standard_normal((7, 8)).astype(np.float32)
+    out = LoadedModel(MODEL, found.library_path)("forward", rows, rows)[0]
+    np.testing.assert_allclose(out, MODEL.reference("forward", WEIGHTS, [rows, rows])[0], rtol=1e-4)
+
+
+def test_stages_left_by_killed_writers_are_swept_once_stale(tmp_path: Path) -> None:
+    stale, fresh = tmp_path / f"{STAGE_PREFIX}dead", tmp_path / f"{STAGE_PREFIX}writing"
+    for stage in (stale, fresh):
+        stage.mkdir()
+        (stage / LIBRARY).write_bytes(b"partial")
+    old = os.stat(stale).st_mtime - STALE_STAGE_S - 60
+    os.utime(stale, (old, old))
+    ArtefactCache(tmp_path)
+    assert not stale.exists() and (fresh / LIBRARY).exists()
