@@ -201,9 +201,7 @@ class PerceptionNode(Node):
         for engine in self.engines():
             engine.jit = config
             for dispatcher in engine.dispatchers.values():
-                dispatcher.config = config
-                dispatcher.cache.max_entries = config.max_entries
-                dispatcher.cache.max_bytes = config.max_bytes
+                dispatcher.reconfigure(config)
 
     def marker_style(self) -> MarkerStyle:
         return MarkerStyle(
@@ -225,8 +223,12 @@ class PerceptionNode(Node):
         try:
             profile = P.optional_path(values["jit.warm_up_profile"])
             if profile is not None:
+                # Frozen mode waits here for its compiles: what does not land in time never serves.
                 queued = engine.warm_up(profile)
-                self.get_logger().info(f"warm-up: {queued} specialisation(s) queued")
+                serving = sum(len(d.cache) for d in engine.dispatchers.values())
+                self.get_logger().info(
+                    f"warm-up: {queued} specialisation(s) queued, {serving} serving"
+                )
         except BaseException:
             engine.close()
             raise

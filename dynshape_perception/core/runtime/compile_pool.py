@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from dynshape_perception.core.runtime.policy import InterferenceMeter
 from dynshape_perception.core.runtime.shapes import Signature
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult, validate
 from dynshape_perception.errors import CompileError, ConfigError
+
+if TYPE_CHECKING:
+    from dynshape_perception.core.compiler.cache import Artefact
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +69,25 @@ def compile_to_cache(request: CompileRequest, weights: Mapping[str, np.ndarray])
     validating here keeps that work off the process whose threads serve calls.
     """
     started = time.perf_counter()
-    path = build_specialisation(request, weights)
+    artefact = build_specialisation(request, weights)
     compile_s = time.perf_counter() - started
-    return CompileResult(str(path), compile_s, validate_in_worker(request, weights, path))
+    path = artefact.library_path
+    speedup = validate_in_worker(request, weights, path)
+    return CompileResult(str(path), compile_s, speedup, artefact.cache_hit)
 
 
-def build_specialisation(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> Path:
+def build_specialisation(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> Artefact:
     from dynshape_perception.core.compiler.cache import ArtefactCache
     from dynshape_perception.core.compiler.targets import load_profile
     from dynshape_perception.models import model_definition
 
-    artefact = ArtefactCache(Path(request.cache_root)).get_or_build(
+    return ArtefactCache(Path(request.cache_root)).get_or_build(
         model_definition(request.model),
         weights,
         load_profile(request.profile),
         request.key.as_dict(),
         (request.key.function,),
     )
-    return artefact.library_path
 
 
 def validate_in_worker(

@@ -129,12 +129,23 @@ class SpecialisationCache:
             entry.last_used = time.perf_counter()
             self._entries[entry.key] = entry
             self._bytes += entry.nbytes
-            while len(self._entries) > self.max_entries or (
-                self._bytes > self.max_bytes and len(self._entries) > 1
-            ):
-                oldest = min(self._entries.values(), key=lambda e: e.last_used)
-                self._remove_locked(oldest.key)
-                self._metrics.bump("evictions")
+            self._evict_locked()
+
+    def resize(self, max_entries: int, max_bytes: int) -> None:
+        """New bounds, enforced now: waiting for the next put could keep every library
+        loaded for good once the workload settles, or in frozen mode."""
+        with self._lock:
+            self.max_entries = max_entries
+            self.max_bytes = max_bytes
+            self._evict_locked()
+
+    def _evict_locked(self) -> None:
+        while len(self._entries) > self.max_entries or (
+            self._bytes > self.max_bytes and len(self._entries) > 1
+        ):
+            oldest = min(self._entries.values(), key=lambda e: e.last_used)
+            self._remove_locked(oldest.key)
+            self._metrics.bump("evictions")
 
     def drop(self, key: Signature) -> None:
         with self._lock:
@@ -194,7 +205,7 @@ class Dispatcher:
         self.config = config
         self.metrics = metrics
         self.pool = pool
-        policy = config.dim_policy(model.name)
+        policy = config.dim_policy(model.name).within(model.spec.bounds)
         self._dims = {fn.name: policy.for_function(fn) for fn in model.spec.functions}
         self._specs = {fn.name: fn for fn in model.spec.functions}
         self.cache = SpecialisationCache(
@@ -243,6 +254,9 @@ class Dispatcher:
         if pool is not None:
             pool.add_feeder(self.settle)
         self._frozen = config.mode == "frozen"
+        # Set by ``freeze``: a build landing after it is dropped, so that outputs never depend
+        # on when a background compile finished.
+        self._sealed = False
         # Frozen replays must not depend on timing: what warm-up builds and validates serves,
         # however it timed, and is never demoted by its in-place timing.
         self._deterministic = config.mode == "frozen"
@@ -556,7 +570,7 @@ class Dispatcher:
     def _submit(self, request: CompileRequest, benefit: float) -> None:
         """Outside this dispatcher's lock, which the next caller may be waiting for."""
         if self._queue(request, benefit):
-            self.degrade.requested += 1
+            self.degrade.count("requested")
 
     def _queue(self, request: CompileRequest, benefit: float) -> bool:
         """Counted outstanding before it is queued: a compile that fails at once must find
@@ -614,14 +628,21 @@ class Dispatcher:
         if result is None:
             self._fail(key, state, compile_s, reason)
             return
+        if self._sealed:
+            event = CompileEvent(
+                now, self.model.name, str(key), True, compile_s, "landed after the freeze"
+            )
+            self._emit(event, rejected=True)
+            return
         if state.rejected and not self._deterministic:
             # Demoted while this build ran: that verdict, from serving, outweighs a fresh timing.
             reason = "key demoted meanwhile"
             event = CompileEvent(now, self.model.name, str(key), True, compile_s, reason)
             self._emit(event, rejected=True)
             return
-        self.degrade.completed += 1
-        cost.observe_compile(compile_s)
+        self.degrade.count("completed")
+        if not result.cache_hit:
+            cost.observe_compile(compile_s)
         speedup = result.speedup
         cost.observe_speedup(speedup)
         if speedup >= self.config.accept_ratio and not self._deterministic:
@@ -654,7 +675,8 @@ class Dispatcher:
         # Linked before the put, so that an eviction the put (or a racing one) makes unlinks it.
         state.entry = entry
         self.cache.put(entry)
-        self._emit(CompileEvent(now, self.model.name, str(key), True, compile_s))
+        reason = "from the artefact cache" if result.cache_hit else ""
+        self._emit(CompileEvent(now, self.model.name, str(key), True, compile_s, reason))
 
     def _reject(self, state: KeyState) -> None:
         """Never specialise this key again (slower at validation, or where it served); its
@@ -665,7 +687,7 @@ class Dispatcher:
             state.sample = None
 
     def _fail(self, key: Signature, state: KeyState, compile_s: float, reason: str) -> None:
-        self.degrade.failed += 1
+        self.degrade.count("failed")
         with self._lock:
             newly = strike(state, key, self.config)
             if state.blacklisted:
@@ -683,22 +705,27 @@ class Dispatcher:
             self.on_event(event)
 
     # -- warm-up and inspection ---------------------------------------------------------
-    def warm(self, keys: Sequence[Signature], seed: int = 0) -> None:
-        """Queue compiles for known-hot keys ahead of their first call (warm start).
+    def warm(self, keys: Sequence[Signature], seed: int = 0) -> int:
+        """Queue compiles for known-hot keys ahead of their first call (warm start); returns
+        how many were queued.
 
-        Validation uses synthetic inputs of the key's shape, since no call was recorded yet.
+        No call was recorded yet, so validation runs on synthetic inputs of the smallest shape
+        the key serves: the most padding it will do is checked, and timed, before it serves.
         """
         if self.pool is None:
-            return
+            return 0
+        queued = 0
         for key in keys:
+            floor = self._dims[key.function].floor(key)
             with self._lock:
                 state = self._keys.setdefault(key, KeyState())
                 if state.blacklisted:
                     continue
                 state.accepted = True
-                state.sample = sample_inputs(self.model, key.function, key.as_dict(), seed)
+                state.sample = sample_inputs(self.model, key.function, floor.as_dict(), seed)
                 request = self._request(key, state.sample)
-            self._queue(request, float("inf"))
+            queued += self._queue(request, float("inf"))
+        return queued
 
     @property
     def hit_log(self) -> deque[tuple[Signature, Signature]]:
@@ -730,6 +757,14 @@ class Dispatcher:
             return self._keys.get(key)
 
     def freeze(self) -> None:
-        """Stop admitting new specialisations (deterministic replay)."""
+        """Stop admitting new specialisations (deterministic replay): none is queued from now
+        on, and a build still running or queued is dropped when it lands."""
         self.settle()
         self._frozen = True
+        self._sealed = True
+
+    def reconfigure(self, config: JitConfig) -> None:
+        """Take the settings a running node may change (hotness, the cache's bounds)."""
+        self.config = config
+        self._threshold = config.threshold
+        self.cache.resize(config.max_entries, config.max_bytes)

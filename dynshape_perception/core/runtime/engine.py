@@ -113,11 +113,13 @@ class Engine:
         dump_profile(self.profiles(), path)
 
     def warm_up(self, path: Path, top: int | None = None, wait_s: float | None = None) -> int:
-        """Compile the hot keys of a recorded profile, ``top`` most called first; with
-        ``wait_s``, block until done.
+        """Queue compiles of the hot keys of a recorded profile, ``top`` most called first;
+        returns how many were queued. With ``wait_s``, block until done or that long.
 
         Hotness is counted per specialisation key, as the dispatcher counts it: point counts
-        never repeat, but the bucket they fall in can be hot.
+        never repeat, but the bucket they fall in can be hot. In frozen mode the warm-up is
+        all there will be: it always waits (each compile ends within its timeout), and what
+        lands later is dropped, so outputs never depend on when a compile finished.
         """
         queued = 0
         for name, counter in load_profile(path).items():
@@ -138,11 +140,17 @@ class Engine:
                 for key, calls in per_key.most_common(top)
                 if calls >= self.jit.threshold and all(v > 0 for _, v in key.dims)
             ]
-            dispatcher.warm(keys)
-            queued += len(keys)
-        if wait_s is not None and self.pool is not None:
-            self.pool.wait_idle(wait_s)
-        if self.jit.mode == "frozen":
+            queued += dispatcher.warm(keys)
+        frozen = self.jit.mode == "frozen"
+        if self.pool is not None and (wait_s is not None or frozen):
+            limit = self.jit.compile_timeout_s * (queued + 1) if wait_s is None else wait_s
+            if not self.pool.wait_idle(limit):
+                log.warning(
+                    "JIT warm-up: compiles still running after %.0f s%s",
+                    limit,
+                    "; they will not serve (frozen mode)" if frozen else "",
+                )
+        if frozen:
             for dispatcher in self.dispatchers.values():
                 dispatcher.freeze()
         return queued

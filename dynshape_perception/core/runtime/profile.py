@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,14 +57,22 @@ def load_profile(path: Path) -> dict[str, Counter[Signature]]:
 
 def _entry(entry: object, path: Path) -> tuple[str, dict[str, int], int]:
     if not isinstance(entry, dict) or not {"function", "dims", "calls"} <= entry.keys():
-        raise ConfigError(f"malformed shape profile {path}: {entry!r} needs function, dims, calls")
+        raise ConfigError(
+            f"malformed shape profile {path}: {_short(entry)} needs function, dims, calls"
+        )
     function, dims, calls = entry["function"], entry["dims"], entry["calls"]
     if not isinstance(function, str) or not isinstance(dims, dict):
-        raise ConfigError(f"malformed shape profile {path}: {entry!r}")
+        raise ConfigError(f"malformed shape profile {path}: {_short(entry)}")
     # Exact ints: 3.9 or true would name a shape the run never saw.
     values = [calls, *dims.values()]
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise ConfigError(f"malformed shape profile {path}: dims and calls must be integers")
     if calls < 1 or any(v < 0 for v in dims.values()):
-        raise ConfigError(f"malformed shape profile {path}: {entry!r} has negative values")
+        raise ConfigError(f"malformed shape profile {path}: {_short(entry)} has negative values")
     return function, {str(k): v for k, v in dims.items()}, calls
+
+
+def _short(entry: object) -> str:
+    # YAML aliases share structure: a few lines can stand for a billion nested items,
+    # which a full repr would walk.
+    return reprlib.repr(entry)

@@ -41,6 +41,8 @@ class CompileResult:
     compile_s: float
     # Specialised / generic time on the recorded call, measured interleaved in the worker.
     speedup: float
+    # Fetched from the artefact cache, not built: its time is no estimate of a compile's.
+    cache_hit: bool = False
 
 
 def validate(

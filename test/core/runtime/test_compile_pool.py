@@ -222,7 +222,7 @@ def wrong_weights_compiler_fault_injector(
 ) -> CompileResult:
     """Fault injector: the build comes out with other numbers than the generic one."""
     wrong = {name: (w * 1.5 + 0.1).astype(w.dtype) for name, w in weights.items()}
-    path = build_specialisation(request, wrong)
+    path = build_specialisation(request, wrong).library_path
     return CompileResult(str(path), 0.0, validate_in_worker(request, weights, path))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import multiprocessing
 import threading
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.runtime import compile_pool as compile_pool_module
 from dynshape_perception.core.runtime import dispatcher as dispatcher_module
 from dynshape_perception.core.runtime.bookkeeper import Bookkeeper
@@ -33,7 +35,7 @@ from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.core.runtime.profile import dump_profile, load_profile
 from dynshape_perception.core.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.core.runtime.validation import CompileRequest, CompileResult
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import CacheError, ConfigError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -273,7 +275,11 @@ def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
         assert eng.metrics.hits == 1, "a warm start serves the first call specialised"
         for _ in range(5):
             eng["associator"]("forward", *call_inputs("associator", {"N": 2, "M": 2}, seed=5))
+        # Settled and drained: a compile the calls had queued would have landed by now.
+        eng["associator"].settle()
+        assert eng.pool is not None and eng.pool.wait_idle(120)
         assert eng.metrics.compiles_ok == 1, "frozen mode compiles nothing new"
+        assert eng["associator"].accepted_keys() == [Signature.of("forward", {"N": 16, "M": 16})]
 
 
 def test_profile_and_latency_rows_drop_signatures_seen_once_past_their_bound(
@@ -365,17 +371,34 @@ def test_warm_up_skips_profile_entries_the_models_cannot_take(
     assert "no function 'nope'" in caplog.text and "outside [0, 128]" in caplog.text
 
 
-def test_a_failed_engine_start_leaves_no_compile_workers(cache_root: Path) -> None:
-    with pytest.raises(KeyError):
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_failed_engine_start_leaves_no_compile_workers(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The pool exists before the generic builds load: a failure there must close it."""
+    get_or_build = ArtefactCache.get_or_build
+
+    def failing_predictor_build_fault_injector(
+        self: ArtefactCache, model: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if model.name == "predictor":
+            raise CacheError("injected failure of the predictor's generic build")
+        return get_or_build(self, model, *args, **kwargs)
+
+    monkeypatch.setattr(ArtefactCache, "get_or_build", failing_predictor_build_fault_injector)
+    with pytest.raises(CacheError, match="injected"):
         Engine(
             "x86_64",
-            eager_config(),
+            eager_config(compile_mode=mode),
             cache_dir=cache_root,
-            models=("associator", "no_such_model"),
+            models=("associator", "predictor"),
             weights=WEIGHTS,
         )
-    time.sleep(0.5)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and multiprocessing.active_children():
+        time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name.startswith("jit-compile")]
+    assert not multiprocessing.active_children(), "the compile worker process outlived it"
 
 
 def test_warm_up_counts_hotness_per_bucket_not_per_point_count(
@@ -768,3 +791,128 @@ def test_key_states_go_with_their_last_signature(
         assert dispatcher.profile_dropped > 0
         kept = {shape.key for shape in dispatcher._shapes.values()}
         assert set(dispatcher._keys) == kept
+
+
+def slow_succeeding_compiler_fault_injector(
+    request: CompileRequest, weights: Mapping[str, np.ndarray]
+) -> CompileResult:
+    """Fault injector: a compiler that succeeds, but only after 2 s."""
+    time.sleep(2.0)
+    return compile_to_cache(request, weights)
+
+
+def test_a_frozen_warm_up_waits_for_its_compiles_and_drops_any_landing_later(
+    cache_root: Path, tmp_path: Path
+) -> None:
+    profile = tmp_path / "shapes.yaml"
+    dump_profile({"associator": Counter({Signature.of("forward", {"N": 12, "M": 7}): 20})}, profile)
+    key = Signature.of("forward", {"N": 16, "M": 16})
+    config = eager_config(mode="frozen")
+    # No wait given: frozen mode waits by itself, here for a slow build.
+    with associator_engine(cache_root, config, slow_succeeding_compiler_fault_injector) as eng:
+        assert eng.warm_up(profile) == 1
+        assert eng["associator"].cache.keys() == [key]
+    # A wait shorter than the build: it lands after the freeze and never serves.
+    with associator_engine(cache_root, config, slow_succeeding_compiler_fault_injector) as eng:
+        assert eng.warm_up(profile, wait_s=0.1) == 1
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+        dispatcher = eng["associator"]
+        inputs = call_inputs("associator", {"N": 12, "M": 7}, seed=4)
+        want = dispatcher.generic.run_unchecked("forward", inputs)
+        got = dispatcher("forward", *inputs)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert len(dispatcher.cache) == 0 and eng.metrics.hits == 0
+        assert eng.metrics.compiles_rejected == 1
+        assert eng.metrics.events[-1].reason == "landed after the freeze"
+
+
+def test_new_cache_bounds_and_hotness_apply_at_once(cache_root: Path) -> None:
+    config = eager_config(max_entries=4)
+    with associator_engine(cache_root, config) as eng:
+        dispatcher = eng["associator"]
+        for n in (3, 10, 50):
+            published(eng, {"N": n, "M": 2})
+        assert len(dispatcher.cache) == 3 and eng.metrics.evictions == 0
+        newest = dispatcher.cache.keys()[-1]
+        dispatcher.reconfigure(dataclasses.replace(config, max_entries=1, hotness_threshold=6))
+        assert dispatcher.cache.keys() == [newest] and eng.metrics.evictions == 2
+        # Hot after six calls now, not two.
+        inputs = call_inputs("associator", {"N": 2, "M": 9}, seed=9)
+        key = dispatcher.key_of(Signature.of("forward", {"N": 2, "M": 9}))
+        for _ in range(5):
+            dispatcher("forward", *inputs)
+        dispatcher.settle()
+        pool = eng.pool
+        assert pool is not None
+        assert not pool.in_flight("associator", key) and key not in dispatcher.cache.keys()
+        dispatcher("forward", *inputs)
+        dispatcher.settle()
+        assert pool.wait_idle(120)
+        assert dispatcher.cache.keys() == [key]
+
+
+def test_bucket_edges_past_a_bound_are_cut_back_to_it(cache_root: Path) -> None:
+    """The associator's bound is 128: an edge at 256 would name a key no build can take."""
+    edges = {"associator": {"N": (4, 16, 256), "M": (4, 16, 256)}}
+    with associator_engine(cache_root, eager_config(weak_edges=edges)) as eng:
+        dispatcher = eng["associator"]
+        sig = Signature.of("forward", {"N": 100, "M": 3})
+        assert dispatcher.key_of(sig) == Signature.of("forward", {"N": 128, "M": 4})
+        inputs, _, _ = published(eng, {"N": 100, "M": 3})
+        hits = eng.metrics.hits
+        dispatcher("forward", *inputs)
+        assert eng.metrics.hits == hits + 1 and eng.metrics.compiles_failed == 0
+
+
+def test_warm_up_validates_at_the_smallest_shape_its_key_serves(cache_root: Path) -> None:
+    """No call was recorded yet: the check runs where the key pads most."""
+    samples: list[tuple[tuple[int, ...], ...]] = []
+
+    def recording_compiler(
+        request: CompileRequest, weights: Mapping[str, np.ndarray]
+    ) -> CompileResult:
+        assert request.sample is not None
+        samples.append(tuple(tuple(a.shape) for a in request.sample))
+        return compile_to_cache(request, weights)
+
+    with associator_engine(cache_root, compile_fn=recording_compiler) as eng:
+        keys = [
+            Signature.of("forward", {"N": 16, "M": 4}),
+            Signature.of("forward", {"N": 128, "M": 16}),
+        ]
+        assert eng["associator"].warm(keys) == 2
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+    # With edges 4, 16, 128: N=16 serves 5-16, M=4 serves 1-4, 128 serves 17-128.
+    assert sorted(samples) == [((5, 8), (1, 8)), ((17, 8), (5, 8))]
+
+
+def test_a_build_fetched_from_the_artefact_cache_is_no_compile_time_estimate(
+    tmp_path: Path,
+) -> None:
+    """A cache of its own: the first engine builds the key, the second fetches it."""
+    config = eager_config(prior_compile_s=600.0)
+    for round_ in range(2):
+        with associator_engine(tmp_path, config) as eng:
+            published(eng, {"N": 10, "M": 3})
+            snapshot = eng["associator"].cost_snapshot()["forward"]
+            event = eng.metrics.events[-1]
+            if round_ == 0:
+                assert snapshot["compile_s"] < 600.0 and event.reason == ""
+            else:
+                assert snapshot["compile_s"] == 600.0, "a cache hit is not a compile"
+                assert event.reason == "from the artefact cache"
+
+
+def test_a_profile_of_aliases_standing_for_billions_of_items_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    """YAML aliases share structure: nine short lines stand for 10**9 items, which an error
+    message must not walk."""
+    lines = ["version: 1", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    lines.append("models: {associator: [*a8]}")
+    path = tmp_path / "shapes.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="needs function, dims, calls"):
+        load_profile(path)
