@@ -705,24 +705,25 @@ class Dispatcher:
             self.on_event(event)
 
     # -- warm-up and inspection ---------------------------------------------------------
-    def warm(self, keys: Sequence[Signature], seed: int = 0) -> int:
-        """Queue compiles for known-hot keys ahead of their first call (warm start); returns
-        how many were queued.
+    def warm(self, signatures: Sequence[Signature], seed: int = 0) -> int:
+        """Queue compiles of the keys of known-hot signatures ahead of their first call (warm
+        start); returns how many were queued.
 
-        No call was recorded yet, so validation runs on synthetic inputs of the smallest shape
-        the key serves: the most padding it will do is checked, and timed, before it serves.
+        No call was recorded yet: each key is checked and timed on synthetic inputs of its
+        signature, as a live compile is on the call that made its key hot, so a signature
+        below its key's edges is checked through the padding it will be served with.
         """
         if self.pool is None:
             return 0
         queued = 0
-        for key in keys:
-            floor = self._dims[key.function].floor(key)
+        for sig in signatures:
+            key = self.key_of(sig)
             with self._lock:
                 state = self._keys.setdefault(key, KeyState())
                 if state.blacklisted:
                     continue
                 state.accepted = True
-                state.sample = sample_inputs(self.model, key.function, floor.as_dict(), seed)
+                state.sample = sample_inputs(self.model, sig.function, sig.as_dict(), seed)
                 request = self._request(key, state.sample)
             queued += self._queue(request, float("inf"))
         return queued

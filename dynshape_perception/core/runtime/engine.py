@@ -127,6 +127,9 @@ class Engine:
             if dispatcher is None:
                 continue
             per_key: Counter[Signature] = Counter()
+            # Each key's most called signature: its compile is checked on that shape, as a
+            # live compile is on the call that made its key hot.
+            hottest: dict[Signature, tuple[int, Signature]] = {}
             for sig, calls in counter.items():
                 problem = dispatcher.model.spec.check_signature(sig.function, sig.as_dict())
                 if problem is not None:
@@ -134,13 +137,16 @@ class Engine:
                     log.warning("shape profile %s: skipping %s %s: %s", path, name, sig, problem)
                     self.metrics.bump("profile_entries_skipped")
                     continue
-                per_key[dispatcher.key_of(sig)] += calls
-            keys = [
-                key
+                key = dispatcher.key_of(sig)
+                per_key[key] += calls
+                if calls > hottest.get(key, (0, sig))[0]:
+                    hottest[key] = (calls, sig)
+            signatures = [
+                hottest[key][1]
                 for key, calls in per_key.most_common(top)
                 if calls >= self.jit.threshold and all(v > 0 for _, v in key.dims)
             ]
-            queued += dispatcher.warm(keys)
+            queued += dispatcher.warm(signatures)
         frozen = self.jit.mode == "frozen"
         if self.pool is not None and (wait_s is not None or frozen):
             limit = self.jit.compile_timeout_s * (queued + 1) if wait_s is None else wait_s

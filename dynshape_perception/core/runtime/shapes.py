@@ -75,19 +75,6 @@ class DimPolicy:
                 clipped[dim] = (*(e for e in edges if e < bound), int(bound))
         return DimPolicy(clipped)
 
-    def floor(self, key: Signature) -> Signature:
-        """The smallest signature ``key`` serves: each weak dim one above the edge below.
-        A check made there exercises the most padding the key will ever do."""
-        dims: list[tuple[str, int]] = []
-        for dim, value in key.dims:
-            edges = self.weak_edges.get(dim, ())
-            if value == 0 or value not in edges:
-                dims.append((dim, value))
-                continue
-            i = edges.index(value)
-            dims.append((dim, edges[i - 1] + 1 if i else 1))
-        return Signature(key.function, tuple(dims))
-
     def for_function(self, spec: FunctionSpec) -> DimPolicy:
         """The policy for one entry point: dims tied to packed lengths stay strong.
 

@@ -864,8 +864,11 @@ def test_bucket_edges_past_a_bound_are_cut_back_to_it(cache_root: Path) -> None:
         assert eng.metrics.hits == hits + 1 and eng.metrics.compiles_failed == 0
 
 
-def test_warm_up_validates_at_the_smallest_shape_its_key_serves(cache_root: Path) -> None:
-    """No call was recorded yet: the check runs where the key pads most."""
+def test_warm_up_checks_each_key_on_its_most_called_recorded_shape(
+    cache_root: Path, tmp_path: Path
+) -> None:
+    """As a live compile is checked on the call that made its key hot: a shape below its
+    key's edges is checked through the padding it will be served with."""
     samples: list[tuple[tuple[int, ...], ...]] = []
 
     def recording_compiler(
@@ -875,15 +878,21 @@ def test_warm_up_validates_at_the_smallest_shape_its_key_serves(cache_root: Path
         samples.append(tuple(tuple(a.shape) for a in request.sample))
         return compile_to_cache(request, weights)
 
+    profile = tmp_path / "shapes.yaml"
+    hot = {
+        Signature.of("forward", {"N": 10, "M": 3}): 20,
+        Signature.of("forward", {"N": 12, "M": 2}): 5,
+        Signature.of("forward", {"N": 100, "M": 16}): 9,
+    }
+    dump_profile({"associator": Counter(hot)}, profile)
     with associator_engine(cache_root, compile_fn=recording_compiler) as eng:
-        keys = [
+        assert eng.warm_up(profile, wait_s=120) == 2
+        keys = {eng["associator"].key_of(sig) for sig in hot}
+        assert keys == {
             Signature.of("forward", {"N": 16, "M": 4}),
             Signature.of("forward", {"N": 128, "M": 16}),
-        ]
-        assert eng["associator"].warm(keys) == 2
-        assert eng.pool is not None and eng.pool.wait_idle(120)
-    # With edges 4, 16, 128: N=16 serves 5-16, M=4 serves 1-4, 128 serves 17-128.
-    assert sorted(samples) == [((5, 8), (1, 8)), ((17, 8), (5, 8))]
+        }
+    assert sorted(samples) == [((10, 8), (3, 8)), ((100, 8), (16, 8))]
 
 
 def test_a_build_fetched_from_the_artefact_cache_is_no_compile_time_estimate(

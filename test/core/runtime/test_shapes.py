@@ -199,15 +199,3 @@ def test_edges_past_a_bound_are_cut_back_to_it() -> None:
     assert policy.within({"T": 5}).weak_edges["T"] == (5,)
     assert policy.within({"T": 128}).weak_edges == policy.weak_edges
     assert policy.within({}).weak_edges == policy.weak_edges
-
-
-@settings(max_examples=200, deadline=None)
-@given(a=st.integers(0, 80), t=st.integers(0, 140))
-def test_a_keys_floor_is_the_smallest_signature_it_serves(a: int, t: int) -> None:
-    policy = DimPolicy({"A": (1, 2, 4, 8, 64), "T": (8, 32, 128)})
-    key = policy.key(Signature.of("forward", {"A": a, "T": t}))
-    floor = policy.floor(key)
-    assert policy.admits(key, floor) and policy.key(floor) == key
-    for dim, value in floor.dims:
-        smaller = Signature.of("forward", {**floor.as_dict(), dim: value - 1})
-        assert value == 0 or policy.key(smaller) != key, (key, floor, dim)
