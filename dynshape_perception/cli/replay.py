@@ -229,10 +229,9 @@ def run(args: argparse.Namespace) -> int:
     with build_engine(settings, args.cache_dir, args.weights_dir) as engine:
         if settings.jit.mode == "frozen":
             queued = engine.warm_up(args.jit_profile)
-            serving = sum(len(d.cache) for d in engine.dispatchers.values())
             print(
                 f"JIT frozen: {queued} specialisation(s) queued from {args.jit_profile}, "
-                f"{serving} serving"
+                f"{engine.serving()} serving"
             )
         elif settings.jit.mode == "adaptive":
             print("note: adaptive JIT compiles while replaying; outputs may differ between runs")

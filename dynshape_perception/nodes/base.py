@@ -225,9 +225,8 @@ class PerceptionNode(Node):
             if profile is not None:
                 # Frozen mode waits here for its compiles: what does not land in time never serves.
                 queued = engine.warm_up(profile)
-                serving = sum(len(d.cache) for d in engine.dispatchers.values())
                 self.get_logger().info(
-                    f"warm-up: {queued} specialisation(s) queued, {serving} serving"
+                    f"warm-up: {queued} specialisation(s) queued, {engine.serving()} serving"
                 )
         except BaseException:
             engine.close()

@@ -543,9 +543,7 @@ def _run_engine(
         }
         if warm_profile is not None:
             outcome.extra["warm_up_s"] = round(warm_s, 3)
-            outcome.extra["warm_specialisations"] = sum(
-                len(d.cache) for d in engine.dispatchers.values()
-            )
+            outcome.extra["warm_specialisations"] = engine.serving()
             outcome.extra["locality"] = locality(engine, stream, inputs)
             outcome.extra["dispatch_overhead"] = dispatch_overhead(engine, stream, inputs)
         return summarise(outcome, jit=True), outcome, np.asarray(during, bool)

@@ -628,15 +628,10 @@ class Dispatcher:
         if result is None:
             self._fail(key, state, compile_s, reason)
             return
-        if self._sealed:
-            event = CompileEvent(
-                now, self.model.name, str(key), True, compile_s, "landed after the freeze"
-            )
-            self._emit(event, rejected=True)
-            return
-        if state.rejected and not self._deterministic:
-            # Demoted while this build ran: that verdict, from serving, outweighs a fresh timing.
-            reason = "key demoted meanwhile"
+        # Demoted while this build ran: that verdict, from serving, outweighs a fresh timing.
+        demoted = state.rejected and not self._deterministic
+        if self._sealed or demoted:
+            reason = "landed after the freeze" if self._sealed else "key demoted meanwhile"
             event = CompileEvent(now, self.model.name, str(key), True, compile_s, reason)
             self._emit(event, rejected=True)
             return

@@ -106,6 +106,10 @@ class Engine:
     def __getitem__(self, name: str) -> Dispatcher:
         return self.dispatchers[name]
 
+    def serving(self) -> int:
+        """Specialisations cached and serving now, over every model."""
+        return sum(len(d.cache) for d in self.dispatchers.values())
+
     def profiles(self) -> dict[str, Counter[Signature]]:
         return {name: d.profile_counts() for name, d in self.dispatchers.items()}
 
