@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from dynshape_perception.core.compiler.build import (
     pipeline_version,
 )
 from dynshape_perception.core.compiler.targets import TargetProfile
-from dynshape_perception.errors import CacheError
+from dynshape_perception.errors import CacheError, ConfigError
 from dynshape_perception.fsutil import atomic_write_text
 from dynshape_perception.models.common import ModelDef
 from dynshape_perception.models.weights import weights_checksum
@@ -38,6 +38,14 @@ SIDECAR = "sidecar.json"
 STAGE_PREFIX = ".stage-"
 # A staging folder this old was left by a writer that died mid-write: no build takes an hour.
 STALE_STAGE_S = 3600.0
+# An evicted entry is renamed out of sight in one step, then removed at leisure.
+EVICT_PREFIX = ".evict-"
+# An entry used this recently is never evicted: another process may be between finding it and
+# loading its library, and the bound is met again at a later prune.
+RECENT_USE_S = 300.0
+# Eviction order: entries no sidecar describes, then specialisations (a compile of well under
+# a second each), and generic builds, which a start-up waits for, last.
+_UNREADABLE, _SPECIALISED, _GENERIC = 0, 1, 2
 
 
 def default_cache_dir() -> Path:
@@ -82,6 +90,39 @@ class Artefact:
     cache_hit: bool
 
 
+@dataclass(frozen=True)
+class EntryInfo:
+    """One published entry as it stands on disk."""
+
+    key: str
+    size_bytes: int
+    # The folder's mtime: set when the entry is published and at every hit.
+    last_used: float
+    # None where the sidecar cannot be read: such an entry can never be a hit.
+    sidecar: Sidecar | None
+
+    @property
+    def rank(self) -> int:
+        if self.sidecar is None:
+            return _UNREADABLE
+        return _SPECIALISED if self.sidecar.pinned_dims else _GENERIC
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    evicted: int
+    freed_bytes: int
+    bytes_left: int
+    # Still above the bound: what is left was all used within RECENT_USE_S.
+    over_bound: bool
+
+
+def check_max_bytes(value: object, what: str = "artefact cache max_bytes") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what} must be a positive integer of bytes, got {value!r}")
+    return value
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -122,18 +163,25 @@ class ArtefactCache:
     first writer of a key wins.
     """
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, max_bytes: int | None = None) -> None:
+        """``max_bytes`` bounds the whole root on disk, whoever wrote it: each store by this
+        object prunes least recently used entries past it. None: this writer never prunes."""
         self.root = root or default_cache_dir()
+        self.max_bytes = None if max_bytes is None else check_max_bytes(max_bytes)
         self.hits = 0
         self.misses = 0
         self.rebuilt_corrupt = 0
+        self.evicted = 0
+        self.evicted_bytes = 0
         self._sweep_stale_stages()
 
     def _sweep_stale_stages(self) -> None:
-        """Remove what writers killed mid-write (a timed-out compile worker) left behind."""
+        """Remove what writers killed mid-write (a timed-out compile worker) left behind, and
+        what a pruner killed mid-removal left of an evicted entry (nobody can find it)."""
         cutoff = time.time() - STALE_STAGE_S
         try:
             stages = list(self.root.glob(f"{STAGE_PREFIX}*"))
+            evicted = list(self.root.glob(f"{EVICT_PREFIX}*"))
         except OSError:
             return
         for stage in stages:
@@ -143,6 +191,8 @@ class ArtefactCache:
                 continue
             if stale:
                 shutil.rmtree(stage, ignore_errors=True)
+        for folder in evicted:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key
@@ -157,9 +207,16 @@ class ArtefactCache:
             sidecar = Sidecar.from_json(side.read_text())
             if not lib.is_file() or file_sha256(lib) != sidecar.library_sha256:
                 raise CacheError(f"{lib} does not match its recorded checksum")
+        except FileNotFoundError:
+            if not folder.exists():
+                # Another process evicted the entry while it was read: a miss, not damage.
+                return None
+            self._discard(folder, f"{lib} vanished while it was read")
+            return None
         except (CacheError, OSError, ValueError, TypeError, RecursionError) as err:
             self._discard(folder, str(err))
             return None
+        _touch(folder)
         return Artefact(lib, sidecar, cache_hit=True)
 
     def _discard(self, folder: Path, why: str) -> None:
@@ -203,9 +260,93 @@ class ArtefactCache:
             tvmx.export_library(result.executable, stage / LIBRARY, result.profile.cross_compiler)
             sidecar = make_sidecar(model, weights, result, file_sha256(stage / LIBRARY))
             (stage / SIDECAR).write_text(sidecar.to_json())
-            return self._publish(stage, key, sidecar)
+            artefact = self._publish(stage, key, sidecar)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+        self.keep_bound()
+        return artefact
+
+    def keep_bound(self) -> None:
+        """Prune to ``max_bytes``, if set. A bound that cannot be kept now (a read-only or
+        vanished root) is logged and kept at a later store."""
+        if self.max_bytes is None:
+            return
+        try:
+            self.prune(self.max_bytes)
+        except OSError as err:
+            log.warning(
+                "artefact cache %s: cannot prune to %d bytes (%s)", self.root, self.max_bytes, err
+            )
+
+    def entries(self, read_sidecars: bool = True) -> list[EntryInfo]:
+        """Every published entry under the root (staging and evicted folders are not)."""
+        found: list[EntryInfo] = []
+        try:
+            listing = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return found
+        for item in listing:
+            if item.name.startswith(".") or not item.is_dir(follow_symlinks=False):
+                continue
+            folder = Path(item.path)
+            try:
+                last_used = item.stat(follow_symlinks=False).st_mtime
+                size = sum(f.stat(follow_symlinks=False).st_size for f in os.scandir(folder))
+            except FileNotFoundError:
+                continue  # evicted or discarded meanwhile
+            sidecar = _read_sidecar(folder / SIDECAR) if read_sidecars else None
+            found.append(EntryInfo(item.name, size, last_used, sidecar))
+        return found
+
+    def prune(self, max_bytes: int, recent_s: float = RECENT_USE_S) -> PruneReport:
+        """Evict entries until the root holds at most ``max_bytes``: unreadable ones first,
+        then specialisations, then generic builds, each least recently used first. Entries used
+        within ``recent_s`` stay, even over the bound."""
+        check_max_bytes(max_bytes)
+        listed = self.entries(read_sidecars=False)
+        total = sum(e.size_bytes for e in listed)
+        evicted = freed = 0
+        if total > max_bytes:
+            cutoff = time.time() - recent_s
+            # Only an entry that may go is worth reading the sidecar of.
+            candidates = sorted(
+                (
+                    replace(e, sidecar=_read_sidecar(self.entry_dir(e.key) / SIDECAR))
+                    for e in listed
+                    if e.last_used < cutoff
+                ),
+                key=lambda e: (e.rank, e.last_used),
+            )
+            for entry in candidates:
+                if total <= max_bytes:
+                    break
+                if self._evict(entry.key, cutoff):
+                    total -= entry.size_bytes
+                    freed += entry.size_bytes
+                    evicted += 1
+        if evicted:
+            self.evicted += evicted
+            self.evicted_bytes += freed
+            log.info("artefact cache %s: evicted %d entries (%d bytes)", self.root, evicted, freed)
+        return PruneReport(evicted, freed, total, total > max_bytes)
+
+    def _evict(self, key: str, cutoff: float) -> bool:
+        """Rename the entry out of sight in one step, so no reader meets it half removed."""
+        try:
+            if self.entry_dir(key).stat().st_mtime >= cutoff:
+                return False  # used since the listing was taken
+        except FileNotFoundError:
+            return False
+        gone = Path(tempfile.mkdtemp(dir=self.root, prefix=EVICT_PREFIX))
+        target = gone / key
+        try:
+            os.rename(self.entry_dir(key), target)
+        except FileNotFoundError:
+            # Another pruner took it first.
+            return False
+        finally:
+            shutil.rmtree(gone, ignore_errors=True)
+        return True
 
     def _publish(self, stage: Path, key: str, sidecar: Sidecar) -> Artefact:
         folder = self.entry_dir(key)
@@ -224,6 +365,21 @@ class ArtefactCache:
             # No sidecar (an older writer's leftovers), corrupt, or another build's.
             shutil.rmtree(folder, ignore_errors=True)
         raise CacheError(f"cannot publish cache entry {folder}: something keeps writing there")
+
+
+def _touch(folder: Path) -> None:
+    """Mark an entry used now; a read-only cache (a bundle's) simply keeps its stamps."""
+    try:
+        os.utime(folder)
+    except OSError:
+        pass
+
+
+def _read_sidecar(path: Path) -> Sidecar | None:
+    try:
+        return Sidecar.from_json(path.read_text())
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
 
 
 def _provenance(side: Sidecar) -> tuple[object, ...]:

@@ -8,14 +8,18 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dynshape_perception.core.compiler import cache as cache_module
 from dynshape_perception.core.compiler.build import BuildResult, bound_module, compile_model
 from dynshape_perception.core.compiler.cache import (
+    EVICT_PREFIX,
     LIBRARY,
+    RECENT_USE_S,
     SIDECAR,
     STAGE_PREFIX,
     STALE_STAGE_S,
@@ -25,6 +29,7 @@ from dynshape_perception.core.compiler.cache import (
 )
 from dynshape_perception.core.compiler.targets import load_profile
 from dynshape_perception.core.runtime.executable import LoadedModel
+from dynshape_perception.errors import ConfigError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
@@ -207,3 +212,132 @@ def test_stages_left_by_killed_writers_are_swept_once_stale(tmp_path: Path) -> N
     os.utime(stale, (old, old))
     ArtefactCache(tmp_path)
     assert not stale.exists() and (fresh / LIBRARY).exists()
+
+
+def _age(cache: ArtefactCache, key: str, seconds_ago: float) -> None:
+    stamp = time.time() - seconds_ago
+    os.utime(cache.entry_dir(key), (stamp, stamp))
+
+
+def _built(cache: ArtefactCache, dims: dict[str, int] | None = None) -> str:
+    artefact = cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64"), dims)
+    return artefact.library_path.parent.name
+
+
+def _size(cache: ArtefactCache, key: str) -> int:
+    return sum(f.stat().st_size for f in cache.entry_dir(key).iterdir())
+
+
+def test_prune_evicts_specialisations_least_recently_used_first_and_generic_last(
+    tmp_path: Path,
+) -> None:
+    cache = ArtefactCache(tmp_path)
+    generic, older, newer = (
+        _built(cache),
+        _built(cache, {"N": 2, "M": 2}),
+        _built(cache, {"N": 3, "M": 3}),
+    )
+    # The generic build is the least recently used, yet it goes last.
+    _age(cache, generic, 3 * RECENT_USE_S)
+    _age(cache, older, 2 * RECENT_USE_S)
+    _age(cache, newer, 1.5 * RECENT_USE_S)
+    sizes = {k: _size(cache, k) for k in (generic, older, newer)}
+    report = cache.prune(sizes[generic] + sizes[newer])
+    assert (report.evicted, report.freed_bytes) == (1, sizes[older])
+    assert report.bytes_left == sizes[generic] + sizes[newer] and not report.over_bound
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([generic, newer])
+    assert cache.lookup(older) is None and cache.lookup(newer) is not None
+    # The hit just now marked ``newer`` used: it is protected, so the generic build goes.
+    report = cache.prune(1)
+    assert report.evicted == 1 and report.over_bound
+    assert sorted(p.name for p in tmp_path.iterdir()) == [newer]
+    assert (cache.evicted, cache.evicted_bytes) == (2, sizes[older] + sizes[generic])
+
+
+def test_entries_used_recently_stay_even_over_the_bound(tmp_path: Path) -> None:
+    cache = ArtefactCache(tmp_path)
+    key = _built(cache)
+    report = cache.prune(1)
+    assert (report.evicted, report.over_bound) == (0, True)
+    assert cache.lookup(key) is not None
+    _age(cache, key, 2 * RECENT_USE_S)
+    assert cache.prune(1, recent_s=RECENT_USE_S).evicted == 1
+    assert cache.entries() == []
+
+
+def test_a_hit_marks_its_entry_used(tmp_path: Path) -> None:
+    cache = ArtefactCache(tmp_path)
+    key = _built(cache)
+    _age(cache, key, 2 * RECENT_USE_S)
+    assert cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64")).cache_hit
+    assert time.time() - cache.entry_dir(key).stat().st_mtime < 60
+    assert cache.prune(1).evicted == 0
+
+
+def test_a_bounded_cache_prunes_as_it_stores(tmp_path: Path) -> None:
+    unbounded = ArtefactCache(tmp_path)
+    old = _built(unbounded, {"N": 2, "M": 2})
+    _age(unbounded, old, 2 * RECENT_USE_S)
+    _built(unbounded, {"N": 3, "M": 3})
+    assert unbounded.evicted == 0 and len(unbounded.entries()) == 2
+    bounded = ArtefactCache(tmp_path, max_bytes=2 * _size(unbounded, old))
+    new = _built(bounded, {"N": 4, "M": 4})
+    assert bounded.evicted == 1
+    assert old not in {e.key for e in bounded.entries()}
+    assert new in {e.key for e in bounded.entries()}
+
+
+def test_unreadable_entries_go_before_any_build(tmp_path: Path) -> None:
+    cache = ArtefactCache(tmp_path)
+    generic = _built(cache)
+    junk = tmp_path / ("0" * 32)
+    junk.mkdir()
+    (junk / SIDECAR).write_text("{not json")
+    (junk / LIBRARY).write_bytes(b"x" * 10)
+    _age(cache, generic, 2 * RECENT_USE_S)
+    _age(cache, junk.name, RECENT_USE_S * 1.5)
+    entries = {e.key: e for e in cache.entries()}
+    assert entries[junk.name].sidecar is None
+    report = cache.prune(_size(cache, generic))
+    assert report.evicted == 1 and not junk.exists() and cache.entry_dir(generic).exists()
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "1G", None])
+def test_a_bound_that_is_not_a_positive_byte_count_is_a_config_error(
+    tmp_path: Path, value: object
+) -> None:
+    with pytest.raises(ConfigError, match="positive integer of bytes"):
+        ArtefactCache(tmp_path).prune(value)  # type: ignore[arg-type]
+    if value is not None:
+        with pytest.raises(ConfigError, match="positive integer of bytes"):
+            ArtefactCache(tmp_path, max_bytes=value)  # type: ignore[arg-type]
+
+
+def test_a_reader_racing_an_eviction_gets_a_miss_not_a_corrupt_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = ArtefactCache(tmp_path)
+    key = _built(cache)
+    _age(cache, key, 2 * RECENT_USE_S)
+    other = ArtefactCache(tmp_path)
+    real_sha = cache_module.file_sha256
+
+    def evicting_mid_read_fault_injector(path: Path) -> str:
+        """Fault injector: another process evicts the entry between two of the reader's reads."""
+        assert other.prune(1).evicted == 1
+        return real_sha(path)
+
+    monkeypatch.setattr(cache_module, "file_sha256", evicting_mid_read_fault_injector)
+    with caplog.at_level(logging.WARNING):
+        assert cache.lookup(key) is None
+    assert "corrupt" not in caplog.text and cache.rebuilt_corrupt == 0
+    monkeypatch.undo()
+    assert not cache.get_or_build(MODEL, WEIGHTS, load_profile("x86_64")).cache_hit
+
+
+def test_what_a_killed_pruner_left_is_swept(tmp_path: Path) -> None:
+    left = tmp_path / f"{EVICT_PREFIX}abc" / ("1" * 32)
+    left.mkdir(parents=True)
+    (left / LIBRARY).write_bytes(b"evicted")
+    cache = ArtefactCache(tmp_path)
+    assert not (tmp_path / f"{EVICT_PREFIX}abc").exists() and cache.entries() == []
