@@ -276,6 +276,15 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             high=_MAX_BYTES,
         ),
         ParamSpec(
+            "jit.disk_max_bytes",
+            _JIT.disk_max_bytes,
+            "bytes of the artefact cache on disk, shared by every model and process using "
+            "model_cache_dir: least recently used specialisations go first, generic builds last",
+            True,
+            low=1,
+            high=_MAX_BYTES,
+        ),
+        ParamSpec(
             "jit.pool_size", _JIT.pool_size, "background compile workers", True, low=1, high=64
         ),
         ParamSpec(
@@ -610,6 +619,7 @@ def jit_config(values: Mapping[str, Value]) -> JitConfig:
         "hotness_threshold",
         "max_entries",
         "max_bytes",
+        "disk_max_bytes",
         "pool_size",
         "compile_mode",
         "compile_timeout_s",

@@ -26,7 +26,7 @@ from dynshape_perception.core.runtime.validation import CompileRequest, CompileR
 from dynshape_perception.errors import CompileError, ConfigError
 
 if TYPE_CHECKING:
-    from dynshape_perception.core.compiler.cache import Artefact
+    from dynshape_perception.core.compiler.cache import Artefact, ArtefactCache
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +68,28 @@ def compile_to_cache(request: CompileRequest, weights: Mapping[str, np.ndarray])
     Building only the called entry point keeps compiles short and libraries small, and
     validating here keeps that work off the process whose threads serve calls.
     """
+    from dynshape_perception.core.compiler.cache import ArtefactCache
+
     started = time.perf_counter()
-    artefact = build_specialisation(request, weights)
+    cache = ArtefactCache(Path(request.cache_root), request.cache_max_bytes)
+    artefact = build_specialisation(request, weights, cache)
     compile_s = time.perf_counter() - started
     path = artefact.library_path
     speedup = validate_in_worker(request, weights, path)
-    return CompileResult(str(path), compile_s, speedup, artefact.cache_hit)
+    return CompileResult(str(path), compile_s, speedup, artefact.cache_hit, cache.evicted)
 
 
-def build_specialisation(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> Artefact:
+def build_specialisation(
+    request: CompileRequest,
+    weights: Mapping[str, np.ndarray],
+    cache: ArtefactCache | None = None,
+) -> Artefact:
     from dynshape_perception.core.compiler.cache import ArtefactCache
     from dynshape_perception.core.compiler.targets import load_profile
     from dynshape_perception.models import model_definition
 
-    return ArtefactCache(Path(request.cache_root)).get_or_build(
+    cache = cache or ArtefactCache(Path(request.cache_root), request.cache_max_bytes)
+    return cache.get_or_build(
         model_definition(request.model),
         weights,
         load_profile(request.profile),
@@ -103,7 +111,7 @@ def validate_in_worker(
     model = model_definition(request.model)
     slot = (request.model, request.profile, request.cache_root, weights_checksum(weights))
     if slot not in _GENERIC:
-        cache = ArtefactCache(Path(request.cache_root))
+        cache = ArtefactCache(Path(request.cache_root), request.cache_max_bytes)
         generic = cache.get_or_build(model, weights, load_profile(request.profile))
         _GENERIC[slot] = LoadedModel(model, generic.library_path)
     special = LoadedModel(model, library, functions=(request.key.function,))
@@ -164,11 +172,13 @@ class CompilePool:
         timeout_s: float = 120.0,
         compile_fn: CompileFn = compile_to_cache,
         meter: InterferenceMeter | None = None,
+        cache_max_bytes: int | None = None,
     ) -> None:
         self._weights = weights
         self.meter = meter or InterferenceMeter(prior_weight=1.0)
         self.profile = profile
         self.cache_root = str(cache_root)
+        self.cache_max_bytes = cache_max_bytes
         self._size = size
         if mode not in ("auto", "process", "thread"):
             raise ConfigError(f"compile mode must be auto, process or thread, got {mode!r}")

@@ -605,6 +605,7 @@ class Dispatcher:
             profile=self.pool.profile,
             key=key,
             cache_root=self.pool.cache_root,
+            cache_max_bytes=self.pool.cache_max_bytes,
             weak_edges=dict(self._dims[key.function].weak_edges),
             sample=sample,
             rtol=self.config.validate_rtol,
@@ -628,6 +629,8 @@ class Dispatcher:
         if result is None:
             self._fail(key, state, compile_s, reason)
             return
+        if result.disk_evictions:
+            self.metrics.bump("disk_evictions", result.disk_evictions)
         # Demoted while this build ran: that verdict, from serving, outweighs a fresh timing.
         demoted = state.rejected and not self._deterministic
         if self._sealed or demoted:

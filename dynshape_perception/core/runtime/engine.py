@@ -46,7 +46,7 @@ class Engine:
         if not self.target.host_is_native or self.target.is_cuda:
             raise ConfigError(f"profile {profile!r} cannot run in this process; use verify")
         self.jit = jit or JitConfig()
-        self.cache = ArtefactCache(cache_dir or default_cache_dir())
+        self.cache = ArtefactCache(cache_dir or default_cache_dir(), self.jit.disk_max_bytes)
         self.metrics = JitMetrics()
         self.weights: dict[str, Mapping[str, np.ndarray]] = {}
         self.dispatchers: dict[str, Dispatcher] = {}
@@ -74,6 +74,7 @@ class Engine:
                 mode=self.jit.compile_mode,
                 timeout_s=self.jit.compile_timeout_s,
                 compile_fn=compile_fn,
+                cache_max_bytes=self.jit.disk_max_bytes,
                 meter=InterferenceMeter(
                     self.jit.prior_compile_weight,
                     # Read while a dispatcher settles its calls: it must not wait on them.
@@ -90,6 +91,10 @@ class Engine:
                     model, generic, self.jit, self.metrics, self.pool, self.bookkeeper
                 )
                 self.planned[name] = artefact.sidecar.planned_bytes
+            # A bound lowered since the last run holds from the start, not from the first store;
+            # the generic builds were just used, so they stay.
+            self.cache.keep_bound()
+            self.metrics.bump("disk_evictions", self.cache.evicted)
             # Start-up ends once the compile worker has imported the compiler: that import is
             # seconds of CPU which would otherwise compete with the first frames.
             if self.pool is not None and not self.pool.wait_started(self.jit.compile_timeout_s):

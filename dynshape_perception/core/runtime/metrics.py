@@ -83,6 +83,8 @@ class JitMetrics:
     compiles_rejected: int = 0
     compile_time_s: float = 0.0
     evictions: int = 0
+    # Artefact-cache entries evicted from disk to keep its bound (jit.disk_max_bytes).
+    disk_evictions: int = 0
     demoted: int = 0
     blacklisted: int = 0
     degraded_episodes: int = 0
@@ -216,6 +218,7 @@ class JitMetrics:
                 "compiles_rejected": self.compiles_rejected,
                 "compile_time_s": round(self.compile_time_s, 3),
                 "evictions": self.evictions,
+                "disk_evictions": self.disk_evictions,
                 "demoted": self.demoted,
                 "blacklisted": self.blacklisted,
                 "degraded": self.degraded,

@@ -70,6 +70,9 @@ class JitConfig:
     )
     max_entries: int = 1024
     max_bytes: int = 512 * 1024 * 1024
+    # The artefact cache root on disk, every model and process sharing it: a long drive
+    # compiles new keys for days, and every compiler upgrade strands the old ones.
+    disk_max_bytes: int = 2 * 1024 * 1024 * 1024
     pool_size: int = 1
     compile_mode: str = "auto"
     compile_timeout_s: float = 120.0
@@ -98,7 +101,14 @@ class JitConfig:
             raise ConfigError(f"jit mode must be one of {MODES}, got {self.mode!r}")
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(f"compile_mode must be one of {COMPILE_MODES}")
-        for name in ("hotness_threshold", "max_entries", "max_bytes", "pool_size", "max_strikes"):
+        for name in (
+            "hotness_threshold",
+            "max_entries",
+            "max_bytes",
+            "disk_max_bytes",
+            "pool_size",
+            "max_strikes",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"jit {name} must be >= 1, got {getattr(self, name)!r}")
         if self.prior_compile_weight < 0:

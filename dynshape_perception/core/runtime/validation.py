@@ -25,6 +25,8 @@ class CompileRequest:
     profile: str
     key: Signature
     cache_root: str
+    # The bound on the cache root's bytes on disk that this compile's store keeps.
+    cache_max_bytes: int | None = None
     weak_edges: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     # A recorded call of the key; None skips validation (the dispatcher then refuses it).
     sample: Sequence[np.ndarray] | None = None
@@ -43,6 +45,8 @@ class CompileResult:
     speedup: float
     # Fetched from the artefact cache, not built: its time is no estimate of a compile's.
     cache_hit: bool = False
+    # Entries the store evicted from the cache root to keep its bound on disk.
+    disk_evictions: int = 0
 
 
 def validate(

@@ -738,3 +738,33 @@ def test_close_ends_a_worker_stopped_behind_the_pools_back(tmp_path: Path) -> No
     if closing.is_alive():
         os.kill(pid, signal.SIGCONT)
     assert not closing.is_alive(), "close waited on a stopped worker"
+
+
+def _aged_entry(cache_root: Path, name: str, nbytes: int) -> Path:
+    """An entry no sidecar describes, last used long ago: the first a bound evicts."""
+    from dynshape_perception.core.compiler.cache import LIBRARY, RECENT_USE_S
+
+    folder = cache_root / name
+    folder.mkdir(parents=True)
+    (folder / LIBRARY).write_bytes(b"\0" * nbytes)
+    stamp = time.time() - 2 * RECENT_USE_S
+    os.utime(folder, (stamp, stamp))
+    return folder
+
+
+def test_a_worker_keeps_the_disk_bound_and_reports_what_it_evicted(tmp_path: Path) -> None:
+    stale = _aged_entry(tmp_path, "f" * 32, 64 << 20)
+    key = Signature.of("forward", {"N": 5, "M": 5})
+    bounded = CompileRequest(**{**request(key, tmp_path).__dict__, "cache_max_bytes": 32 << 20})
+    result = compile_to_cache(bounded, WEIGHTS["associator"])
+    assert result.disk_evictions == 1 and not stale.exists()
+    assert Path(result.path).is_file(), "the build just stored is never the one evicted"
+
+
+def test_an_engine_prunes_its_cache_at_start_and_counts_it(tmp_path: Path) -> None:
+    stale = _aged_entry(tmp_path, "e" * 32, 64 << 20)
+    config = JitConfig(mode="off", disk_max_bytes=32 << 20)
+    with Engine(cache_dir=tmp_path, models=["associator"], weights=WEIGHTS, jit=config) as engine:
+        assert engine.metrics.snapshot()["disk_evictions"] == 1
+        assert not stale.exists()
+        assert engine.cache.lookup(engine.cache.entries()[0].key) is not None

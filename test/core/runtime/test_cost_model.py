@@ -64,6 +64,8 @@ def test_bad_jit_settings_are_rejected() -> None:
             JitConfig(**bad)
     with pytest.raises(ConfigError, match="validate_rtol, validate_atol"):
         JitConfig(validate_atol=-1e-5)
+    with pytest.raises(ConfigError, match="disk_max_bytes must be >= 1"):
+        JitConfig(disk_max_bytes=0)
     for raw in (
         {"hotness_threshold": "eight"},
         {"weak_edges": {"predictor": {"A": ["one", 2]}}},
