@@ -17,6 +17,7 @@ from dynshape_perception.errors import ConfigError, DynshapeError
 VERBS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "run the pipeline on a built-in generated scene and print per-stage results"),
     "compile": ("compile", "compile models for a target profile into exported libraries"),
+    "cache": ("cache", "show what the artefact cache holds on disk, and prune it to a size"),
     "fit": ("fit", "fit model weights deterministically and write them under models/"),
     "evaluate": ("evaluate", "evaluate prediction (ETH/UCY) or segmentation (KITTI)"),
     "bench": ("bench", "benchmarks: kernels, jit, e2e, deadlines"),
