@@ -20,6 +20,9 @@ GPU_THREADS = 64
 # sleep); a loop nest with less work than this many multiply-adds runs serially. The schedule
 # rules apply the same threshold at compile time; hand-written kernels test it per call.
 MIN_PARALLEL_WORK = 1 << 19
+# Independent FMA chains per thread in the peak kernel: latency (4 cycles) times pipes (2) on
+# current x86 and Arm cores, with room to spare, and few enough to stay in registers.
+FMA_CHAINS = 12
 
 
 @functools.cache
@@ -360,3 +363,27 @@ def predictor_kernels(
                 encode_packed_agent(a, gru_cell)
 
     return gru_encode, gru_step, place_hypotheses, gru_encode_packed
+
+
+def fma_peak_kernel(threads: int, lanes: int, iterations: int) -> object:
+    """``threads`` parallel loops of ``FMA_CHAINS`` vector FMA chains, ``iterations`` deep."""
+
+    @T.prim_func
+    def fma_peak(
+        out: T.Buffer((threads, FMA_CHAINS, lanes), "float32"), scale: T.Buffer((lanes,), "float32")
+    ) -> None:
+        T.func_attr({"global_symbol": "fma_peak", "tirx.noalias": True})
+        for t in T.parallel(threads):
+            acc = T.decl_buffer((FMA_CHAINS, lanes), "float32")
+            for i in T.unroll(FMA_CHAINS):
+                for c in T.vectorized(lanes):
+                    acc[i, c] = T.float32(1)
+            for _ in range(iterations):
+                for i in T.unroll(FMA_CHAINS):
+                    for c in T.vectorized(lanes):
+                        acc[i, c] = acc[i, c] * scale[c] + T.float32(1e-9)
+            for i in T.unroll(FMA_CHAINS):
+                for c in T.vectorized(lanes):
+                    out[t, i, c] = acc[i, c]
+
+    return fma_peak

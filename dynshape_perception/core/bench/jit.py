@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from dynshape_perception.core.bench.roofline import Roofline, fma_peak_gflops, segmenter_macs
+from dynshape_perception.core.compiler import tvm_adapter as tvmx
 from dynshape_perception.core.compiler.build import COMPILE_OBSERVERS
 from dynshape_perception.core.compiler.cache import ArtefactCache
 from dynshape_perception.core.compiler.targets import load_profile
@@ -28,6 +30,7 @@ from dynshape_perception.core.runtime.policy import DEFAULT_WEAK_EDGES, JitConfi
 from dynshape_perception.core.runtime.shapes import DimPolicy, Padding, Signature
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.models.registry import committed_weights
+from dynshape_perception.models.tir_kernels import FEATURES
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +405,9 @@ def _run(
             dict(zip(("generic_before", "generic_after"), adjacent, strict=False)),
         )
     if "jit_warm" in strategies:
-        results["segmenter_exact"] = segmenter_exact(models, profile, work, generic["segmenter"])
+        exact, generic_s = segmenter_exact(models, profile, work, generic["segmenter"])
+        results["segmenter_exact"] = exact
+        results["segmenter_roofline"] = segmenter_roofline(models, profile, generic_s).as_json()
     return results
 
 
@@ -443,12 +448,14 @@ def repeated_cold_starts(
 
 def segmenter_exact(
     models: dict[str, Any], profile: Any, work: Path, generic: LoadedModel
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[int, float]]:
     """Static build at an exact point count over the generic build, interleaved, median of
-    ``EXACT_REPEATS``: what the best possible segmenter specialisation (no padding) gains."""
+    ``EXACT_REPEATS``: what the best possible segmenter specialisation (no padding) gains.
+    Also returns the generic build's median seconds at each point count."""
     model, weights = models["segmenter"]
     cache = ArtefactCache(work / "segmenter_exact")
     out: dict[str, float] = {}
+    generic_s: dict[int, float] = {}
     for p in EXACT_POINTS:
         args = make_inputs(Call("segmenter", {"P": p}, p))
         artefact = cache.get_or_build(model, weights, profile, {"P": p}, functions=("forward",))
@@ -459,8 +466,26 @@ def segmenter_exact(
                 began = time.perf_counter()
                 runner.run_unchecked("forward", args)
                 times[label].append(time.perf_counter() - began)
-        out[str(p)] = round(float(np.median(times["exact"]) / np.median(times["generic"])), 3)
-    return out
+        generic_s[p] = float(np.median(times["generic"]))
+        out[str(p)] = round(float(np.median(times["exact"])) / generic_s[p], 3)
+    return out, generic_s
+
+
+def segmenter_roofline(
+    models: dict[str, Any], profile: Any, generic_s: Mapping[int, float]
+) -> Roofline:
+    """The generic segmenter's multiply-add rate at the largest timed point count against
+    this CPU's FMA peak, on as many threads as this (the serving) thread's TVM pool has."""
+    model, _ = models["segmenter"]
+    points = max(generic_s)
+    macs = segmenter_macs(model.config.hidden, FEATURES, points)
+    threads = tvmx.cpu_threads()
+    return Roofline(
+        points,
+        threads,
+        2.0 * macs / generic_s[points] / 1e9,
+        fma_peak_gflops(profile.target(), threads),
+    )
 
 
 def _run_engine(
@@ -1095,6 +1120,15 @@ def run(args: argparse.Namespace) -> int:
     if "segmenter_exact" in results:
         ratios = ", ".join(f"P={p} x{r:.3f}" for p, r in results["segmenter_exact"].items())
         print(f"segmenter static exact-P build / generic: {ratios}")
+    if "segmenter_roofline" in results:
+        roof = results["segmenter_roofline"]
+        print(
+            f"segmenter generic build at P={roof['P']}: {roof['generic_gflops']:.1f} GFLOP/s on "
+            f"{roof['tvm_threads']} TVM thread(s), x{roof['share_of_peak']:.3f} of this CPU's "
+            f"measured float32 FMA peak ({roof['fma_peak_gflops']:.1f} GFLOP/s): no "
+            f"specialisation doing its multiply-adds can be more than x{roof['headroom']:.3f} "
+            "faster"
+        )
     if "generic" in results and "generic_repeat" in results:
         first, again = results["generic"]["total_s"], results["generic_repeat"]["total_s"]
         print(

@@ -190,6 +190,24 @@ def build(mod: IRModule, target: Target) -> Executable:
     return executable
 
 
+def build_prim_func(func: PrimFunc, target: Target) -> Callable[..., None]:
+    """A standalone TIR kernel (named by its ``global_symbol``), called on NumPy arrays. Outputs
+    must be 64-byte aligned (``aligned_empty``), or the kernel writes to a copy."""
+    attrs = func.attrs or {}
+    if "global_symbol" not in attrs:
+        raise CompileError("a standalone TIR kernel needs a global_symbol to be called by")
+    name = str(attrs["global_symbol"])
+    try:
+        kernel = tvm.compile(tvm.IRModule({name: func}), target=target)[name]
+    except Exception as err:
+        raise CompileError(f"TVM build of {name} for {target} failed: {err}") from err
+
+    def run(*arrays: np.ndarray) -> None:
+        kernel(*(to_tensor_view(a) for a in arrays))
+
+    return run
+
+
 def export_library(executable: Executable, path: Path, cross_compiler: str | None = None) -> None:
     kwargs: dict[str, Any] = {}
     if cross_compiler:
@@ -208,6 +226,13 @@ def export_library(executable: Executable, path: Path, cross_compiler: str | Non
 
 def load_library(path: Path) -> Any:
     return tvm.runtime.load_module(str(path))
+
+
+def cpu_threads() -> int:
+    """Threads of the calling thread's TVM pool, which serves its parallel loops. Each calling
+    thread has its own, sized from ``TVM_NUM_THREADS`` when it first runs one; without it,
+    TVM takes half the logical CPUs on x86 (it assumes two hardware threads per core)."""
+    return int(tvm.get_global_func("runtime.NumThreads")())
 
 
 def cpu_device() -> Any:

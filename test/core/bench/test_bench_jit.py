@@ -263,7 +263,14 @@ def test_bench_jit_reports_every_strategy(
     assert report["generic_repeat"]["compiles"] == 0
     assert set(report["segmenter_exact"]) == {str(p) for p in jit.EXACT_POINTS}
     assert all(ratio > 0 for ratio in report["segmenter_exact"].values())
+    roof = report["segmenter_roofline"]
+    assert roof["P"] == max(jit.EXACT_POINTS) and roof["tvm_threads"] >= 1
+    # No kernel outruns the FMA peak it is set against (timing noise aside), and a peak kernel
+    # that timed no FMAs would put the generic build far above it.
+    assert 0.2 < roof["share_of_peak"] < 1.1
+    assert roof["headroom"] == pytest.approx(1 / roof["share_of_peak"], rel=0.01)
     printed = capsys.readouterr().out
+    assert "measured float32 FMA peak" in printed
     assert "cost model predictor" in printed
     assert "generic A/A" in printed and "runtime busy" in printed
     assert "dispatch overhead" in printed and "while compiling, repeated" in printed
