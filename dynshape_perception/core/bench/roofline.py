@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape_perception.core.bench.kernels import BenchError
 from dynshape_perception.core.compiler import tvm_adapter as tvmx
 from dynshape_perception.core.compiler.schedules.context import context_for_target
 from dynshape_perception.models.tir_kernels import FMA_CHAINS, fma_peak_kernel
@@ -30,7 +31,7 @@ def fma_peak_gflops(target: tvmx.Target, threads: int) -> float:
     run(out, scale)
     best = min(_timed(run, out, scale) for _ in range(PEAK_REPEATS))
     if not np.isfinite(out).all():
-        raise ArithmeticError("the FMA peak kernel overflowed: its timing measured no FMAs")
+        raise BenchError("the FMA peak kernel overflowed: its timing measured no FMAs")
     return 2.0 * threads * FMA_CHAINS * lanes * PEAK_ITERATIONS / best / 1e9
 
 

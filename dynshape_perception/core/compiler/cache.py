@@ -46,6 +46,8 @@ RECENT_USE_S = 300.0
 # Eviction order: entries no sidecar describes, then specialisations (a compile of well under
 # a second each), and generic builds, which a start-up waits for, last.
 _UNREADABLE, _SPECIALISED, _GENERIC = 0, 1, 2
+# What reading a damaged sidecar raises: unreadable, not JSON, other fields, or nested too deep.
+_SIDECAR_ERRORS = (OSError, ValueError, TypeError, RecursionError)
 
 
 def default_cache_dir() -> Path:
@@ -213,7 +215,7 @@ class ArtefactCache:
                 return None
             self._discard(folder, f"{lib} vanished while it was read")
             return None
-        except (CacheError, OSError, ValueError, TypeError, RecursionError) as err:
+        except (CacheError, *_SIDECAR_ERRORS) as err:
             self._discard(folder, str(err))
             return None
         _touch(folder)
@@ -378,7 +380,7 @@ def _touch(folder: Path) -> None:
 def _read_sidecar(path: Path) -> Sidecar | None:
     try:
         return Sidecar.from_json(path.read_text())
-    except (OSError, ValueError, TypeError, RecursionError):
+    except _SIDECAR_ERRORS:
         return None
 
 
