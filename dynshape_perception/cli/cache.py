@@ -75,16 +75,16 @@ def run(args: argparse.Namespace) -> int:
             "over_bound": report.over_bound,
         }
     entries = cache.entries()
-    kinds = Counter(
-        "unreadable"
-        if e.sidecar is None
-        else f"{e.sidecar.model} {'specialised' if e.sidecar.pinned_dims else 'generic'}"
-        for e in entries
-    )
+    kinds: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
     for e in entries:
-        label = "unreadable" if e.sidecar is None else e.sidecar.model
-        sizes[label] += e.size_bytes
+        if e.sidecar is None:
+            model, kind = "unreadable", "unreadable"
+        else:
+            model = e.sidecar.model
+            kind = f"{model} {'specialised' if e.sidecar.pinned_dims else 'generic'}"
+        kinds[kind] += 1
+        sizes[model] += e.size_bytes
     summary["entries"] = len(entries)
     summary["bytes"] = sum(e.size_bytes for e in entries)
     summary["by_kind"] = dict(sorted(kinds.items()))
