@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_PACKAGES := g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
-# DDS stays on this machine; large clouds need Fast DDS' large-data transport.
+# DDS stays on this host; large clouds need Fast DDS' large-data transport.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
 # A 32 MB shared-memory segment: the 0.5 MB default drops clouds above ~32k points.

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dynshape_perception.nodes.processes import dds_settings
 from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.testing.processes import dds_settings
 
 # Fast DDS reads its transports and profile once per process, when the first participant of
 # any test starts: set here, before every test, so that no order of tests leaves this process

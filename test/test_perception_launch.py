@@ -20,7 +20,7 @@ import numpy as np
 import rclpy
 
 import launch
-from dynshape_perception.nodes.probe import Probe
+from dynshape_perception.testing.probe import Probe
 
 SIZES = (1_000, 20_000, 60_000, 120_000)
 TIMEOUT_S = 60.0

@@ -14,7 +14,7 @@ def test_primfunc_json_round_trip_in_a_subprocess(tmp_path: Path) -> None:
         """
         import tvm_ffi
         from tvm.script import tirx as T
-        from dynshape_perception.core.compiler import tvm_adapter as tvmx
+        from dynshape_perception.compiler import tvm_adapter as tvmx
 
         @T.prim_func
         def add_one(a: T.handle, b: T.handle):

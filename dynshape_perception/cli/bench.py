@@ -1,4 +1,4 @@
-"""``dynshape-perception bench <name>``: run one benchmark of dynshape_perception.core.bench."""
+"""``dynshape-perception bench <name>``: run one benchmark of dynshape_perception.tools.bench."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    module = importlib.import_module(f"dynshape_perception.core.bench.{args.benchmark}")
+    module = importlib.import_module(f"dynshape_perception.tools.bench.{args.benchmark}")
     parser = argparse.ArgumentParser(
         prog=f"dynshape-perception bench {args.benchmark}",
         description=BENCHMARKS[args.benchmark],

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from dynshape_perception.cli.main import check_output_dir, check_output_file
-from dynshape_perception.core.compiler.cache import ArtefactCache
-from dynshape_perception.core.compiler.targets import available_profiles
+from dynshape_perception.compiler.cache import ArtefactCache
+from dynshape_perception.compiler.targets import available_profiles
 from dynshape_perception.models import MODEL_NAMES
 
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dynshape_perception.core import bundle
+    from dynshape_perception.tools import bundle
 
     bundle.check_python(args.python)
     bundle.check_max_mb(args.max_mb)

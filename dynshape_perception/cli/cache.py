@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dynshape_perception.core.compiler.cache import (
+    from dynshape_perception.compiler.cache import (
         RECENT_USE_S,
         ArtefactCache,
         default_cache_dir,

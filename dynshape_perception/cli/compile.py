@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from dynshape_perception.cli.main import check_output_dir
-from dynshape_perception.core.compiler.cache import ArtefactCache, default_cache_dir, export_to
-from dynshape_perception.core.compiler.targets import available_profiles, load_profile
+from dynshape_perception.compiler.cache import ArtefactCache, default_cache_dir, export_to
+from dynshape_perception.compiler.targets import available_profiles, load_profile
 from dynshape_perception.models import MODEL_NAMES
 from dynshape_perception.models.registry import committed_weights
 

@@ -8,11 +8,11 @@ import math
 import numpy as np
 
 from dynshape_perception.config import check_seed
-from dynshape_perception.core.perception.pipeline import Pipeline, PipelineParams, Pose2D
-from dynshape_perception.core.runtime.engine import Engine
-from dynshape_perception.core.runtime.policy import JitConfig
-from dynshape_perception.core.scenes import driving_scene
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.perception.pipeline import Pipeline, PipelineParams, Pose2D
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.tools.sim.scenes import driving_scene
 
 EGO_SPEED_MPS = 5.0
 FRAME_PERIOD_S = 0.1
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_dds(args: argparse.Namespace) -> int:
     """The nodes as processes on a private loopback DDS domain, fed frame by frame."""
-    from dynshape_perception.nodes.session import node_session
+    from dynshape_perception.testing.session import node_session
 
     mode = "composed" if args.composed else "separate"
     overrides: dict[str, bool | int | float | str] = {

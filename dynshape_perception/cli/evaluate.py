@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_seed("--seed", args.seed)
     if args.task == SEGMENTATION and args.plot is not None:
-        from dynshape_perception.core.eval.segmentation import check_plot_path
+        from dynshape_perception.tools.eval.segmentation import check_plot_path
 
         check_plot_path(args.plot)
     if args.task == PREDICTION:
@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _loaded_model(name: str, weights_dir: Path | None) -> tuple[Any, dict[str, Any]]:
     """The committed (or ``weights_dir``) model, compiled through the cache, and its entry."""
-    from dynshape_perception.core.compiler.cache import ArtefactCache
-    from dynshape_perception.core.compiler.targets import load_profile
-    from dynshape_perception.core.runtime.executable import LoadedModel
+    from dynshape_perception.compiler.cache import ArtefactCache
+    from dynshape_perception.compiler.targets import load_profile
     from dynshape_perception.models.registry import committed_weights
     from dynshape_perception.models.weights import read_manifest
+    from dynshape_perception.runtime.executable import LoadedModel
 
     model, weights = committed_weights(name, weights_dir)
     entry = read_manifest(weights_dir)["models"][name]
@@ -92,9 +92,9 @@ def _warn_fitted(model: str, scene: str, path: Path) -> None:
 
 
 def evaluate_prediction_file(path: Path, weights_dir: Path | None, seed: int = 0) -> dict[str, Any]:
-    """The issue's prediction report for one scene, the predictor run through TVM."""
-    from dynshape_perception.core.eval.prediction import evaluate_prediction
-    from dynshape_perception.core.io.datasets import read_eth_ucy
+    """The prediction report for one scene, the predictor run through TVM."""
+    from dynshape_perception.io.datasets import read_eth_ucy
+    from dynshape_perception.tools.eval.prediction import evaluate_prediction
 
     scene = read_eth_ucy(path)
     loaded, entry = _loaded_model("predictor", weights_dir)
@@ -124,10 +124,10 @@ def evaluate_segmentation_file(
 ) -> dict[str, Any]:
     """Segmenter (TVM) on a KITTI scan with its RANSAC ground, clustering, and the metrics."""
     from dynshape_perception.config import default_config
-    from dynshape_perception.core.eval.segmentation import evaluate_segmentation, plot_bev
-    from dynshape_perception.core.io.datasets import read_kitti_bin
-    from dynshape_perception.core.perception.clustering import ClusterParams, cluster_obstacles
-    from dynshape_perception.core.perception.ground import fit_ground_plane
+    from dynshape_perception.io.datasets import read_kitti_bin
+    from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
+    from dynshape_perception.perception.ground import fit_ground_plane
+    from dynshape_perception.tools.eval.segmentation import evaluate_segmentation, plot_bev
 
     points = read_kitti_bin(path)
     ground = fit_ground_plane(points, seed=seed)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 # First: importing the fit package pins torch's kernels, and TVM imports torch when it loads.
-import dynshape_perception.core.fit  # noqa: F401
+import dynshape_perception.tools.fit  # noqa: F401
 from dynshape_perception.models import MODEL_NAMES
 
 
@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dynshape_perception.core.fit.runner import fit_and_save
+    from dynshape_perception.tools.fit.runner import fit_and_save
 
     report = fit_and_save(args.model, args.data, args.seed, args.out)
     result = {

@@ -9,11 +9,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from dynshape_perception.config import check_seed
-from dynshape_perception.core.io.bags import STORAGES
-from dynshape_perception.core.replay import sources
-from dynshape_perception.core.replay.drive import DriveConfig
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.bags import STORAGES
 from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.tools.replay import sources
+from dynshape_perception.tools.sim.drive import DriveConfig
 
 SOURCES = ("generated", "kitti", "eth_ucy", "crowd")
 DEFAULT_FRAMES = {"generated": 60, "kitti": 10, "crowd": 40}

@@ -12,11 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dynshape_perception.core.io import bags
-from dynshape_perception.core.io.bags import STORAGES
-from dynshape_perception.core.replay import golden
-from dynshape_perception.core.replay.metrics import FrameRecord, RunMetrics
-from dynshape_perception.core.replay.params import (
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.io import bags
+from dynshape_perception.io.bags import STORAGES
+from dynshape_perception.tools.replay import golden
+from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
+from dynshape_perception.tools.replay.params import (
     Value,
     deadlines_from,
     dump_params,
@@ -25,15 +26,14 @@ from dynshape_perception.core.replay.params import (
     tier_config,
     tier_values,
 )
-from dynshape_perception.core.replay.rundir import RunRecorder
-from dynshape_perception.core.replay.topics import TopicPlan, parse_remaps, plan_topics
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.tools.replay.rundir import RunRecorder
+from dynshape_perception.tools.replay.topics import TopicPlan, parse_remaps, plan_topics
 
 # The engine (TVM) loads only once a bag proves to have something to replay.
 if TYPE_CHECKING:
-    from dynshape_perception.core.replay.inprocess import ReplayResult
-    from dynshape_perception.core.replay.settings import ReplaySettings
-    from dynshape_perception.core.runtime.engine import Engine
+    from dynshape_perception.runtime.engine import Engine
+    from dynshape_perception.tools.replay.inprocess import ReplayResult
+    from dynshape_perception.tools.replay.settings import ReplaySettings
 
 EXIT_GOLDEN_FAILED = 1
 DDS_STAGES = ("obstacles", "tracks", "predictions")
@@ -73,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="JIT mode (default off; frozen when the params say so); adaptive is not deterministic",
     )
-    engine.add_argument("--jit-profile", type=Path, default=None, help="shape profile to freeze")
+    engine.add_argument("--jit-shapes", type=Path, default=None, help="shape log to freeze")
     engine.add_argument(
-        "--record-profile", type=Path, default=None, help="write the run's shape profile"
+        "--record-shapes", type=Path, default=None, help="write the run's shape log"
     )
     engine.add_argument("--target", default=None, help="target profile (default x86_64)")
     engine.add_argument("--cache-dir", type=Path, default=None, help="artefact cache folder")
@@ -100,8 +100,8 @@ def settings_from_values(
     ...); other unknown names are reported, not fatal, so a node's full parameter file
     can be used as it is.
     """
-    from dynshape_perception.core.replay.settings import ReplaySettings
-    from dynshape_perception.nodes import params as node_params
+    from dynshape_perception import parameters as node_params
+    from dynshape_perception.tools.replay.settings import ReplaySettings
 
     specs = node_params.all_specs()
     known = {name: value for name, value in values.items() if name in specs}
@@ -124,7 +124,7 @@ def settings_from_values(
 def build_engine(
     settings: ReplaySettings, cache_dir: Path | None, weights_dir: Path | None
 ) -> Engine:
-    from dynshape_perception.core.runtime.engine import Engine
+    from dynshape_perception.runtime.engine import Engine
 
     return Engine(settings.target, settings.jit, cache_dir=cache_dir, weights_dir=weights_dir)
 
@@ -219,18 +219,18 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_values(values, args.jit, args.target)
     for name in settings.ignored:
         print(f"note: parameter {name} is not used by replay", file=sys.stderr)
-    if settings.jit.mode == "frozen" and args.jit_profile is None:
-        profile = settings.values.get("jit.warm_up_profile")
+    if settings.jit.mode == "frozen" and args.jit_shapes is None:
+        profile = settings.values.get("jit.warm_up_shapes")
         if not profile:
-            raise ConfigError("--jit frozen needs --jit-profile (record one with --record-profile)")
-        args.jit_profile = Path(str(profile))
-    from dynshape_perception.core.replay.inprocess import InProcessReplay, ReplayOptions
+            raise ConfigError("--jit frozen needs --jit-shapes (record one with --record-shapes)")
+        args.jit_shapes = Path(str(profile))
+    from dynshape_perception.tools.replay.inprocess import InProcessReplay, ReplayOptions
 
     with build_engine(settings, args.cache_dir, args.weights_dir) as engine:
         if settings.jit.mode == "frozen":
-            queued = engine.warm_up(args.jit_profile)
+            queued = engine.warm_up(args.jit_shapes)
             print(
-                f"JIT frozen: {queued} specialisation(s) queued from {args.jit_profile}, "
+                f"JIT frozen: {queued} specialisation(s) queued from {args.jit_shapes}, "
                 f"{engine.serving()} serving"
             )
         elif settings.jit.mode == "adaptive":
@@ -256,9 +256,9 @@ def run(args: argparse.Namespace) -> int:
                     recorder.finish(result.metrics.document(), _params_yaml(settings))
             else:
                 result = replay.run(args.bag, options, None, info)
-            if args.record_profile is not None:
-                engine.record_profile(args.record_profile)
-                print(f"shape profile written to {args.record_profile}")
+            if args.record_shapes is not None:
+                engine.record_shapes(args.record_shapes)
+                print(f"shape log written to {args.record_shapes}")
             print("\n".join(_summary_lines(result.summary())))
             if args.record:
                 print(f"run recorded in {args.record}")
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
 
 def effective_values(settings: ReplaySettings) -> dict[str, Value]:
     """Every node parameter with the value this run used: defaults, then the given ones."""
-    from dynshape_perception.nodes import params as node_params
+    from dynshape_perception import parameters as node_params
 
     values: dict[str, Value] = {n: s.default for n, s in node_params.all_specs().items()}
     values.update(tier_values(tier_config(settings.values)))

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from dynshape_perception.cli.main import check_output_file
-from dynshape_perception.core.replay.report import write_report
+from dynshape_perception.tools.replay.report import write_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,9 +10,10 @@ from optuna.trial import FrozenTrial
 
 from dynshape_perception.cli.main import check_output_dir, check_output_file
 from dynshape_perception.cli.replay import build_engine, settings_from_values
-from dynshape_perception.core.replay.params import Value
-from dynshape_perception.core.replay.settings import ReplaySettings
-from dynshape_perception.core.replay.tuning import (
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.tools.replay.params import Value
+from dynshape_perception.tools.replay.settings import ReplaySettings
+from dynshape_perception.tools.replay.tuning import (
     Evaluator,
     check_tune_seed,
     first_complete,
@@ -21,7 +22,6 @@ from dynshape_perception.core.replay.tuning import (
     tune,
     write_best,
 )
-from dynshape_perception.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from dynshape_perception.nodes import params as node_params
+    from dynshape_perception import parameters as node_params
 
     space = load_space(args.space)
     if args.study:

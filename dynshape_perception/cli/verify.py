@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from dynshape_perception.cli.main import check_output_dir, check_output_file
-from dynshape_perception.core.compiler.cache import ArtefactCache
-from dynshape_perception.core.verify.cuda import CUDA_TARGETS
+from dynshape_perception.compiler.cache import ArtefactCache
 from dynshape_perception.models import MODEL_NAMES
+from dynshape_perception.tools.verify.cuda import CUDA_TARGETS
 
 TARGETS = ("aarch64", *CUDA_TARGETS)
 
@@ -41,13 +41,13 @@ def run(args: argparse.Namespace) -> int:
     cache = ArtefactCache(args.cache_dir)
     report: Any
     if args.target == "aarch64":
-        from dynshape_perception.core.verify import aarch64
+        from dynshape_perception.tools.verify import aarch64
 
         with tempfile.TemporaryDirectory(prefix="dynshape-verify-") as tmp:
             report = aarch64.verify_aarch64(cache, args.work_dir or Path(tmp), args.models)
         text = aarch64.format_report(report)
     else:
-        from dynshape_perception.core.verify import cuda
+        from dynshape_perception.tools.verify import cuda
 
         report = cuda.verify_cuda(
             args.target, cache, args.models, run_on_gpu=False if args.no_gpu else None

@@ -1,1 +1,1 @@
-"""nodes."""
+"""The rclpy nodes: the only package besides the test harness that imports rclpy."""

@@ -19,8 +19,9 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import PointCloud2
 
-from dynshape_perception.core.io import bags
-from dynshape_perception.core.replay.player import (
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.io import bags
+from dynshape_perception.tools.replay.player import (
     CLOCK_TOPIC,
     PlayItem,
     Track,
@@ -29,9 +30,8 @@ from dynshape_perception.core.replay.player import (
     plan_tracks,
     timetable,
 )
-from dynshape_perception.core.replay.rundir import OUTPUT_TOPICS
-from dynshape_perception.core.replay.topics import Skipped
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.tools.replay.rundir import OUTPUT_TOPICS
+from dynshape_perception.tools.replay.topics import Skipped
 
 NODE_NAME = "dynshape_bag_player"
 DEFAULT_CLOCK_HZ = 100.0

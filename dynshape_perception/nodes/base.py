@@ -27,23 +27,23 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
-from dynshape_perception.core.io.pointcloud2 import REASONS, CloudError, cloud_to_points
-from dynshape_perception.core.perception.pipeline import ModelFn, Pipeline, Pose2D
-from dynshape_perception.core.runtime.engine import Engine
-from dynshape_perception.core.runtime.metrics import LatencyStats
-from dynshape_perception.core.scheduling.executor import TieredExecutor, diagnostic_status
-from dynshape_perception.core.scheduling.tiers import TIERS
+from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError
-from dynshape_perception.nodes import params as P
-from dynshape_perception.nodes.drops import DropCounter
+from dynshape_perception.io.pointcloud2 import REASONS, CloudError, cloud_to_points
 from dynshape_perception.nodes.messages import (
     NS_PER_S,
     MarkerStyle,
     diagnostic_array,
     odometry_pose,
 )
-from dynshape_perception.nodes.odometry import PoseBuffer
-from dynshape_perception.nodes.tiered import executor_values, since
+from dynshape_perception.perception.drops import DropCounter
+from dynshape_perception.perception.odometry import PoseBuffer
+from dynshape_perception.perception.pipeline import ModelFn, Pipeline, Pose2D
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.metrics import LatencyStats
+from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
+from dynshape_perception.scheduling.lidar_tiers import executor_values, since
+from dynshape_perception.scheduling.tiers import TIERS
 
 OVER_BOUND = "over_bound"
 STALE_STAMP = "stale_stamp"
@@ -71,7 +71,7 @@ LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)
 T = TypeVar("T")
 
 
-def descriptor(spec: P.ParamSpec) -> ParameterDescriptor:
+def descriptor(spec: parameters.ParamSpec) -> ParameterDescriptor:
     desc = ParameterDescriptor(description=spec.description, read_only=spec.read_only)
     if spec.choices:
         desc.additional_constraints = f"one of: {', '.join(spec.choices)}"
@@ -102,7 +102,7 @@ class PerceptionNode(Node):
     def __init__(self, kind: str, models: Sequence[str], reasons: Sequence[str]) -> None:
         super().__init__(kind)
         self.kind = kind
-        self.specs = P.node_specs(kind)
+        self.specs = parameters.node_specs(kind)
         self.values = self._declare()
         self.drops = DropCounter(
             reasons, self.get_logger().warning, float(self.values["warn_throttle_s"])
@@ -134,16 +134,16 @@ class PerceptionNode(Node):
         self.fast_engine: Engine | None = None
         self.deadline_executor: TieredExecutor | None = None
         try:
-            if P.uses_executor(kind):
+            if parameters.uses_executor(kind):
                 self.fast_engine = self._build_engine(TIER1_MODELS)
                 self.deadline_executor = TieredExecutor(
-                    P.tier_config(self.values),
-                    P.executor_options(self.values),
+                    parameters.tier_config(self.values),
+                    parameters.executor_options(self.values),
                     pools=[self.fast_engine.pool, self.engine.pool],
                     wall_clock=self.ros_time_s,
                 )
                 self._say_lanes()
-            self.bounds = P.bounds_from(self.values)
+            self.bounds = parameters.bounds_from(self.values)
             self.add_on_set_parameters_callback(self._on_set)
             self.add_post_set_parameters_callback(self._after_set)
             self._diagnostics = self.create_publisher(
@@ -159,37 +159,37 @@ class PerceptionNode(Node):
         gc.freeze()
 
     # -- parameters ---------------------------------------------------------------------
-    def _declare(self) -> dict[str, P.Value]:
-        values: dict[str, P.Value] = {}
+    def _declare(self) -> dict[str, parameters.Value]:
+        values: dict[str, parameters.Value] = {}
         for name, spec in self.specs.items():
             try:
                 self.declare_parameter(name, spec.default, descriptor(spec))
             except Exception as err:
                 raise ConfigError(f"parameter {name}: {err}") from err
             values[name] = self.get_parameter(name).value
-        P.validate(values, self.specs)
+        parameters.validate(values, self.specs)
         return values
 
-    def _on_set(self, parameters: list[Parameter]) -> SetParametersResult:
+    def _on_set(self, changes: list[Parameter]) -> SetParametersResult:
         candidate = dict(self.values)
-        for param in parameters:
+        for param in changes:
             if param.name in self.specs:
                 candidate[param.name] = param.value
         try:
-            P.validate(candidate, self.specs)
+            parameters.validate(candidate, self.specs)
         except ConfigError as err:
             return SetParametersResult(successful=False, reason=str(err))
         return SetParametersResult(successful=True)
 
-    def _after_set(self, parameters: list[Parameter]) -> None:
-        changed = {p.name for p in parameters if p.name in self.specs}
+    def _after_set(self, changes: list[Parameter]) -> None:
+        changed = {p.name for p in changes if p.name in self.specs}
         for name in changed:
             self.values[name] = self.get_parameter(name).value
         if changed:
             self.drops.throttle_s = float(self.values["warn_throttle_s"])
             self._apply_jit()
             if self.deadline_executor is not None and any(n.startswith("tiers.") for n in changed):
-                self.deadline_executor.update_config(P.tier_config(self.values))
+                self.deadline_executor.update_config(parameters.tier_config(self.values))
             self.apply_parameters(changed)
             self.get_logger().info(f"parameters changed: {sorted(changed)}")
 
@@ -197,7 +197,7 @@ class PerceptionNode(Node):
         """Hook: push accepted tunable values into the core objects."""
 
     def _apply_jit(self) -> None:
-        config = P.jit_config(self.values)
+        config = parameters.jit_config(self.values)
         for engine in self.engines():
             engine.jit = config
             for dispatcher in engine.dispatchers.values():
@@ -215,13 +215,13 @@ class PerceptionNode(Node):
         values = self.values
         engine = Engine(
             profile=str(values["target_profile"]),
-            jit=P.jit_config(values),
-            cache_dir=P.optional_path(values["model_cache_dir"]),
+            jit=parameters.jit_config(values),
+            cache_dir=parameters.optional_path(values["model_cache_dir"]),
             models=tuple(models),
-            weights_dir=P.optional_path(values["weights_dir"]),
+            weights_dir=parameters.optional_path(values["weights_dir"]),
         )
         try:
-            profile = P.optional_path(values["jit.warm_up_profile"])
+            profile = parameters.optional_path(values["jit.warm_up_shapes"])
             if profile is not None:
                 # Frozen mode waits here for its compiles: what does not land in time never serves.
                 queued = engine.warm_up(profile)

@@ -15,14 +15,14 @@ from sensor_msgs.msg import PointCloud2, PointField
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
-from dynshape_perception.core.io.pointcloud2 import CloudData, encode_cloud
-from dynshape_perception.core.tables import (
+from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud
+from dynshape_perception.io.tables import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,
     LABEL_UNKNOWN,
 )
-from dynshape_perception.nodes.odometry import yaw_from_quaternion
+from dynshape_perception.perception.odometry import yaw_from_quaternion
 
 NS_PER_S = 1_000_000_000
 

@@ -13,12 +13,9 @@ from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
-from dynshape_perception.core.perception.pipeline import Pipeline, Pose2D, prediction_table
-from dynshape_perception.core.scheduling.executor import Arrival
-from dynshape_perception.core.scheduling.tiers import Tier
-from dynshape_perception.core.tables import PREDICTION_DTYPE
+from dynshape_perception import parameters
+from dynshape_perception.io.tables import PREDICTION_DTYPE
 from dynshape_perception.models import MODEL_NAMES
-from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import (
     ODOM_REASONS,
     POINT_COUNTERS,
@@ -31,13 +28,16 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.messages import marker_array, stamp_s, table_msg
 from dynshape_perception.nodes.segmenting import SegmentingNode
-from dynshape_perception.nodes.tiered import (
+from dynshape_perception.perception.pipeline import Pipeline, Pose2D, prediction_table
+from dynshape_perception.scheduling.executor import Arrival
+from dynshape_perception.scheduling.lidar_tiers import (
     FULL_CLOUD,
     MARKERS,
     MS_PER_S,
     PREDICT,
     FullCloud,
 )
+from dynshape_perception.scheduling.tiers import Tier
 
 NOT_TRACKED = "frames_not_tracked"
 # Truncations at the bounds: tracks at bounds.max_tracks, agents at bounds.max_agents.
@@ -87,7 +87,7 @@ class PerceptionPipelineNode(SegmentingNode):
                 self.engine["segmenter"],
                 self.engine["associator"],
                 self.engine["predictor"],
-                P.pipeline_params(self.values),
+                parameters.pipeline_params(self.values),
                 self.bounds,
             )
         )

@@ -8,9 +8,7 @@ from functools import partial
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
-from dynshape_perception.core.perception.pipeline import Pipeline
-from dynshape_perception.core.scheduling.tiers import Tier
-from dynshape_perception.nodes import params as P
+from dynshape_perception import parameters
 from dynshape_perception.nodes.base import (
     POINT_COUNTERS,
     POINT_REASONS,
@@ -19,7 +17,9 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.messages import stamp_s, table_msg
 from dynshape_perception.nodes.segmenting import SegmentingNode
-from dynshape_perception.nodes.tiered import FULL_CLOUD, MS_PER_S, FullCloud
+from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.scheduling.lidar_tiers import FULL_CLOUD, MS_PER_S, FullCloud
+from dynshape_perception.scheduling.tiers import Tier
 
 
 class PointcloudNode(SegmentingNode):
@@ -29,7 +29,7 @@ class PointcloudNode(SegmentingNode):
             self.engine["segmenter"],
             model_not_loaded("associator"),
             model_not_loaded("predictor"),
-            P.pipeline_params(self.values),
+            parameters.pipeline_params(self.values),
             self.bounds,
         )
         self.setup_segmentation(pipeline)

@@ -9,10 +9,8 @@ from sensor_msgs.msg import PointCloud2
 from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception.config import default_config
-from dynshape_perception.core.io.pointcloud2 import REASONS, cloud_to_table
-from dynshape_perception.core.perception.history import PREDICTOR_STEP_S
-from dynshape_perception.core.perception.pipeline import prediction_table
-from dynshape_perception.core.tables import PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
+from dynshape_perception.io.tables import PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.base import (
     INTERNAL_ERROR,
     ODOM_REASONS,
@@ -26,7 +24,9 @@ from dynshape_perception.nodes.base import (
     run_node,
 )
 from dynshape_perception.nodes.messages import marker_array, stamp_s, table_msg
-from dynshape_perception.nodes.track_histories import TrackHistories
+from dynshape_perception.perception.history import PREDICTOR_STEP_S
+from dynshape_perception.perception.pipeline import prediction_table
+from dynshape_perception.perception.track_histories import TrackHistories
 
 MS_PER_S = 1000.0
 AGENTS_DROPPED = "agents_dropped"

@@ -9,14 +9,19 @@ from typing import Any
 import numpy as np
 from sensor_msgs.msg import PointCloud2
 
-from dynshape_perception.core.perception.pipeline import Pipeline
-from dynshape_perception.core.scheduling.executor import Arrival, TieredExecutor
-from dynshape_perception.core.scheduling.tiers import Tier
+from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import PerceptionNode
 from dynshape_perception.nodes.messages import table_msg
-from dynshape_perception.nodes.tiered import NEAR_FIELD, FullCloud, NearResult, Segmentation
+from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.scheduling.executor import Arrival, TieredExecutor
+from dynshape_perception.scheduling.lidar_tiers import (
+    NEAR_FIELD,
+    FullCloud,
+    NearResult,
+    Segmentation,
+)
+from dynshape_perception.scheduling.tiers import Tier
 
 SEGMENTER = "segmenter"
 SEGMENTING_COUNTERS = {
@@ -55,14 +60,14 @@ class SegmentingNode(PerceptionNode):
             self.fast_engine[SEGMENTER],
             self.engine[SEGMENTER],
             pipeline,
-            P.near_field(self.values),
+            parameters.near_field(self.values),
             self.scheduler,
             self.engine.jit.weak_edges[SEGMENTER]["P"],
         )
 
     def apply_parameters(self, changed: set[str]) -> None:
-        self.pipeline.params = P.pipeline_params(self.values)
-        self.segmentation.near = P.near_field(self.values)
+        self.pipeline.params = parameters.pipeline_params(self.values)
+        self.segmentation.near = parameters.near_field(self.values)
 
     def next_seed(self) -> int:
         """Seed of this frame's far-field subsample: reproducible, different every frame."""

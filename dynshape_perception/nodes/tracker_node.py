@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 from sensor_msgs.msg import PointCloud2
 
-from dynshape_perception.core.io.pointcloud2 import REASONS, cloud_to_table
-from dynshape_perception.core.perception.pipeline import Pipeline
-from dynshape_perception.core.tables import OBSTACLE_DTYPE
+from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.nodes import params as P
+from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
+from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.nodes.base import (
     INTERNAL_ERROR,
     ODOM_REASONS,
@@ -28,6 +27,7 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.messages import stamp_s, table_msg
 from dynshape_perception.nodes.vision_input import detection3d_array_type, detections_to_obstacles
+from dynshape_perception.perception.pipeline import Pipeline
 
 MS_PER_S = 1000.0
 # Tracks the tracker let go at bounds.max_tracks.
@@ -45,7 +45,7 @@ class TrackerNode(PerceptionNode):
             model_not_loaded("segmenter"),
             self.engine["associator"],
             model_not_loaded("predictor"),
-            P.pipeline_params(self.values),
+            parameters.pipeline_params(self.values),
             self.bounds,
         )
         self.frame = FixedFrame(self, self.pipeline.tracker.reset)
@@ -55,7 +55,7 @@ class TrackerNode(PerceptionNode):
         self._subscribe_input(str(self.values["tracker.input_type"]))
 
     def _subscribe_input(self, input_type: str) -> None:
-        if input_type == P.TRACKER_INPUT_VISION:
+        if input_type == parameters.TRACKER_INPUT_VISION:
             try:
                 msg_type = detection3d_array_type()
             except ConfigError as err:
@@ -70,7 +70,7 @@ class TrackerNode(PerceptionNode):
         self.create_subscription(PointCloud2, "obstacles", self.on_obstacles, self.input_qos)
 
     def apply_parameters(self, changed: set[str]) -> None:
-        self.pipeline.params = P.pipeline_params(self.values)
+        self.pipeline.params = parameters.pipeline_params(self.values)
         self.pipeline.tracker.params = self.pipeline.params.tracker
 
     def on_obstacles(self, msg: PointCloud2) -> None:

@@ -7,15 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception.core.tables import (
+from dynshape_perception.errors import ConfigError, MessageError
+from dynshape_perception.io.tables import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,
     LABEL_UNKNOWN,
     OBSTACLE_DTYPE,
 )
-from dynshape_perception.errors import ConfigError, MessageError
-from dynshape_perception.nodes.odometry import yaw_from_quaternion
+from dynshape_perception.perception.odometry import yaw_from_quaternion
 
 UINT32_MAX = 2**32 - 1
 SIZE_FIELDS = ("length", "width", "height")

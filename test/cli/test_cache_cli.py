@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.compiler.cache import RECENT_USE_S, ArtefactCache
-from dynshape_perception.core.compiler.targets import load_profile
+from dynshape_perception.compiler.cache import RECENT_USE_S, ArtefactCache
+from dynshape_perception.compiler.targets import load_profile
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights

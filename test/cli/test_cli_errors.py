@@ -10,10 +10,10 @@ import pytest
 
 from dynshape_perception.cli import report as report_cli
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.compiler.targets import load_profile
-from dynshape_perception.core.replay.metrics import FrameRecord, RunMetrics
-from dynshape_perception.core.replay.params import DEFAULT_DEADLINES_MS
+from dynshape_perception.compiler.targets import load_profile
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
+from dynshape_perception.tools.replay.params import DEFAULT_DEADLINES_MS
 
 
 def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

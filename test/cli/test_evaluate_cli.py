@@ -12,7 +12,7 @@ import pytest
 
 from dynshape_perception.cli.evaluate import FITTED_FLAG, fitted_on
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.compiler import cache
+from dynshape_perception.compiler import cache
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import read_manifest, save_weights

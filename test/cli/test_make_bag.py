@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.io import bags
-from dynshape_perception.core.io.pointcloud2 import cloud_to_points, cloud_to_table
-from dynshape_perception.core.tables import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.io import bags
+from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
+from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 
 
 def _topics(bag: Path) -> dict[str, tuple[str, int]]:

@@ -14,17 +14,17 @@ import pytest
 
 from dynshape_perception.cli import replay as replay_cli
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.io import bags
-from dynshape_perception.core.replay import sources
-from dynshape_perception.core.replay.drive import DriveConfig
-from dynshape_perception.core.replay.params import load_params_file
-from dynshape_perception.core.replay.settings import ReplaySettings
-from dynshape_perception.core.runtime.engine import Engine
-from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.errors import DataError
+from dynshape_perception.io import bags
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.tools.replay import sources
+from dynshape_perception.tools.replay.params import load_params_file
+from dynshape_perception.tools.replay.settings import ReplaySettings
+from dynshape_perception.tools.sim.drive import DriveConfig
 
 REAL_BAGS = ("mcap_talker", "sqlite3_talker", "mcap_cdr_test", "sqlite3_cdr_test")
 DRIVE = DriveConfig(seed=2, frames=6, segment_frames=3, points_range=(5_000, 8_000))
@@ -319,8 +319,8 @@ def test_bad_start_offset_exits_2(
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
 def test_replay_options_refuse_non_finite_offsets(value: float) -> None:
-    from dynshape_perception.core.replay.inprocess import ReplayOptions
     from dynshape_perception.errors import ConfigError
+    from dynshape_perception.tools.replay.inprocess import ReplayOptions
 
     with pytest.raises(ConfigError, match="start offset must be finite"):
         ReplayOptions(start_offset_s=value)
@@ -348,8 +348,8 @@ def test_zeroed_metadata_counts_and_offsets_past_the_end(
 def test_dds_offset_past_the_end_publishes_nothing(
     tmp_path: Path, storage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dynshape_perception.core.replay.player import timetable
     from dynshape_perception.nodes import bag_player
+    from dynshape_perception.tools.replay.player import timetable
 
     bag = tmp_path / "crowd"
     sources.write_crowd(bag, storage, seed=1, frames=6, agents=3)

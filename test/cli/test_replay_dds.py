@@ -19,13 +19,13 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import PointCloud2
 
-from dynshape_perception.core.io import bags
-from dynshape_perception.core.replay import sources
-from dynshape_perception.core.replay.drive import DriveConfig
+from dynshape_perception.io import bags
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
-from dynshape_perception.nodes.processes import dds_env, domain_lease, start_node
+from dynshape_perception.testing.processes import dds_env, domain_lease, start_node
+from dynshape_perception.tools.replay import sources
+from dynshape_perception.tools.sim.drive import DriveConfig
 
 DRIVE = DriveConfig(seed=6, frames=6, segment_frames=3, points_range=(5_000, 8_000))
 DEPTH = 1000

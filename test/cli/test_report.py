@@ -17,11 +17,11 @@ import yaml
 from PIL import Image
 
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.replay import sources
-from dynshape_perception.core.replay.drive import DriveConfig
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
+from dynshape_perception.tools.replay import sources
+from dynshape_perception.tools.sim.drive import DriveConfig
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 PLOTS = 5
@@ -30,7 +30,7 @@ WINDOW = (1100, 3600)
 
 @pytest.fixture(scope="module")
 def frozen_runs(tmp_path_factory: pytest.TempPathFactory, cache_root: Path) -> list[Path]:
-    """A JIT-off run that records the shape profile, then two runs frozen on one hot shape."""
+    """A JIT-off run that records the shape log, then two runs frozen on one hot shape."""
     root = tmp_path_factory.mktemp("report")
     weights = root / "weights"
     for name in MODEL_NAMES:
@@ -42,7 +42,7 @@ def frozen_runs(tmp_path_factory: pytest.TempPathFactory, cache_root: Path) -> l
     )
     common = ["--weights-dir", str(weights), "--cache-dir", str(cache_root), "--no-progress"]
     profile = root / "profile.yaml"
-    assert main(["replay", str(bag), "--record-profile", str(profile), *common]) == 0
+    assert main(["replay", str(bag), "--record-shapes", str(profile), *common]) == 0
     doc = yaml.safe_load(profile.read_text())
     one = {"version": doc["version"], "models": {"associator": doc["models"]["associator"][:1]}}
     (root / "one.yaml").write_text(yaml.safe_dump(one))
@@ -53,7 +53,7 @@ def frozen_runs(tmp_path_factory: pytest.TempPathFactory, cache_root: Path) -> l
     )
     runs = [root / "frozen_a", root / "frozen_b"]
     for run in runs:
-        args = ["replay", str(bag), "--jit", "frozen", "--jit-profile", str(root / "one.yaml")]
+        args = ["replay", str(bag), "--jit", "frozen", "--jit-shapes", str(root / "one.yaml")]
         assert main([*args, "--config", str(config), "--record", str(run), *common]) == 0
     return runs
 

@@ -11,15 +11,15 @@ import pytest
 
 from dynshape_perception.cli import tune as tune_cli
 from dynshape_perception.cli.main import main
-from dynshape_perception.core.replay import sources
-from dynshape_perception.core.replay.params import load_params_file
-from dynshape_perception.core.replay.tuning import Score, Space, load_space, tune, write_best
-from dynshape_perception.core.runtime.engine import Engine
-from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.tools.replay import sources
+from dynshape_perception.tools.replay.params import load_params_file
+from dynshape_perception.tools.replay.tuning import Score, Space, load_space, tune, write_best
 
 # Starts from a gate narrower than a pedestrian's step at 2.5 Hz: tracks break every frame,
 # so nothing is predicted and every agent costs the penalty. Tuning must find wider gates.

@@ -10,8 +10,8 @@ import numpy as np
 import psutil
 import pytest
 
-from dynshape_perception.core.io.datasets import read_kitti_bin
 from dynshape_perception.errors import WeightsError
+from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
@@ -53,7 +53,7 @@ def node_overrides(
         "tiers.far_field_keep_fraction": FULL_FAR_FIELD,
         # Likewise a loaded CI machine may shed a frame's tier-2 work, and the tests that
         # wait for every frame's outputs would then time out. Shedding itself is tested in
-        # test/core/scheduling and test/nodes/test_tiered.py.
+        # test/scheduling and test/nodes/test_tiered.py.
         "tiers.shed_expired": False,
         "tiers.shed_infeasible": False,
     }

@@ -11,15 +11,15 @@ import numpy as np
 import psutil
 import pytest
 
-from dynshape_perception.core.io.pointcloud2 import points_to_cloud
-from dynshape_perception.core.io.tables_reader import read_table
-from dynshape_perception.core.perception.pipeline import Pose2D
-from dynshape_perception.core.scheduling.executor import DROP_REASONS
-from dynshape_perception.core.tables import OBSTACLE_DTYPE
-from dynshape_perception.nodes import params as P
+from dynshape_perception import parameters
+from dynshape_perception.io.pointcloud2 import points_to_cloud
+from dynshape_perception.io.tables import OBSTACLE_DTYPE
+from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
-from dynshape_perception.nodes.probe import Diagnostics
-from dynshape_perception.nodes.session import NodeSession, node_session
+from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.scheduling.executor import DROP_REASONS
+from dynshape_perception.testing.probe import Diagnostics
+from dynshape_perception.testing.session import NodeSession, node_session
 
 TIMEOUT_S = 15.0
 EGO_SPEED_MPS = 2.0
@@ -137,7 +137,7 @@ def test_every_tier_reports_in_diagnostics_and_near_obstacles_come_first(
     values = _watch(
         session, lambda s: int(s.values.get("tier4.best_effort.completed", 0)) >= len(stamps)
     )[-1].values
-    specs = P.node_specs(NODE)
+    specs = parameters.node_specs(NODE)
     for key, name in TIER_NAMES.items():
         prefix = f"tier{key}.{name}"
         deadline = specs[f"tiers.{name}_deadline_ms"].default
@@ -160,7 +160,7 @@ def test_tier_deadlines_change_live_and_bad_values_are_refused(
 ) -> None:
     probe = session.probe
     names = set(probe.remote_parameter_names(NODE, TIMEOUT_S))
-    assert names - P.BUILTIN_PARAMETERS == set(P.node_specs(NODE))
+    assert names - parameters.BUILTIN_PARAMETERS == set(parameters.node_specs(NODE))
     before = probe.status(NODE)
     assert before is not None
     misses = int(before.values["tier2.planning.misses"])
@@ -186,7 +186,7 @@ def test_tier_deadlines_change_live_and_bad_values_are_refused(
     assert seen[-1].values["executor.far_field_keep_fraction"] == str(DEGRADED_KEEP)
     assert any(s.level == 2 and "tier 1 missed" in s.message for s in seen)
 
-    specs = P.node_specs(NODE)
+    specs = parameters.node_specs(NODE)
     restore = {
         "tiers.planning_deadline_ms": specs["tiers.planning_deadline_ms"].default,
         "tiers.collision_deadline_ms": specs["tiers.collision_deadline_ms"].default,

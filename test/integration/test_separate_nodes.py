@@ -13,8 +13,9 @@ import numpy as np
 import psutil
 import pytest
 
+from dynshape_perception import parameters
 from dynshape_perception.config import default_config
-from dynshape_perception.core.io.pointcloud2 import (
+from dynshape_perception.io.pointcloud2 import (
     FLOAT64,
     REASONS,
     CloudData,
@@ -22,13 +23,12 @@ from dynshape_perception.core.io.pointcloud2 import (
     encode_cloud,
     points_to_cloud,
 )
-from dynshape_perception.core.io.tables_reader import read_table
-from dynshape_perception.core.perception.pipeline import Pose2D
-from dynshape_perception.core.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
-from dynshape_perception.nodes import params as P
+from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
 from dynshape_perception.nodes.messages import header, table_msg, time_msg
-from dynshape_perception.nodes.session import NodeSession, node_session
+from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.testing.session import NodeSession, node_session
 
 EGO_SPEED_MPS = 1.0
 FRAME_S = 0.1
@@ -198,7 +198,7 @@ def _bad_clouds(points: np.ndarray, bound: int) -> dict[str, CloudData]:
 def test_bad_cloud_is_dropped_and_the_next_one_processed(
     session: NodeSession, kitti_points: np.ndarray, reason: str
 ) -> None:
-    bad = _bad_clouds(kitti_points, P.all_specs()["bounds.max_points"].default)[reason]  # type: ignore[arg-type]
+    bad = _bad_clouds(kitti_points, parameters.all_specs()["bounds.max_points"].default)[reason]  # type: ignore[arg-type]
     key = f"drops.{reason}"
     before = counter(session, "pointcloud_node", key)
     bad_ns, t_s = next_stamp()
@@ -262,7 +262,7 @@ def test_bad_table_stale_stamp_and_odometry_going_back(
 def test_declared_parameters_are_the_yaml_keys(session: NodeSession) -> None:
     for node in ("pointcloud_node", "tracker_node", "prediction_node"):
         names = set(session.probe.remote_parameter_names(node, TIMEOUT_S))
-        assert names - P.BUILTIN_PARAMETERS == set(P.node_specs(node)), node
+        assert names - parameters.BUILTIN_PARAMETERS == set(parameters.node_specs(node)), node
 
 
 def test_tunable_parameters_change_live_and_bad_values_are_refused(
@@ -275,7 +275,7 @@ def test_tunable_parameters_change_live_and_bad_values_are_refused(
     assert results[0].successful
     ns, t_s = next_stamp()
     assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts["obstacles"] == 0
-    default = P.all_specs()["segmentation.min_points"].default
+    default = parameters.all_specs()["segmentation.min_points"].default
     assert probe.set_remote_parameters(
         "pointcloud_node", {"segmentation.min_points": default}, TIMEOUT_S
     )[0].successful

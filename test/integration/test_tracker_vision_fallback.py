@@ -12,16 +12,16 @@ import psutil
 import pytest
 import yaml
 
-from dynshape_perception.core.tables import OBSTACLE_DTYPE
+from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.nodes.messages import header, table_msg, time_msg
-from dynshape_perception.nodes.probe import Probe, probe_session
-from dynshape_perception.nodes.processes import (
+from dynshape_perception.resources import config_path
+from dynshape_perception.testing.probe import Probe, probe_session
+from dynshape_perception.testing.processes import (
     NodeProcess,
     dds_env,
     domain_lease,
     start_node,
 )
-from dynshape_perception.resources import config_path
 
 TIMEOUT_S = 20.0
 OBSTACLES = 6
@@ -42,7 +42,7 @@ def tracker(
     overrides = {
         **node_overrides,
         "tracker.input_type": "vision_msgs",
-        "jit.warm_up_profile": str(profile),
+        "jit.warm_up_shapes": str(profile),
         "jit.compile_mode": "process",
     }
     with domain_lease() as domain:

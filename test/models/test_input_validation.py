@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynshape_perception.core.runtime.executable import _predictor_check
 from dynshape_perception.errors import DynshapeError, InputValueError, ShapeError
 from dynshape_perception.models import model_definition
+from dynshape_perception.runtime.executable import _predictor_check
 
 SEG = model_definition("segmenter").spec
 ASSOC = model_definition("associator").spec

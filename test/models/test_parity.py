@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynshape_perception.core.compiler.cache import ArtefactCache
-from dynshape_perception.core.compiler.targets import load_profile
-from dynshape_perception.core.runtime.executable import LoadedModel
-from dynshape_perception.core.runtime.shapes import sample_inputs
+from dynshape_perception.compiler.cache import ArtefactCache
+from dynshape_perception.compiler.targets import load_profile
 from dynshape_perception.errors import ShapeError
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.common import ModelDef
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime.executable import LoadedModel
+from dynshape_perception.runtime.shapes import sample_inputs
 
 RTOL, ATOL = 1e-4, 1e-5
 # 17 is a full row tile and one row more; from 49 rows the dense decoder head runs in parallel.

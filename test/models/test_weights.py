@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import yaml
 
-from dynshape_perception.core.runtime.engine import Engine
-from dynshape_perception.core.runtime.policy import JitConfig
 from dynshape_perception.errors import DynshapeError, WeightsError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
@@ -22,6 +20,8 @@ from dynshape_perception.models.weights import (
     save_weights,
     sha256_bytes,
 )
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
 
 SHAPES = parameter_shapes(model_definition("associator"))
 

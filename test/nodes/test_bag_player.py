@@ -11,8 +11,8 @@ import rclpy
 from rclpy.context import Context
 from rclpy.node import Node
 
-from dynshape_perception.core.io import bags
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.io import bags
 from dynshape_perception.nodes.bag_player import BagPlayer, PlayOptions, tracks_for
 
 T0 = 1_700_000_000_000_000_000

@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 
 from dynshape_perception.config import Bounds
-from dynshape_perception.core.perception.pipeline import Pose2D, prediction_table
-from dynshape_perception.core.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.errors import ConfigError, MessageError
-from dynshape_perception.nodes.drops import DropCounter
+from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import (
     MARKER_NS_BOXES,
     MARKER_NS_IDS,
@@ -23,9 +21,11 @@ from dynshape_perception.nodes.messages import (
     table_msg,
     time_msg,
 )
-from dynshape_perception.nodes.odometry import PoseBuffer, yaw_from_quaternion
-from dynshape_perception.nodes.track_histories import TrackHistories
 from dynshape_perception.nodes.vision_input import detection3d_array_type, detections_to_obstacles
+from dynshape_perception.perception.drops import DropCounter
+from dynshape_perception.perception.odometry import PoseBuffer, yaw_from_quaternion
+from dynshape_perception.perception.pipeline import Pose2D, prediction_table
+from dynshape_perception.perception.track_histories import TrackHistories
 
 
 def test_pose_buffer_interpolates_and_clamps() -> None:

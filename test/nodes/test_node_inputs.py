@@ -14,12 +14,10 @@ from nav_msgs.msg import Odometry
 from rclpy.context import Context
 from rclpy.node import Node
 
+from dynshape_perception import parameters
 from dynshape_perception.config import Bounds
-from dynshape_perception.core.io.pointcloud2 import REASONS, points_to_cloud
-from dynshape_perception.core.perception.ground import GroundPlane
-from dynshape_perception.core.perception.pipeline import Pipeline, PipelineParams
-from dynshape_perception.core.tables import OBSTACLE_DTYPE
-from dynshape_perception.nodes import params as P
+from dynshape_perception.io.pointcloud2 import REASONS, points_to_cloud
+from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.nodes.base import (
     FUTURE_STAMP,
     INTENSITY_OUT_OF_RANGE,
@@ -34,10 +32,12 @@ from dynshape_perception.nodes.base import (
     PerceptionNode,
     model_not_loaded,
 )
-from dynshape_perception.nodes.drops import DropCounter
 from dynshape_perception.nodes.messages import NS_PER_S, cloud_msg, header, time_msg
 from dynshape_perception.nodes.segmenting import SEGMENTING_COUNTERS, SegmentingNode
-from dynshape_perception.nodes.tiered import FullCloud, NearResult
+from dynshape_perception.perception.drops import DropCounter
+from dynshape_perception.perception.ground import GroundPlane
+from dynshape_perception.perception.pipeline import Pipeline, PipelineParams
+from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult
 
 
 class InputNode(Node):
@@ -53,9 +53,9 @@ class InputNode(Node):
     set_counter = PerceptionNode.set_counter
     note = PerceptionNode.note
 
-    def __init__(self, context: Context, node: str, **overrides: P.Value) -> None:
+    def __init__(self, context: Context, node: str, **overrides: parameters.Value) -> None:
         super().__init__(f"input_{node}", context=context)
-        self.values = {n: s.default for n, s in P.node_specs(node).items()}
+        self.values = {n: s.default for n, s in parameters.node_specs(node).items()}
         self.values.update(overrides)
         self.warnings: list[str] = []
         self.drops = DropCounter(

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from dynshape_perception import parameters
 from dynshape_perception.config import default_bounds, predictor_history_steps
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.nodes import params as P
 from dynshape_perception.nodes.base import descriptor
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
@@ -41,8 +41,8 @@ def test_both_deployments_exist() -> None:
 
 @pytest.mark.parametrize("path", PARAM_FILES, ids=lambda p: p.name)
 def test_yaml_keys_are_exactly_the_declared_parameters(path: Path) -> None:
-    declared = set(P.all_specs())
-    assert declared == set().union(*(P.node_specs(n) for n in P.NODE_GROUPS))
+    declared = set(parameters.all_specs())
+    assert declared == set().union(*(parameters.node_specs(n) for n in parameters.NODE_GROUPS))
     keys = set(_yaml_params(path))
     assert keys - declared == set(), "keys no node declares"
     assert declared - keys == set(), "declared parameters missing from the YAML"
@@ -51,18 +51,19 @@ def test_yaml_keys_are_exactly_the_declared_parameters(path: Path) -> None:
 @pytest.mark.parametrize("path", PARAM_FILES, ids=lambda p: p.name)
 def test_yaml_values_have_the_declared_types_and_pass_validation(path: Path) -> None:
     values = _yaml_params(path)
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     for name, value in values.items():
         # rclpy refuses an int for a double parameter: 2 must be written 2.0.
         assert type(value) is type(specs[name].default), name
-    P.validate(values, specs)
-    for node in P.NODE_GROUPS:
-        P.validate({k: v for k, v in values.items() if k in P.node_specs(node)}, P.node_specs(node))
+    parameters.validate(values, specs)
+    for node in parameters.NODE_GROUPS:
+        own = parameters.node_specs(node)
+        parameters.validate({k: v for k, v in values.items() if k in own}, own)
 
 
 def test_x86_yaml_holds_the_code_defaults() -> None:
     values = _yaml_params(CONFIG / "x86_dev.param.yaml")
-    assert values == {name: spec.default for name, spec in P.all_specs().items()}
+    assert values == {name: spec.default for name, spec in parameters.all_specs().items()}
 
 
 def test_jetson_yaml_targets_aarch64_with_tighter_jit_bounds() -> None:
@@ -73,7 +74,7 @@ def test_jetson_yaml_targets_aarch64_with_tighter_jit_bounds() -> None:
 
 
 def test_structural_parameters_are_read_only_and_tunables_are_not() -> None:
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     for name in (
         "target_profile",
         "model_cache_dir",
@@ -97,7 +98,7 @@ def test_structural_parameters_are_read_only_and_tunables_are_not() -> None:
 
 
 def test_descriptors_carry_ranges_and_read_only() -> None:
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     score = descriptor(specs["segmentation.score_threshold"])
     assert score.floating_point_range[0].from_value == 0.0
     assert score.floating_point_range[0].to_value == 1.0
@@ -121,24 +122,24 @@ def test_descriptors_carry_ranges_and_read_only() -> None:
     ],
 )
 def test_bad_values_are_refused_with_a_reason(name: str, value: Any, match: str) -> None:
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     values = {n: s.default for n, s in specs.items()}
     values[name] = value
     with pytest.raises(ConfigError, match=match):
-        P.validate(values, specs)
+        parameters.validate(values, specs)
 
 
 def test_cross_parameter_check() -> None:
-    specs = P.all_specs()
-    values: dict[str, P.Value] = {n: s.default for n, s in specs.items()}
+    specs = parameters.all_specs()
+    values: dict[str, parameters.Value] = {n: s.default for n, s in specs.items()}
     values["bounds.max_history_steps"] = 8
     values["prediction.min_history_steps"] = 9
     with pytest.raises(ConfigError, match="no agent could ever be predicted"):
-        P.validate(values, specs)
+        parameters.validate(values, specs)
 
 
 def test_values_reach_the_core_objects() -> None:
-    values: dict[str, P.Value] = {n: s.default for n, s in P.all_specs().items()}
+    values: dict[str, parameters.Value] = {n: s.default for n, s in parameters.all_specs().items()}
     values.update(
         {
             "segmentation.cell_size_m": 0.3,
@@ -148,41 +149,41 @@ def test_values_reach_the_core_objects() -> None:
             "points.subsample_over_bound": True,
         }
     )
-    pipeline = P.pipeline_params(values)
+    pipeline = parameters.pipeline_params(values)
     assert pipeline.cluster.cell_size_m == 0.3 and pipeline.tracker.gate_distance_m == 4.0
     assert pipeline.subsample_over_bound
-    assert P.jit_config(values).hotness_threshold == 3
-    assert P.bounds_from(values).P == 1000
+    assert parameters.jit_config(values).hotness_threshold == 3
+    assert parameters.bounds_from(values).P == 1000
 
 
 def test_min_history_is_checked_against_the_predictor_steps() -> None:
-    specs = P.node_specs("prediction_node")
-    values: dict[str, P.Value] = {n: s.default for n, s in specs.items()}
-    steps = predictor_history_steps(P.bounds_from(values))
+    specs = parameters.node_specs("prediction_node")
+    values: dict[str, parameters.Value] = {n: s.default for n, s in specs.items()}
+    steps = predictor_history_steps(parameters.bounds_from(values))
     assert steps < default_bounds().T
     values["prediction.min_history_steps"] = steps
-    P.validate(values, specs)
+    parameters.validate(values, specs)
     values["prediction.min_history_steps"] = steps + 1
     with pytest.raises(ConfigError, match=f"the {steps} history steps the predictor gets"):
-        P.validate(values, specs)
+        parameters.validate(values, specs)
 
 
 @pytest.mark.parametrize("node", ["pointcloud_node", "tracker_node"])
 def test_nodes_that_do_not_predict_start_with_one_history_step(node: str) -> None:
-    specs = P.node_specs(node)
+    specs = parameters.node_specs(node)
     assert "prediction.min_history_steps" not in specs
-    values: dict[str, P.Value] = {n: s.default for n, s in specs.items()}
+    values: dict[str, parameters.Value] = {n: s.default for n, s in specs.items()}
     values["bounds.max_history_steps"] = 1
-    P.validate(values, specs)
-    predicting = P.node_specs("prediction_node")
+    parameters.validate(values, specs)
+    predicting = parameters.node_specs("prediction_node")
     values = {n: s.default for n, s in predicting.items()}
     values["bounds.max_history_steps"] = 1
     with pytest.raises(ConfigError, match="no agent could ever be predicted"):
-        P.validate(values, predicting)
+        parameters.validate(values, predicting)
 
 
 def test_input_screening_parameters_carry_units_and_ranges() -> None:
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     scale = descriptor(specs["points.intensity_scale"])
     assert specs["points.intensity_scale"].default == 1.0
     assert 0.0 < scale.floating_point_range[0].from_value <= 1.0 / 65535.0
@@ -193,5 +194,5 @@ def test_input_screening_parameters_carry_units_and_ranges() -> None:
     ):
         assert specs[name].default == default and descriptor(specs[name]).floating_point_range
     for node in ("tracker_node", "prediction_node", "perception_pipeline"):
-        assert "stamps.future_tolerance_s" in P.node_specs(node)
-    assert "points.intensity_scale" in P.node_specs("pointcloud_node")
+        assert "stamps.future_tolerance_s" in parameters.node_specs(node)
+    assert "points.intensity_scale" in parameters.node_specs("pointcloud_node")

@@ -9,22 +9,27 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dynshape_perception.core.perception.clustering import cluster_obstacles
-from dynshape_perception.core.perception.ground import GroundPlane, fit_ground_plane
-from dynshape_perception.core.perception.pipeline import Pipeline
-from dynshape_perception.core.scenes import driving_scene
-from dynshape_perception.core.scheduling.executor import (
+from dynshape_perception import parameters
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.nodes.base import descriptor
+from dynshape_perception.perception.clustering import cluster_obstacles
+from dynshape_perception.perception.drops import DropCounter
+from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.scheduling.executor import (
     ExecutorOptions,
     TieredExecutor,
     diagnostic_status,
 )
-from dynshape_perception.core.scheduling.streaming import NearField
-from dynshape_perception.core.scheduling.tiers import Tier, TierConfig
-from dynshape_perception.errors import ConfigError
-from dynshape_perception.nodes import params as P
-from dynshape_perception.nodes.base import descriptor
-from dynshape_perception.nodes.drops import DropCounter
-from dynshape_perception.nodes.tiered import ChunkSizer, Segmentation, executor_values, since
+from dynshape_perception.scheduling.lidar_tiers import (
+    ChunkSizer,
+    Segmentation,
+    executor_values,
+    since,
+)
+from dynshape_perception.scheduling.streaming import NearField
+from dynshape_perception.scheduling.tiers import Tier, TierConfig
+from dynshape_perception.tools.sim.scenes import driving_scene
 
 EDGES = (2048, 4096, 8192)
 OBSTACLE_HEIGHT_M = 0.3
@@ -92,23 +97,23 @@ def _run(gen: Generator[None, None, Any]) -> tuple[int, Any]:
 
 # -- parameters ----------------------------------------------------------------------------
 def test_only_the_lidar_nodes_run_the_executor() -> None:
-    assert [n for n in P.NODE_GROUPS if P.uses_executor(n)] == [
+    assert [n for n in parameters.NODE_GROUPS if parameters.uses_executor(n)] == [
         "pointcloud_node",
         "perception_pipeline",
     ]
-    for node in P.NODE_GROUPS:
-        tiered = any(name.startswith("tiers.") for name in P.node_specs(node))
-        assert tiered == P.uses_executor(node), node
+    for node in parameters.NODE_GROUPS:
+        tiered = any(name.startswith("tiers.") for name in parameters.node_specs(node))
+        assert tiered == parameters.uses_executor(node), node
 
 
 def test_tier_parameters_are_the_core_config_live_and_the_options_read_only() -> None:
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     tiers = {n: s for n, s in specs.items() if n.startswith("tiers.")}
     assert {n.removeprefix("tiers.") for n in tiers} == set(TierConfig().as_dict())
     assert not any(s.read_only for s in tiers.values())
     assert all(specs[n].read_only for n in specs if n.startswith("executor."))
     defaults = {n: s.default for n, s in specs.items()}
-    assert P.tier_config(defaults) == TierConfig()
+    assert parameters.tier_config(defaults) == TierConfig()
     keep = descriptor(specs["tiers.far_field_keep_fraction"]).floating_point_range[0]
     assert (keep.from_value, keep.to_value) == (0.01, 1.0)
     depth = descriptor(specs["tiers.max_queue_depth"]).integer_range[0]
@@ -117,8 +122,8 @@ def test_tier_parameters_are_the_core_config_live_and_the_options_read_only() ->
 
 
 def test_executor_options_take_zero_for_off() -> None:
-    values: dict[str, P.Value] = {n: s.default for n, s in P.all_specs().items()}
-    options = P.executor_options(values)
+    values: dict[str, parameters.Value] = {n: s.default for n, s in parameters.all_specs().items()}
+    options = parameters.executor_options(values)
     assert options == ExecutorOptions(
         reserved_workers=1,
         shared_workers=1,
@@ -135,7 +140,7 @@ def test_executor_options_take_zero_for_off() -> None:
             "executor.blas_threads": 0,
         }
     )
-    off = P.executor_options(values)
+    off = parameters.executor_options(values)
     assert off.reserved_rt_priority is None and off.shared_boost_rt_priority is None
     assert off.switch_interval_ms is None and off.blas_threads is None
 
@@ -151,18 +156,18 @@ def test_executor_options_take_zero_for_off() -> None:
     ],
 )
 def test_bad_tier_values_are_refused_with_a_reason(changes: dict[str, Any], match: str) -> None:
-    specs = P.all_specs()
+    specs = parameters.all_specs()
     values = {n: s.default for n, s in specs.items()}
     values.update(changes)
     with pytest.raises(ConfigError, match=match):
-        P.validate(values, specs)
+        parameters.validate(values, specs)
 
 
 def test_near_field_parameters_reach_the_corridor() -> None:
-    values: dict[str, P.Value] = {n: s.default for n, s in P.all_specs().items()}
-    assert P.near_field(values) == NearField()
+    values: dict[str, parameters.Value] = {n: s.default for n, s in parameters.all_specs().items()}
+    assert parameters.near_field(values) == NearField()
     values.update({"near_field.ahead_m": 30.0, "near_field.max_points": 1000})
-    near = P.near_field(values)
+    near = parameters.near_field(values)
     assert (near.ahead_m, near.max_points) == (30.0, 1000)
 
 

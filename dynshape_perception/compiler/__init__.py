@@ -1,0 +1,1 @@
+"""The one TVM adapter, target profiles, the numbered build pipeline, the artefact cache."""

@@ -1,1 +1,0 @@
-"""Target checks: aarch64 under emulation, CUDA device code, and a runtime-only runner."""

@@ -1,0 +1,1 @@
+"""Point clouds to and from arrays, rosbag2 bags, data set readers, wire tables."""

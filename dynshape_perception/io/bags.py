@@ -1,0 +1,528 @@
+"""rosbag2 bags without ROS: typestore, message <-> NumPy conversion, safe reading and writing."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import shutil
+import sqlite3
+import struct
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import apsw
+import numpy as np
+from rosbags.highlevel import AnyReader, AnyReaderError
+from rosbags.interfaces import Connection
+from rosbags.rosbag2 import ReaderError, StoragePlugin, Writer, WriterError
+from rosbags.serde import SerdeError
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from rosbags.typesys.store import Typestore
+
+from dynshape_perception.errors import DataError, MessageError
+from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud, points_to_cloud
+from dynshape_perception.io.tables import LABEL_PEDESTRIAN, OBSTACLE_DTYPE
+
+if sys.version_info >= (3, 14):
+    from compression.zstd import ZstdError
+else:
+    from backports.zstd import ZstdError
+
+POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
+ODOMETRY = "nav_msgs/msg/Odometry"
+CLOCK = "rosgraph_msgs/msg/Clock"
+DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
+STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+BAG_VERSION: Literal[9] = 9
+
+# vision_msgs 4.x (ROS 2 Humble and later), which cannot be installed here; registered from
+# the .msg text so that bags carry the exact definitions and type hashes.
+VISION_MSGS: dict[str, str] = {
+    "vision_msgs/msg/ObjectHypothesis": "string class_id\nfloat64 score\n",
+    "vision_msgs/msg/ObjectHypothesisWithPose": (
+        "vision_msgs/ObjectHypothesis hypothesis\ngeometry_msgs/PoseWithCovariance pose\n"
+    ),
+    "vision_msgs/msg/BoundingBox3D": "geometry_msgs/Pose center\ngeometry_msgs/Vector3 size\n",
+    "vision_msgs/msg/Detection3D": (
+        "std_msgs/Header header\nvision_msgs/ObjectHypothesisWithPose[] results\n"
+        "vision_msgs/BoundingBox3D bbox\nstring id\n"
+    ),
+    DETECTION3D_ARRAY: "std_msgs/Header header\nvision_msgs/Detection3D[] detections\n",
+}
+
+# Errors that rosbags and the storage libraries raise on truncated or corrupt files.
+_READ_ERRORS = (
+    AnyReaderError,
+    ReaderError,
+    SerdeError,
+    OSError,
+    EOFError,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AssertionError,
+    ArithmeticError,
+    RuntimeError,
+    MemoryError,
+    struct.error,
+    sqlite3.Error,
+    apsw.Error,
+    UnicodeDecodeError,
+    # Corrupt zstd data (file, message or mcap chunk compression); lz4 raises RuntimeError.
+    ZstdError,
+)
+_NS = 1_000_000_000
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=1)
+def typestore() -> Typestore:
+    """The ROS 2 Jazzy typestore with the vision_msgs definitions added."""
+    store = get_typestore(Stores.ROS2_JAZZY)
+    types: dict[str, Any] = {}
+    for name, text in VISION_MSGS.items():
+        types.update(get_types_from_msg(text, name))
+    store.register(types)
+    return store
+
+
+def stamp_ns(stamp: Any) -> int:
+    """A builtin_interfaces/Time as integer nanoseconds."""
+    return int(stamp.sec) * _NS + int(stamp.nanosec)
+
+
+def time_msg(ns: int) -> Any:
+    sec, nanosec = divmod(int(ns), _NS)
+    return typestore().types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec)
+
+
+def header(ns: int, frame_id: str) -> Any:
+    return typestore().types["std_msgs/msg/Header"](stamp=time_msg(ns), frame_id=frame_id)
+
+
+def cloud_message(cloud: CloudData, ns: int, frame_id: str) -> Any:
+    """A rosbags PointCloud2 from a cloud body of ``io.pointcloud2``."""
+    types = typestore().types
+    fields = [
+        types["sensor_msgs/msg/PointField"](
+            name=f.name, offset=f.offset, datatype=f.datatype, count=f.count
+        )
+        for f in cloud.fields
+    ]
+    return types[POINTCLOUD2](
+        header=header(ns, frame_id),
+        height=cloud.height,
+        width=cloud.width,
+        fields=fields,
+        is_bigendian=cloud.is_bigendian,
+        point_step=cloud.point_step,
+        row_step=cloud.row_step,
+        data=np.frombuffer(cloud.data, dtype=np.uint8),
+        is_dense=cloud.is_dense,
+    )
+
+
+def table_message(table: np.ndarray, ns: int, frame_id: str) -> Any:
+    """A structured array as a one-row-per-record PointCloud2 (the package's wire tables)."""
+    return cloud_message(encode_cloud(table), ns, frame_id)
+
+
+def points_message(points: np.ndarray, ns: int, frame_id: str) -> Any:
+    """Lidar points float32 ``[P, 4]`` (x, y, z, intensity) as a PointCloud2."""
+    return cloud_message(points_to_cloud(points), ns, frame_id)
+
+
+def quaternion_yaw(q: Any) -> float:
+    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+
+
+def odometry_message(
+    ns: int,
+    x: float,
+    y: float,
+    yaw: float,
+    speed_mps: float,
+    yaw_rate: float,
+    frame_id: str = "odom",
+    child_frame_id: str = "base_link",
+) -> Any:
+    types = typestore().types
+    pose = types["geometry_msgs/msg/Pose"](
+        position=types["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
+        orientation=types["geometry_msgs/msg/Quaternion"](
+            x=0.0, y=0.0, z=math.sin(yaw / 2.0), w=math.cos(yaw / 2.0)
+        ),
+    )
+    twist = types["geometry_msgs/msg/Twist"](
+        linear=types["geometry_msgs/msg/Vector3"](x=float(speed_mps), y=0.0, z=0.0),
+        angular=types["geometry_msgs/msg/Vector3"](x=0.0, y=0.0, z=float(yaw_rate)),
+    )
+    covariance = np.zeros(36, dtype=np.float64)
+    return types[ODOMETRY](
+        header=header(ns, frame_id),
+        child_frame_id=child_frame_id,
+        pose=types["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=covariance),
+        twist=types["geometry_msgs/msg/TwistWithCovariance"](
+            twist=twist, covariance=covariance.copy()
+        ),
+    )
+
+
+def odometry_pose(msg: Any) -> tuple[int, float, float, float]:
+    """(stamp ns, x, y, yaw) of a nav_msgs/Odometry."""
+    pose = msg.pose.pose
+    return (
+        stamp_ns(msg.header.stamp),
+        pose.position.x,
+        pose.position.y,
+        quaternion_yaw(pose.orientation),
+    )
+
+
+def clock_message(ns: int) -> Any:
+    return typestore().types[CLOCK](clock=time_msg(ns))
+
+
+def detections_message(obstacles: np.ndarray, ns: int, frame_id: str) -> Any:
+    """Obstacle rows as a vision_msgs/Detection3DArray (class ids are the table's labels)."""
+    types = typestore().types
+    detections = []
+    for row in obstacles:
+        yaw = float(row["yaw"])
+        pose = types["geometry_msgs/msg/Pose"](
+            position=types["geometry_msgs/msg/Point"](
+                x=float(row["x"]), y=float(row["y"]), z=float(row["z"])
+            ),
+            orientation=types["geometry_msgs/msg/Quaternion"](
+                x=0.0, y=0.0, z=math.sin(yaw / 2.0), w=math.cos(yaw / 2.0)
+            ),
+        )
+        hypothesis = types["vision_msgs/msg/ObjectHypothesisWithPose"](
+            hypothesis=types["vision_msgs/msg/ObjectHypothesis"](
+                class_id=str(int(row["label"])), score=float(row["score"])
+            ),
+            pose=types["geometry_msgs/msg/PoseWithCovariance"](
+                pose=pose, covariance=np.zeros(36, dtype=np.float64)
+            ),
+        )
+        bbox = types["vision_msgs/msg/BoundingBox3D"](
+            center=pose,
+            size=types["geometry_msgs/msg/Vector3"](
+                x=float(row["length"]), y=float(row["width"]), z=float(row["height"])
+            ),
+        )
+        detections.append(
+            types["vision_msgs/msg/Detection3D"](
+                header=header(ns, frame_id), results=[hypothesis], bbox=bbox, id=""
+            )
+        )
+    return types[DETECTION3D_ARRAY](header=header(ns, frame_id), detections=detections)
+
+
+def obstacles_from_detections(msg: Any) -> np.ndarray:
+    """A vision_msgs/Detection3DArray as an obstacle table (the best hypothesis gives the label)."""
+    table = np.zeros(len(msg.detections), dtype=OBSTACLE_DTYPE)
+    for i, det in enumerate(msg.detections):
+        centre, size = det.bbox.center, det.bbox.size
+        table[i]["x"], table[i]["y"], table[i]["z"] = (
+            centre.position.x,
+            centre.position.y,
+            centre.position.z,
+        )
+        table[i]["length"], table[i]["width"], table[i]["height"] = size.x, size.y, size.z
+        table[i]["yaw"] = quaternion_yaw(centre.orientation)
+        if det.results:
+            best = max(det.results, key=lambda r: r.hypothesis.score)
+            table[i]["score"] = best.hypothesis.score
+            try:
+                table[i]["label"] = int(best.hypothesis.class_id)
+            except ValueError:
+                table[i]["label"] = (
+                    LABEL_PEDESTRIAN if "ped" in best.hypothesis.class_id.lower() else 0
+                )
+    return table
+
+
+class BagWriter:
+    """Writes a rosbag2 bag atomically: into a hidden folder beside it, renamed when complete.
+
+    The bag is written with the final folder name, so its metadata does not depend on the
+    temporary location, and nothing is left behind when writing fails.
+    """
+
+    def __init__(self, path: Path, storage: str = "mcap") -> None:
+        if storage not in STORAGES:
+            raise DataError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
+        self.path = Path(path)
+        self.storage = storage
+        self._tmp: Path | None = None
+        self._writer: Writer | None = None
+        self._connections: dict[str, Connection] = {}
+        self.counts: dict[str, int] = {}
+
+    def __enter__(self) -> BagWriter:
+        if self.path.exists():
+            raise DataError(f"{self.path} exists already; remove it or choose another path")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+        except OSError as err:
+            raise DataError(f"cannot create bag {self.path}: {err}") from err
+        self._writer = Writer(
+            self._tmp / self.path.name, version=BAG_VERSION, storage_plugin=STORAGES[self.storage]
+        )
+        try:
+            self._writer.open()
+        except (WriterError, OSError) as err:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise DataError(f"cannot create bag {self.path}: {err}") from err
+        return self
+
+    def add_topic(self, topic: str, msgtype: str) -> None:
+        if topic in self._connections:
+            return
+        assert self._writer is not None
+        self._connections[topic] = self._writer.add_connection(
+            topic, msgtype, typestore=typestore()
+        )
+        self.counts[topic] = 0
+
+    def write(self, topic: str, ns: int, msg: Any) -> None:
+        self.add_topic(topic, msg.__msgtype__)
+        self.write_raw(topic, ns, typestore().serialize_cdr(msg, msg.__msgtype__))
+
+    def write_raw(self, topic: str, ns: int, data: bytes | memoryview | np.ndarray) -> None:
+        assert self._writer is not None
+        payload = data.tobytes() if isinstance(data, np.ndarray) else data
+        self._writer.write(self._connections[topic], int(ns), payload)
+        self.counts[topic] += 1
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._writer is not None and self._tmp is not None
+        try:
+            if exc_type is None:
+                self._writer.close()
+                (self._tmp / self.path.name).rename(self.path)
+            else:
+                self._writer.abort()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    msgtype: str
+    count: int
+
+
+@dataclass(frozen=True)
+class BagMessage:
+    topic: str
+    msgtype: str
+    log_ns: int
+    raw: bytes | memoryview
+
+
+class BagReader:
+    """Opens a rosbag2 bag (mcap or sqlite3); every read failure becomes a DataError naming it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._reader: AnyReader | None = None
+        self._storages: list[Any] = []
+        self._counts: dict[str, int] = {}
+        self._span: tuple[int, int] | None = None
+
+    def __enter__(self) -> BagReader:
+        if not self.path.exists():
+            raise DataError(f"bag {self.path} does not exist")
+        try:
+            self._reader = AnyReader([self.path], default_typestore=typestore())
+            self._reader.open()
+        except FileNotFoundError as err:
+            self._reader = None
+            raise DataError(f"{self.path} is not a rosbag2 bag: {err}") from err
+        except _READ_ERRORS as err:
+            self._reader = None
+            raise DataError(
+                f"cannot open bag {self.path}: it is corrupt or truncated ({_reason(err)})"
+            ) from err
+        self._counts, self._span = self._stored_counts()
+        self._storages = self._mismatched_storages()
+        return self
+
+    def _stored_counts(self) -> tuple[dict[str, int], tuple[int, int] | None]:
+        """Message counts per topic and the (start, end) log times the storage files hold.
+
+        metadata.yaml's counts are only a summary (some writers leave them 0); the storage
+        files count their messages themselves (mcap statistics, an sqlite3 count query).
+        Without storage information (not a rosbag2 bag) the metadata's counts stand.
+        """
+        counts: dict[str, int] = {}
+        starts: list[int] = []
+        ends: list[int] = []
+        owners = {id(c.owner): c.owner for c in self.reader.connections}.values()
+        for owner in owners:
+            storages = getattr(owner, "storages", None)
+            if not storages:
+                return {}, None
+            wanted = {(c.topic, c.msgtype) for c in self.reader.connections if c.owner is owner}
+            for st in storages:
+                for c in st.connections:
+                    if (c.topic, c.msgtype) in wanted:
+                        counts[c.topic] = counts.get(c.topic, 0) + int(c.msgcount)
+                meta = getattr(st, "metadata", None)
+                if meta is not None and meta.message_count:
+                    starts.append(int(meta.start_time))
+                    ends.append(int(meta.end_time))
+        listed = self._listed_counts()
+        if any(listed[t] != counts.get(t, 0) for t in listed):
+            log.info(
+                "%s: metadata.yaml message counts disagree with its storage; using the storage's",
+                self.path,
+            )
+        return counts, ((min(starts), max(ends)) if starts else (0, 0))
+
+    def _mismatched_storages(self) -> list[Any]:
+        """Storages to read directly when metadata.yaml disagrees with them.
+
+        rosbags matches the connections of metadata.yaml to those of the storage file by
+        topic, type and QoS, and reads nothing where the QoS differ: some real recordings
+        (ros2/rosbag2's own talker bags) hold such metadata. Their storage files are fine,
+        so they are read directly.
+        """
+        owners = {id(c.owner): c.owner for c in self.reader.connections}.values()
+        mismatched: list[Any] = []
+        for owner in owners:
+            storages = getattr(owner, "storages", None)
+            if not storages:
+                continue
+            stored = [(c.topic, c.msgtype, c.ext) for st in storages for c in st.connections]
+            if any(
+                self._count(c.topic, c.msgcount) and (c.topic, c.msgtype, c.ext) not in stored
+                for c in self.reader.connections
+                if c.owner is owner
+            ):
+                log.info(
+                    "%s: metadata.yaml disagrees with its storage; reading it directly", self.path
+                )
+                mismatched += storages
+        return mismatched
+
+    def __exit__(self, *exc: object) -> None:
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            except _READ_ERRORS:
+                pass
+            self._reader = None
+
+    @property
+    def reader(self) -> AnyReader:
+        assert self._reader is not None, "BagReader is not open"
+        return self._reader
+
+    def _count(self, topic: str, listed: int) -> int:
+        return self._counts.get(topic, 0) if self._span is not None else listed
+
+    def _listed_counts(self) -> dict[str, int]:
+        """metadata.yaml's message count per topic, summed over its connections."""
+        listed: dict[str, int] = {}
+        for conn in self.reader.connections:
+            listed[conn.topic] = listed.get(conn.topic, 0) + conn.msgcount
+        return listed
+
+    def topics(self) -> list[TopicInfo]:
+        types = {conn.topic: conn.msgtype for conn in self.reader.connections}
+        return sorted(
+            (TopicInfo(t, types[t], self._count(t, n)) for t, n in self._listed_counts().items()),
+            key=lambda t: t.name,
+        )
+
+    @property
+    def start_ns(self) -> int:
+        if self._span is not None:
+            return self._span[0]
+        return int(self.reader.start_time) if self.reader.message_count else 0
+
+    @property
+    def end_ns(self) -> int:
+        """One past the last log time (0 for an empty bag)."""
+        if self._span is not None:
+            return self._span[1]
+        return int(self.reader.end_time) if self.reader.message_count else 0
+
+    def start_at(self, offset_s: float) -> int:
+        """The log time ``offset_s`` seconds into the bag, at most its end: nothing lies past
+        it. Capped before converting, since 1e300 s in nanoseconds is no integer."""
+        span_s = (self.end_ns - self.start_ns) / _NS
+        return min(self.start_ns + round(min(offset_s, span_s) * _NS), self.end_ns)
+
+    def messages(
+        self, topics: Sequence[str] | None = None, start_ns: int | None = None
+    ) -> Iterator[BagMessage]:
+        """Raw messages in log-time order; a corrupt record raises DataError mid-iteration."""
+        conns = [c for c in self.reader.connections if topics is None or c.topic in topics]
+        if not conns:
+            return
+        if start_ns is not None and start_ns >= self.end_ns:
+            # Nothing lies past the end; sqlite3 also cannot bind a start beyond int64.
+            return
+        try:
+            if self._storages:
+                wanted = {c.topic for c in conns}
+                picks = [
+                    (st, [c for c in st.connections if c.topic in wanted]) for st in self._storages
+                ]
+                streams = [st.messages(cs, start_ns) for st, cs in picks if cs]
+                records = heapq.merge(*streams, key=lambda item: item[1])
+            else:
+                records = self.reader.messages(connections=conns, start=start_ns)
+            for conn, log_ns, raw in records:
+                yield BagMessage(conn.topic, conn.msgtype, int(log_ns), raw)
+        except _READ_ERRORS as err:
+            raise DataError(
+                f"bag {self.path} is corrupt or truncated: reading failed ({_reason(err)})"
+            ) from err
+
+    def definition_differs(self, topic: str) -> bool:
+        """Whether the bag's recorded definition of the topic's type differs from this
+        package's (ROS 2 Jazzy) one, so that its bytes would not decode as the installed type."""
+        for conn in self.reader.connections:
+            if conn.topic != topic or conn.msgtype not in typestore().fielddefs:
+                continue
+            try:
+                recorded = self.reader.typestore.hash_rihs01(conn.msgtype)
+                ours = typestore().hash_rihs01(conn.msgtype)
+            except _READ_ERRORS:
+                return True
+            if recorded != ours:
+                return True
+        return False
+
+    def deserialize(self, message: BagMessage) -> Any:
+        try:
+            return self.reader.deserialize(bytes(message.raw), message.msgtype)
+        except _READ_ERRORS as err:
+            raise MessageError(
+                f"{message.topic} message at {message.log_ns} ns cannot be decoded: {_reason(err)}"
+            ) from err
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -1,0 +1,706 @@
+"""Every node parameter in one table (defaults, ranges, read-only) and the core objects built."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dynshape_perception.config import Bounds, default_bounds, predictor_history_steps
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.perception.clustering import ClusterParams
+from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.tracking import TrackerParams
+from dynshape_perception.runtime.policy import COMPILE_MODES, MODES, JitConfig
+from dynshape_perception.scheduling.executor import ExecutorOptions
+from dynshape_perception.scheduling.streaming import NearField
+from dynshape_perception.scheduling.tiers import TierConfig
+
+Value = bool | int | float | str
+
+TRACKER_INPUT_TABLE = "table"
+TRACKER_INPUT_VISION = "vision_msgs"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: its default also fixes its type (rclpy rejects other types)."""
+
+    name: str
+    default: Value
+    description: str
+    read_only: bool = False
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: Value) -> None:
+        """Raise ConfigError unless ``value`` fits; rclpy enforces ranges too, this adds choices."""
+        if type(value) is not type(self.default):
+            raise ConfigError(f"{self.name} must be {type(self.default).__name__}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"{self.name} must be one of {list(self.choices)}, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{self.name} must be finite, got {value!r}")
+            if self.low is not None and value < self.low:
+                raise ConfigError(f"{self.name} must be >= {self.low}, got {value!r}")
+            if self.high is not None and value > self.high:
+                raise ConfigError(f"{self.name} must be <= {self.high}, got {value!r}")
+
+
+_CLUSTER = ClusterParams()
+_TRACKER = TrackerParams()
+_PIPELINE = PipelineParams()
+_JIT = JitConfig()
+_BOUNDS = default_bounds()
+_BOUND_NAMES = {
+    "P": "bounds.max_points",
+    "N": "bounds.max_obstacles",
+    "M": "bounds.max_tracks",
+    "A": "bounds.max_agents",
+    "T": "bounds.max_history_steps",
+}
+_MAX_QOS_DEPTH = 1000
+_MAX_BYTES = 1 << 40
+_MAX_COUNT = 1_000_000
+_NEAR = NearField()
+_MAX_LANES = 16
+_MAX_RT_PRIORITY = 99
+_MAX_SWITCH_INTERVAL_MS = 100.0
+_MAX_RANGE_M = 500.0
+_MIN_CORRIDOR_M = 0.1
+_MAX_GROUND_BAND_M = 10.0
+_MAX_STAMP_TOLERANCE_S = 3600.0
+_MIN_STAMP_TOLERANCE_S = 0.01
+# Intensity scale: 1/65535 (16-bit drivers) must fit, with room on both sides.
+_MIN_INTENSITY_SCALE = 1e-9
+_MAX_INTENSITY_SCALE = 1e9
+# Executor options that take None (leave the thread or interpreter as it is) are 0 here:
+# a ROS parameter has one fixed type.
+_OFF = 0
+
+
+def _engine_group() -> tuple[ParamSpec, ...]:
+    bounds = tuple(
+        ParamSpec(
+            name,
+            value,
+            f"upper bound of {dim} ({what}) in this node; at most the compiled bound "
+            f"{value} of config/models.yaml",
+            read_only=True,
+            low=1,
+            high=value,
+        )
+        for (dim, name), value, what in zip(
+            _BOUND_NAMES.items(),
+            _BOUNDS.as_dict().values(),
+            ("points", "obstacles", "tracks", "agents", "history steps"),
+            strict=True,
+        )
+    )
+    return (
+        ParamSpec(
+            "target_profile",
+            "x86_64",
+            "target profile of config/targets/ that the models are compiled for",
+            read_only=True,
+        ),
+        ParamSpec(
+            "model_cache_dir",
+            "",
+            "artefact cache folder; empty: $DYNSHAPE_CACHE_DIR or ~/.cache/dynshape_perception",
+            read_only=True,
+        ),
+        ParamSpec(
+            "weights_dir",
+            "",
+            "folder of the checksummed weights and manifest.yaml; empty: the package's models/",
+            read_only=True,
+        ),
+        *bounds,
+    )
+
+
+def _tiers_group() -> tuple[ParamSpec, ...]:
+    return tuple(
+        ParamSpec(
+            f"tiers.{spec.name}",
+            spec.default,
+            f"{spec.description} (live; the tiers are checked together)",
+            low=spec.minimum,
+            high=spec.maximum,
+        )
+        for spec in TierConfig.parameter_specs()
+    )
+
+
+def _executor_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "executor.reserved_workers",
+            1,
+            "lanes that run tier-1 (collision) work only",
+            True,
+            low=0,
+            high=_MAX_LANES,
+        ),
+        ParamSpec(
+            "executor.shared_workers",
+            1,
+            "lanes that run every tier, tier 1 first",
+            True,
+            low=1,
+            high=_MAX_LANES,
+        ),
+        ParamSpec(
+            "executor.reserved_rt_priority",
+            10,
+            "SCHED_FIFO priority of the reserved lanes (needs CAP_SYS_NICE or an rtprio "
+            "limit, else a warning); 0: normal scheduling",
+            True,
+            low=_OFF,
+            high=_MAX_RT_PRIORITY,
+        ),
+        ParamSpec(
+            "executor.shared_boost_rt_priority",
+            5,
+            "SCHED_FIFO priority the shared lanes take while tier-1 work waits, below "
+            "reserved_rt_priority; 0: never boosted",
+            True,
+            low=_OFF,
+            high=_MAX_RT_PRIORITY,
+        ),
+        ParamSpec(
+            "executor.switch_interval_ms",
+            0.1,
+            "GIL switch interval while the executor runs, so that lower-tier Python code "
+            "holds tier 1 up briefly; 0: the interpreter's",
+            True,
+            low=float(_OFF),
+            high=_MAX_SWITCH_INTERVAL_MS,
+        ),
+        ParamSpec(
+            "executor.blas_threads",
+            1,
+            "threads of NumPy's OpenBLAS while the executor runs: with more, a lane's BLAS "
+            "call waits on BLAS workers that other lanes pre-empt; 0: left as it is",
+            True,
+            low=_OFF,
+            high=_MAX_LANES,
+        ),
+    )
+
+
+def _near_field_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "near_field.ahead_m",
+            _NEAR.ahead_m,
+            "tier-1 collision corridor: its length ahead of the sensor (+x)",
+            low=_MIN_CORRIDOR_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.half_width_m",
+            _NEAR.half_width_m,
+            "tier-1 collision corridor: its half width (|y|)",
+            low=_MIN_CORRIDOR_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.behind_m",
+            _NEAR.behind_m,
+            "tier-1 collision corridor: its length behind the sensor (-x)",
+            low=0.0,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.min_z_m",
+            _NEAR.min_z_m,
+            "tier-1 collision corridor: lowest point height in the sensor frame",
+            low=-_MAX_RANGE_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.max_z_m",
+            _NEAR.max_z_m,
+            "tier-1 collision corridor: highest point height in the sensor frame",
+            low=-_MAX_RANGE_M,
+            high=_MAX_RANGE_M,
+        ),
+        ParamSpec(
+            "near_field.max_points",
+            _NEAR.max_points,
+            "nearest corridor points segmented at tier 1 (bounds its cost); the rest are "
+            "left to the full cloud",
+            low=1,
+            high=_BOUNDS.P,
+        ),
+        ParamSpec(
+            "near_field.ground_band_m",
+            _NEAR.ground_band_m,
+            "corridor points this close to the last ground plane are road and left out; 0 "
+            "keeps them",
+            low=0.0,
+            high=_MAX_GROUND_BAND_M,
+        ),
+    )
+
+
+GROUPS: dict[str, tuple[ParamSpec, ...]] = {
+    "engine": _engine_group(),
+    "jit": (
+        ParamSpec("jit.mode", _JIT.mode, "JIT mode: off, frozen, adaptive", True, choices=MODES),
+        ParamSpec(
+            "jit.hotness_threshold",
+            _JIT.hotness_threshold,
+            "calls of one shape before it may be specialised",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "jit.max_entries",
+            _JIT.max_entries,
+            "specialisations kept per model (LRU)",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "jit.max_bytes",
+            _JIT.max_bytes,
+            "library bytes of specialisations kept per model (LRU)",
+            low=1,
+            high=_MAX_BYTES,
+        ),
+        ParamSpec(
+            "jit.disk_max_bytes",
+            _JIT.disk_max_bytes,
+            "bytes of the artefact cache on disk, shared by every model and process using "
+            "model_cache_dir: least recently used specialisations go first, generic builds last",
+            True,
+            low=1,
+            high=_MAX_BYTES,
+        ),
+        ParamSpec(
+            "jit.pool_size", _JIT.pool_size, "background compile workers", True, low=1, high=64
+        ),
+        ParamSpec(
+            "jit.compile_mode",
+            _JIT.compile_mode,
+            "compile workers: process (isolated), thread, or auto (picked by the measured "
+            "slowdown of live calls)",
+            True,
+            choices=COMPILE_MODES,
+        ),
+        ParamSpec(
+            "jit.compile_timeout_s",
+            _JIT.compile_timeout_s,
+            "seconds before a background compile is abandoned",
+            True,
+            low=1.0,
+            high=3600.0,
+        ),
+        ParamSpec(
+            "jit.warm_up_shapes",
+            "",
+            "recorded shape log (YAML) whose hot shapes compile at start; empty: none",
+            read_only=True,
+        ),
+    ),
+    "io": (
+        ParamSpec(
+            "diagnostics_period_s",
+            1.0,
+            "period of /diagnostics messages",
+            True,
+            low=0.05,
+            high=60.0,
+        ),
+        ParamSpec(
+            "warn_throttle_s",
+            5.0,
+            "at most one warning per drop reason in this period",
+            low=0.0,
+            high=3600.0,
+        ),
+        ParamSpec(
+            "qos.input_depth",
+            5,
+            "queue depth of the sensor-data (best-effort) subscriptions",
+            True,
+            low=1,
+            high=_MAX_QOS_DEPTH,
+        ),
+        ParamSpec(
+            "qos.output_depth",
+            10,
+            "queue depth of the (reliable) publishers",
+            True,
+            low=1,
+            high=_MAX_QOS_DEPTH,
+        ),
+    ),
+    "points": (
+        ParamSpec(
+            "points.subsample_over_bound",
+            _PIPELINE.subsample_over_bound,
+            "subsample a cloud above bounds.max_points (seeded) instead of dropping it",
+        ),
+        ParamSpec(
+            "points.intensity_scale",
+            1.0,
+            "factor applied to the cloud's intensity field: the segmenter expects [0, 1] "
+            "(1/255 for 8-bit drivers such as Velodyne, 1/65535 for 16-bit ones such as "
+            "Ouster); clouds outside [0, 1] after it are clipped and counted",
+            low=_MIN_INTENSITY_SCALE,
+            high=_MAX_INTENSITY_SCALE,
+        ),
+    ),
+    "segmentation": (
+        ParamSpec(
+            "segmentation.score_threshold",
+            _CLUSTER.score_threshold,
+            "obstacle score above which a point joins a cluster",
+            low=0.0,
+            high=1.0,
+        ),
+        ParamSpec(
+            "segmentation.cell_size_m",
+            _CLUSTER.cell_size_m,
+            "bird's-eye-view cell size of the clustering",
+            low=0.02,
+            high=2.0,
+        ),
+        ParamSpec(
+            "segmentation.min_points",
+            _CLUSTER.min_points,
+            "points a cluster needs to become an obstacle",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "segmentation.closing_cells",
+            _CLUSTER.closing_cells,
+            "radius of the morphological closing in cells; 0 disables it",
+            low=0,
+            high=16,
+        ),
+        ParamSpec(
+            "segmentation.max_height_m",
+            _CLUSTER.max_height_m,
+            "points higher above the ground are left out of clusters",
+            low=0.1,
+            high=50.0,
+        ),
+    ),
+    "odometry": (
+        ParamSpec(
+            "odometry.buffer_size",
+            200,
+            "odometry messages kept for interpolating the pose at a cloud's stamp",
+            True,
+            low=2,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "odometry.sensor_x_m",
+            0.0,
+            "lidar position along x in the odometry child frame",
+            True,
+            low=-100.0,
+            high=100.0,
+        ),
+        ParamSpec(
+            "odometry.sensor_y_m",
+            0.0,
+            "lidar position along y in the odometry child frame",
+            True,
+            low=-100.0,
+            high=100.0,
+        ),
+        ParamSpec(
+            "odometry.sensor_yaw_rad",
+            0.0,
+            "lidar yaw in the odometry child frame",
+            True,
+            low=-math.pi,
+            high=math.pi,
+        ),
+        ParamSpec(
+            "odometry.max_extrapolation_s",
+            0.5,
+            "a frame stamped further than this outside the buffered odometry (odometry "
+            "stopped or lagging) is dropped as odom_stale instead of using the end pose",
+            low=0.0,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+    ),
+    "stamps": (
+        ParamSpec(
+            "stamps.future_tolerance_s",
+            5.0,
+            "an input stamped further than this ahead of the node's clock is dropped "
+            "(future_stamp) and never advances the node's state",
+            low=_MIN_STAMP_TOLERANCE_S,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_back_tolerance_s",
+            10.0,
+            "an input stamped further than this before the newest one is a time jump (a "
+            "looped bag, a clock reset): tracks and odometry restart (time_jump_reset); a "
+            "smaller step back is dropped as stale",
+            low=_MIN_STAMP_TOLERANCE_S,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+    ),
+    "tracking": (
+        ParamSpec(
+            "tracking.gate_distance_m",
+            _TRACKER.gate_distance_m,
+            "largest distance between a detection and the track it may join",
+            low=0.01,
+            high=100.0,
+        ),
+        ParamSpec(
+            "tracking.min_affinity",
+            _TRACKER.min_affinity,
+            "smallest associator affinity of a match, in [0, 1)",
+            low=0.0,
+            high=0.999,
+        ),
+        ParamSpec(
+            "tracking.max_missed_frames",
+            _TRACKER.max_missed_frames,
+            "frames a track survives without a detection",
+            low=0,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "tracking.min_hits_to_confirm",
+            _TRACKER.min_hits_to_confirm,
+            "detections before a track is published",
+            low=1,
+            high=_MAX_COUNT,
+        ),
+        ParamSpec(
+            "tracking.velocity_smoothing",
+            _TRACKER.velocity_smoothing,
+            "weight of the newest velocity estimate, in (0, 1]",
+            low=0.01,
+            high=1.0,
+        ),
+        ParamSpec(
+            "tracking.publish_coasting",
+            _TRACKER.publish_coasting,
+            "also publish tracks that missed their detection this frame",
+        ),
+    ),
+    "tracker_input": (
+        ParamSpec(
+            "tracker.input_type",
+            TRACKER_INPUT_TABLE,
+            "obstacles input: the obstacle table (PointCloud2) or vision_msgs/Detection3DArray",
+            True,
+            choices=(TRACKER_INPUT_TABLE, TRACKER_INPUT_VISION),
+        ),
+    ),
+    "prediction": (
+        ParamSpec(
+            "prediction.min_history_steps",
+            _PIPELINE.min_history_steps,
+            "history samples (at the predictor's step) an agent needs to be predicted; at "
+            "most the predictor's history steps (predictor.history_steps of "
+            "config/models.yaml, capped by bounds.max_history_steps), checked on set",
+            low=1,
+            # Not the predictor's steps: the on-set check then gives the reason, where
+            # rclpy's range check would only say "out of range".
+            high=_BOUNDS.T,
+        ),
+    ),
+    "markers": (
+        ParamSpec("markers.box_alpha", 0.5, "opacity of the track boxes", low=0.0, high=1.0),
+        ParamSpec("markers.text_size_m", 1.0, "height of the track id labels", low=0.01, high=10.0),
+        ParamSpec(
+            "markers.path_width_m",
+            0.15,
+            "line width of the predicted paths (their alpha is the probability)",
+            low=0.01,
+            high=5.0,
+        ),
+    ),
+    "tiers": _tiers_group(),
+    "executor": _executor_group(),
+    "near_field": _near_field_group(),
+}
+
+_TIERED = ("tiers", "executor", "near_field")
+
+NODE_GROUPS: dict[str, tuple[str, ...]] = {
+    "pointcloud_node": ("engine", "jit", "io", "points", "segmentation", *_TIERED),
+    "tracker_node": ("engine", "jit", "io", "odometry", "stamps", "tracking", "tracker_input"),
+    "prediction_node": ("engine", "jit", "io", "odometry", "stamps", "prediction", "markers"),
+    "perception_pipeline": (
+        "engine",
+        "jit",
+        "io",
+        "points",
+        "segmentation",
+        "odometry",
+        "stamps",
+        "tracking",
+        "prediction",
+        "markers",
+        *_TIERED,
+    ),
+}
+
+# Parameters rclpy declares on every node by itself.
+BUILTIN_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
+
+
+def node_specs(node: str) -> dict[str, ParamSpec]:
+    return {spec.name: spec for group in NODE_GROUPS[node] for spec in GROUPS[group]}
+
+
+def all_specs() -> dict[str, ParamSpec]:
+    return {spec.name: spec for group in GROUPS.values() for spec in group}
+
+
+def _pick(values: Mapping[str, Value], prefix: str, names: Iterable[str]) -> dict[str, Any]:
+    """The values under ``prefix``; their types were checked against the specs' defaults."""
+    return {name: values[f"{prefix}.{name}"] for name in names if f"{prefix}.{name}" in values}
+
+
+def bounds_from(values: Mapping[str, Value]) -> Bounds:
+    picked: dict[str, Any] = {
+        dim: values[name] for dim, name in _BOUND_NAMES.items() if name in values
+    }
+    return replace(_BOUNDS, **picked)
+
+
+def cluster_params(values: Mapping[str, Value], base: ClusterParams = _CLUSTER) -> ClusterParams:
+    names = ("score_threshold", "cell_size_m", "min_points", "closing_cells", "max_height_m")
+    return replace(base, **_pick(values, "segmentation", names))
+
+
+def tracker_params(values: Mapping[str, Value], base: TrackerParams = _TRACKER) -> TrackerParams:
+    names = (
+        "gate_distance_m",
+        "min_affinity",
+        "max_missed_frames",
+        "min_hits_to_confirm",
+        "velocity_smoothing",
+        "publish_coasting",
+    )
+    return replace(base, **_pick(values, "tracking", names))
+
+
+def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
+    extra: dict[str, Any] = {}
+    if "points.subsample_over_bound" in values:
+        extra["subsample_over_bound"] = values["points.subsample_over_bound"]
+    if "prediction.min_history_steps" in values:
+        extra["min_history_steps"] = values["prediction.min_history_steps"]
+    return replace(
+        _PIPELINE,
+        cluster=cluster_params(values),
+        tracker=tracker_params(values),
+        **extra,
+    )
+
+
+def jit_config(values: Mapping[str, Value]) -> JitConfig:
+    names = (
+        "mode",
+        "hotness_threshold",
+        "max_entries",
+        "max_bytes",
+        "disk_max_bytes",
+        "pool_size",
+        "compile_mode",
+        "compile_timeout_s",
+    )
+    return replace(_JIT, **_pick(values, "jit", names))
+
+
+def uses_executor(node: str) -> bool:
+    """Whether ``node`` runs its work through the tiered executor (declares ``tiers.*``)."""
+    return "tiers" in NODE_GROUPS[node]
+
+
+def tier_config(values: Mapping[str, Value]) -> TierConfig:
+    """The ``tiers.*`` values as one checked config (raises ConfigError with the reason)."""
+    return TierConfig.from_mapping(
+        {name.removeprefix("tiers."): v for name, v in values.items() if name.startswith("tiers.")}
+    )
+
+
+def _or_none(value: Value) -> Any:
+    return None if value == _OFF else value
+
+
+def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
+    picked = _pick(
+        values,
+        "executor",
+        (
+            "reserved_workers",
+            "shared_workers",
+            "reserved_rt_priority",
+            "shared_boost_rt_priority",
+            "switch_interval_ms",
+            "blas_threads",
+        ),
+    )
+    for name in (
+        "reserved_rt_priority",
+        "shared_boost_rt_priority",
+        "switch_interval_ms",
+        "blas_threads",
+    ):
+        if name in picked:
+            picked[name] = _or_none(picked[name])
+    return ExecutorOptions(**picked)
+
+
+def near_field(values: Mapping[str, Value]) -> NearField:
+    names = (
+        "ahead_m",
+        "half_width_m",
+        "behind_m",
+        "min_z_m",
+        "max_z_m",
+        "max_points",
+        "ground_band_m",
+    )
+    return replace(_NEAR, **_pick(values, "near_field", names))
+
+
+def optional_path(value: Value) -> Path | None:
+    return Path(str(value)).expanduser() if value else None
+
+
+def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> None:
+    """Check every value, then build the core objects so that their own checks run too."""
+    for name, value in values.items():
+        specs[name].check(value)
+    bounds = bounds_from(values)
+    jit_config(values)
+    tier_config(values)
+    executor_options(values)
+    near_field(values)
+    pipeline = pipeline_params(values)
+    # Only where the node predicts: the others would refuse to start over a value they
+    # never use (bounds.max_history_steps: 1 with the default minimum of 2).
+    if "prediction.min_history_steps" in specs:
+        steps = predictor_history_steps(bounds)
+        if pipeline.min_history_steps > steps:
+            raise ConfigError(
+                f"prediction.min_history_steps {pipeline.min_history_steps} exceeds the "
+                f"{steps} history steps the predictor gets (predictor.history_steps, at most "
+                f"bounds.max_history_steps {bounds.T}): no agent could ever be predicted"
+            )

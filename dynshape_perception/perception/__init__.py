@@ -1,0 +1,1 @@
+"""Clustering, ground plane, tracking, odometry and the stages wired together, without ROS."""

@@ -1,0 +1,1 @@
+"""The JIT runtime: signatures, dispatcher, policy, compile pool, metrics, shape logs."""

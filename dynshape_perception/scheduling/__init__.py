@@ -1,0 +1,1 @@
+"""Tiers, the deadline executor, incremental, streaming and speculative computation."""

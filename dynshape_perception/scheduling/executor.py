@@ -1,0 +1,897 @@
+"""Deadline-aware executors: tiered (strict priority, EDF, a reserved tier-1 lane) and FIFO."""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Generator, Iterable, Sequence
+from concurrent.futures import CancelledError, Future
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, cast
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError, SchedulingError
+from dynshape_perception.scheduling.blas import set_blas_threads
+from dynshape_perception.scheduling.tiers import TIERS, Tier, TierConfig, as_tier
+
+log = logging.getLogger(__name__)
+
+Lane = Literal["reserved", "shared"]
+JobFn = Callable[[], Any]
+# Why a unit never completed: a newer frame of its stream replaced it, it was refused at
+# submission, it could no longer meet its deadline, degraded mode skipped it (speculative
+# work), the executor shut down first, or the submitter cancelled its future.
+DROP_REASONS = ("stale", "admission", "expired", "degraded", "shutdown", "cancelled")
+# Sheds that mean overload (stale replacement and skipped speculation do not).
+_TROUBLE = frozenset({"admission", "expired"})
+COST_SMOOTHING = 0.2
+CostKey = tuple[str, int | None]
+
+
+def size_bucket(size: int | None) -> int | None:
+    """The power of two at or above ``size``: units within a factor of two share a cost."""
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ConfigError(f"a unit's size must be an integer >= 0, got {size!r}")
+    return 1 << max(0, int(size) - 1).bit_length()
+
+
+class PoolControl(Protocol):
+    """What the executor needs of a background compile pool (``Engine.pool``)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A frame's arrival at the executor; deadlines count from ``arrival_s`` (executor clock)."""
+
+    topic: str
+    arrival_s: float
+    stamp_s: float | None = None
+    transport_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Structural settings (read-only node parameters); TierConfig holds the tunable ones."""
+
+    reserved_workers: int = 1
+    shared_workers: int = 1
+    # Nice value of shared lanes (-20..19; below 0 needs CAP_SYS_NICE): a low value keeps
+    # other processes from preempting a shared lane that holds the GIL, without the
+    # real-time throttling a busy SCHED_FIFO lane meets.
+    shared_nice: int | None = None
+    # SCHED_FIFO priority of reserved lanes (needs CAP_SYS_NICE or an rtprio limit; without,
+    # a warning and normal scheduling). A lane blocks when idle, so it cannot starve the host.
+    reserved_rt_priority: int | None = None
+    # SCHED_FIFO priority that shared lanes take while tier-1 work is queued or running (the
+    # tiered executor): priority inheritance for the GIL, so that no other process preempts
+    # a shared lane holding the GIL that tier 1 waits for. Held only that briefly, it never
+    # meets real-time throttling, which a busy SCHED_FIFO lane would (stalling tier 1).
+    shared_boost_rt_priority: int | None = None
+    # sys.setswitchinterval while the executor runs: the default 5 ms GIL slice would let a
+    # lower-tier thread's Python code hold tier-1 work up for half its budget.
+    switch_interval_ms: float | None = None
+    # OpenBLAS threads while the executor runs (NumPy's BLAS, process-wide): with more
+    # than one, a lane's BLAS call waits on BLAS worker threads that any lane pre-empts,
+    # and they spin after each call, taking a core from the lanes. None: left as it is.
+    blas_threads: int | None = None
+    latency_window: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.reserved_workers < 0 or self.shared_workers < 1:
+            raise ConfigError("need reserved_workers >= 0 and shared_workers >= 1")
+        if self.shared_nice is not None and not -20 <= self.shared_nice <= 19:
+            raise ConfigError(f"shared_nice must lie in [-20, 19], got {self.shared_nice}")
+        if self.switch_interval_ms is not None and not 0.0 < self.switch_interval_ms <= 100.0:
+            raise ConfigError("switch_interval_ms must lie in (0, 100]")
+        if self.latency_window < 1:
+            raise ConfigError("latency_window must be >= 1")
+        if self.blas_threads is not None and self.blas_threads < 1:
+            raise ConfigError(f"blas_threads must be >= 1, got {self.blas_threads}")
+        for name in ("reserved_rt_priority", "shared_boost_rt_priority"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 99:
+                raise ConfigError(f"{name} must lie in [1, 99]")
+        boost, reserved = self.shared_boost_rt_priority, self.reserved_rt_priority
+        if boost is not None and reserved is not None and reserved <= boost:
+            raise ConfigError("shared_boost_rt_priority must stay below reserved_rt_priority")
+
+
+@dataclass(eq=False)
+class Work:
+    """One unit of work: a callable, or a generator whose every ``yield`` ends a chunk."""
+
+    fn: JobFn
+    tier: Tier
+    name: str
+    arrival: Arrival
+    deadline_s: float
+    seq: int
+    stream: str | None
+    speculative: bool
+    est_ms: float | None
+    future: Future[Any]
+    # Input size (points, agents): the cost is estimated per (name, size bucket).
+    size: int | None = None
+    gen: Generator[Any, None, Any] | None = None
+    state: str = "queued"
+    chunks: int = 0
+    service_ms: float = 0.0
+    started_s: float | None = None
+    # Queued or running tier-1 work: shared lanes stay boosted while any is.
+    active: bool = False
+
+
+@dataclass
+class _TierStats:
+    window: int
+    submitted: int = 0
+    completed: int = 0
+    misses: int = 0
+    failed: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    latency_ms: deque[float] = field(init=False)
+    wait_ms: deque[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.latency_ms = deque(maxlen=self.window)
+        self.wait_ms = deque(maxlen=self.window)
+
+
+def _percentile(data: np.ndarray, q: float) -> float | None:
+    return round(float(np.percentile(data, q)), 3) if data.size else None
+
+
+class _ExecutorBase:
+    """Submission, accounting, workers and shutdown; subclasses own the queue policy."""
+
+    kind = "base"
+    # Whether queued tier-1 work boosts the shared lanes (a FIFO knows no tier 1).
+    boosts_for_tier1 = True
+
+    def __init__(
+        self,
+        config: TierConfig | None = None,
+        options: ExecutorOptions | None = None,
+        pools: Sequence[PoolControl | None] = (),
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        start: bool = True,
+    ) -> None:
+        self.config = config or TierConfig()
+        self.options = options or ExecutorOptions()
+        self._pools = [p for p in pools if p is not None]
+        self._clock = clock
+        self._wall = wall_clock
+        self._cv = threading.Condition()
+        self._seq = itertools.count()
+        self._closed = False
+        self._running = 0
+        self._stats = {t: _TierStats(self.options.latency_window) for t in TIERS}
+        self._transport: dict[str, deque[float]] = {}
+        self._cost_ms: dict[CostKey, float] = {}
+        self._threads: list[threading.Thread] = []
+        self._saved_switch: float | None = None
+        self._saved_blas: int | None = None
+        self._rt_lanes = 0
+        self._shared_tids: list[int] = []
+        self._tier1_active = 0
+        self._boosted = False
+        self._boosts = 0
+        self._boost_ok = True
+        if start:
+            if self.options.switch_interval_ms is not None:
+                self._saved_switch = sys.getswitchinterval()
+                sys.setswitchinterval(self.options.switch_interval_ms / 1000.0)
+            if self.options.blas_threads is not None:
+                self._saved_blas = set_blas_threads(self.options.blas_threads)
+                if self._saved_blas is None:
+                    log.warning("no OpenBLAS whose threads can be set: BLAS keeps its threads")
+            for i, lane in enumerate(self._lanes()):
+                thread = threading.Thread(
+                    target=self._serve, args=(lane,), name=f"{self.kind}-{lane}-{i}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+
+    # -- policy hooks ----------------------------------------------------------------
+    def _lanes(self) -> list[Lane]:
+        raise NotImplementedError
+
+    def _admit_locked(self, work: Work, now: float) -> tuple[str | None, list[Work]]:
+        """Queue ``work`` or refuse it (a drop reason); also returns units it displaced."""
+        raise NotImplementedError
+
+    def _pop_locked(self, lane: Lane, now: float) -> tuple[Work | None, list[tuple[Work, str]]]:
+        raise NotImplementedError
+
+    def _requeue_locked(self, work: Work, now: float) -> str | None:
+        raise NotImplementedError
+
+    def _drain_queue_locked(self) -> list[Work]:
+        raise NotImplementedError
+
+    def _queued_locked(self) -> list[Work]:
+        raise NotImplementedError
+
+    def _chunked(self) -> bool:
+        return True
+
+    # -- public interface ------------------------------------------------------------
+    def arrive(self, topic: str, stamp_s: float | None = None) -> Arrival:
+        """Note a frame's arrival now; its transport latency is wall clock minus its stamp."""
+        now = self._clock()
+        transport = None if stamp_s is None else (self._wall() - stamp_s) * 1000.0
+        with self._cv:
+            if transport is not None:
+                window = self._transport.setdefault(
+                    topic, deque(maxlen=self.options.latency_window)
+                )
+                window.append(transport)
+        return Arrival(topic, now, stamp_s, transport)
+
+    def submit(
+        self,
+        fn: JobFn,
+        tier: int | Tier,
+        *,
+        arrival: Arrival | None = None,
+        name: str = "work",
+        stream: str | None = None,
+        speculative: bool = False,
+        est_ms: float | None = None,
+        size: int | None = None,
+    ) -> Future[Any]:
+        """Queue ``fn`` at ``tier``; its deadline is the arrival plus the tier's deadline.
+
+        With an ``arrival`` on a topic, the stream defaults to ``topic/name``: a newer unit of
+        the same stream replaces a queued older one (the newest frame wins). ``size`` (points,
+        agents) keys the cost estimate: work of one name costs what its input size costs.
+        """
+        tier = as_tier(tier)
+        size_bucket(size)
+        # A NaN estimate would turn the work-ahead sums NaN and switch off shedding for all.
+        if est_ms is not None and not (np.isfinite(est_ms) and est_ms >= 0.0):
+            raise ConfigError(f"est_ms must be a finite number >= 0, got {est_ms!r}")
+        if arrival is not None and not np.isfinite(arrival.arrival_s):
+            raise ConfigError(f"arrival time must be finite, got {arrival.arrival_s!r}")
+        now = self._clock()
+        arrival = arrival or Arrival("", now)
+        if stream is None and arrival.topic:
+            stream = f"{arrival.topic}/{name}"
+        future: Future[Any] = Future()
+        with self._cv:
+            if self._closed:
+                raise SchedulingError(f"executor is shut down; cannot submit {name!r}")
+            work = Work(
+                fn=fn,
+                tier=tier,
+                name=name,
+                arrival=arrival,
+                deadline_s=arrival.arrival_s + self.config.deadline_s(tier),
+                seq=next(self._seq),
+                stream=stream,
+                speculative=speculative,
+                est_ms=est_ms,
+                future=future,
+                size=size,
+            )
+            self._stats[tier].submitted += 1
+            refused, displaced = self._admit_locked(work, now)
+            if refused is None and tier == Tier.COLLISION and self.boosts_for_tier1:
+                work.active = True
+                self._tier1_active += 1
+            dropped = [(w, "stale") for w in displaced]
+            if refused is not None:
+                dropped.append((work, refused))
+            for item, reason in dropped:
+                self._count_drop_locked(item, reason, now)
+            self._apply_boost_locked()
+            self._cv.notify_all()
+        self._finish_drops(dropped)
+        return future
+
+    def update_config(self, config: TierConfig) -> None:
+        """Swap the tunable settings; queued units keep the deadlines they were given."""
+        with self._cv:
+            self.config = config
+            self._cv.notify_all()
+
+    def set_estimate(self, name: str, ms: float, size: int | None = None) -> None:
+        """Seed the service-time estimate of work called ``name`` (e.g. from a calibration),
+        for units of about ``size`` (its size bucket) or, without a size, for any size."""
+        if not (np.isfinite(ms) and ms >= 0.0):
+            raise ConfigError(f"an estimate must be a finite number >= 0 ms, got {ms!r}")
+        with self._cv:
+            self._cost_ms[(name, size_bucket(size))] = float(ms)
+
+    def estimate_ms(self, name: str, size: int | None = None) -> float:
+        """The smoothed measured service time of work called ``name`` of about ``size``;
+        the estimate of any size of that name when its bucket has none yet (0 before any)."""
+        with self._cv:
+            return self._cost_locked(name, size_bucket(size))
+
+    def _cost_locked(self, name: str, bucket: int | None) -> float:
+        cost = self._cost_ms.get((name, bucket))
+        return cost if cost is not None else self._cost_ms.get((name, None), 0.0)
+
+    @property
+    def degraded(self) -> bool:
+        return False
+
+    def far_field_keep_fraction(self) -> float:
+        """Share of far-field points producers should keep now (1.0 unless degraded)."""
+        return 1.0
+
+    def run_one(self, lane: Lane = "shared") -> bool:
+        """Run the next unit (one chunk) for ``lane`` on the calling thread; False if none.
+
+        For simulation and deterministic tests of an executor built with ``start=False``.
+        """
+        with self._cv:
+            work, shed = self._pop_locked(lane, self._clock())
+            for item, reason in shed:
+                self._count_drop_locked(item, reason, self._clock())
+            if work is not None:
+                self._running += 1
+        self._finish_drops(shed)
+        if work is None:
+            return False
+        self._execute(work)
+        return True
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until nothing is queued or running; False on timeout."""
+        end = time.monotonic() + timeout_s
+        with self._cv:
+            while self._queued_locked() or self._running:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting work, drop what is queued (counted), and join the workers."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            dropped = [(w, "shutdown") for w in self._drain_queue_locked()]
+            for work, reason in dropped:
+                self._count_drop_locked(work, reason, self._clock())
+            self._apply_boost_locked()
+            self._cv.notify_all()
+        self._finish_drops(dropped)
+        end = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if self._saved_switch is not None:
+            sys.setswitchinterval(self._saved_switch)
+            self._saved_switch = None
+        if self._saved_blas is not None:
+            set_blas_threads(self._saved_blas)
+            self._saved_blas = None
+        if alive:
+            log.warning("executor workers still running a unit after %.1f s: %s", timeout_s, alive)
+
+    def __enter__(self) -> _ExecutorBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per-tier counts and latencies, drop reasons, transport latency: for diagnostics."""
+        # Copy under the lock, compute outside: a lane must never wait on percentiles.
+        with self._cv:
+            queued = Counter(int(w.tier) for w in self._queued_locked())
+            copies = {
+                tier: (
+                    st.submitted,
+                    st.completed,
+                    st.misses,
+                    st.failed,
+                    Counter(st.dropped),
+                    np.array(st.latency_ms),
+                    np.array(st.wait_ms),
+                )
+                for tier, st in self._stats.items()
+            }
+            transport_copy = {t: np.array(v) for t, v in self._transport.items() if v}
+            head = {
+                "executor": self.kind,
+                "running": self._running,
+                "realtime_lanes": self._rt_lanes,
+                "shared_boosts": self._boosts,
+                "blas_threads": self.options.blas_threads if self._saved_blas else None,
+            }
+            extra = self._extra_snapshot_locked()
+            deadlines = {tier: self.config.deadline_ms(tier) for tier in TIERS}
+        tiers: dict[str, Any] = {}
+        for tier, (submitted, completed, misses, failed, dropped, lat, wait) in copies.items():
+            tiers[str(int(tier))] = {
+                "name": tier.name.lower(),
+                "deadline_ms": deadlines[tier],
+                "submitted": submitted,
+                "completed": completed,
+                "misses": misses,
+                "failed": failed,
+                "dropped": sum(dropped.values()),
+                "dropped_by": {r: dropped.get(r, 0) for r in DROP_REASONS},
+                "queued": queued.get(int(tier), 0),
+                "p50_ms": _percentile(lat, 50),
+                "p99_ms": _percentile(lat, 99),
+                "max_ms": round(float(lat.max()), 3) if lat.size else None,
+                "wait_p99_ms": _percentile(wait, 99),
+            }
+        transport = {
+            topic: {
+                "count": int(v.size),
+                "mean_ms": round(float(v.mean()), 3),
+                "p99_ms": _percentile(v, 99),
+                "max_ms": round(float(v.max()), 3),
+            }
+            for topic, v in transport_copy.items()
+        }
+        return {**head, "tiers": tiers, "transport": transport, **extra}
+
+    def _extra_snapshot_locked(self) -> dict[str, Any]:
+        return {}
+
+    # -- workers -----------------------------------------------------------------------
+    def _serve(self, lane: Lane) -> None:
+        self._set_priority(lane)
+        while True:
+            with self._cv:
+                while True:
+                    work, shed = self._pop_locked(lane, self._clock())
+                    for item, reason in shed:
+                        self._count_drop_locked(item, reason, self._clock())
+                    if work is not None or shed or self._closed:
+                        break
+                    self._cv.wait()
+                if work is not None:
+                    self._running += 1
+                elif self._closed:
+                    return
+            self._finish_drops(shed)
+            if work is not None:
+                self._execute(work)
+
+    def _set_priority(self, lane: Lane) -> None:
+        tid = threading.get_native_id()
+        rt = self.options.reserved_rt_priority
+        if lane == "reserved" and rt is not None:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(rt))
+            except (OSError, AttributeError) as err:
+                log.warning("reserved lane keeps normal scheduling (SCHED_FIFO refused): %s", err)
+            else:
+                with self._cv:
+                    self._rt_lanes += 1
+        if lane == "shared":
+            with self._cv:
+                self._shared_tids.append(tid)
+        if lane == "shared" and self.options.shared_nice is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, self.options.shared_nice)
+            except OSError as err:
+                log.warning("shared lane keeps its nice value: %s", err)
+
+    def _execute(self, work: Work) -> None:
+        """Run one chunk (tiered) or the whole unit (FIFO), then account for it."""
+        started = self._clock()
+        if work.started_s is None:
+            work.started_s = started
+            if not work.future.set_running_or_notify_cancel():
+                with self._cv:
+                    self._count_drop_locked(work, "cancelled", started)
+                    self._running -= 1
+                    self._cv.notify_all()
+                return
+        pause = work.tier == Tier.COLLISION and bool(self._pools)
+        if pause:
+            for pool in self._pools:
+                pool.pause()
+        try:
+            done, result, error = self._step(work)
+            while not done and not self._chunked():
+                done, result, error = self._step(work)
+        finally:
+            if pause:
+                for pool in self._pools:
+                    pool.resume()
+        finished = self._clock()
+        work.service_ms += (finished - started) * 1000.0
+        drop: str | None = None
+        with self._cv:
+            if done:
+                self._complete_locked(work, finished, error)
+            else:
+                drop = self._requeue_locked(work, finished)
+                if drop is not None:
+                    self._count_drop_locked(work, drop, finished)
+        if done:
+            if error is not None:
+                work.future.set_exception(error)
+            else:
+                work.future.set_result(result)
+        elif drop is not None:
+            self._finish_drops([(work, drop)])
+        with self._cv:
+            self._running -= 1
+            self._cv.notify_all()
+
+    @staticmethod
+    def _step(work: Work) -> tuple[bool, Any, BaseException | None]:
+        try:
+            gen = work.gen
+            if gen is None:
+                out = work.fn()
+                if not inspect.isgenerator(out):
+                    return True, out, None
+                gen = work.gen = cast(Generator[Any, None, Any], out)
+            next(gen)
+            work.chunks += 1
+            return False, None, None
+        except StopIteration as stop:
+            return True, stop.value, None
+        # BaseException too (a stage calling sys.exit): uncaught, it would end the lane with
+        # the unit's future unresolved and the running count never released.
+        except BaseException as err:  # noqa: BLE001 - a failing unit fails its future, not the lane
+            return True, None, err
+
+    # -- accounting ----------------------------------------------------------------------
+    def _leave_locked(self, work: Work) -> None:
+        if work.active:
+            work.active = False
+            self._tier1_active -= 1
+            self._apply_boost_locked()
+
+    def _apply_boost_locked(self) -> None:
+        """Boost shared lanes while tier-1 work is queued or running; unboost after."""
+        priority = self.options.shared_boost_rt_priority
+        want = self._tier1_active > 0 and self._boost_ok and not self._closed
+        if priority is None or want == self._boosted or not self._shared_tids:
+            return
+        policy, param = (os.SCHED_FIFO, priority) if want else (os.SCHED_OTHER, 0)
+        try:
+            for tid in self._shared_tids:
+                os.sched_setscheduler(tid, policy, os.sched_param(param))
+        except (OSError, AttributeError) as err:
+            log.warning("shared lanes keep normal scheduling (boost refused): %s", err)
+            self._boost_ok = False
+            if not want:
+                return
+            want = False
+        self._boosted = want
+        self._boosts += int(want)
+
+    def _complete_locked(self, work: Work, finished: float, error: BaseException | None) -> None:
+        self._leave_locked(work)
+        st = self._stats[work.tier]
+        work.state = "done"
+        if error is not None:
+            st.failed += 1
+            log.warning("%s (tier %d) failed: %s", work.name, int(work.tier), error)
+            return
+        st.completed += 1
+        latency = (finished - work.arrival.arrival_s) * 1000.0
+        st.latency_ms.append(latency)
+        st.wait_ms.append(((work.started_s or finished) - work.arrival.arrival_s) * 1000.0)
+        if finished > work.deadline_s:
+            st.misses += 1
+            self._on_trouble_locked(work.tier, finished)
+        # The unit's size bucket, and the name over any size (the fallback of a new bucket).
+        keys = {(work.name, size_bucket(work.size)), (work.name, None)}
+        for key in keys:
+            old = self._cost_ms.get(key)
+            self._cost_ms[key] = (
+                work.service_ms if old is None else old + COST_SMOOTHING * (work.service_ms - old)
+            )
+
+    def _count_drop_locked(self, work: Work, reason: str, now: float) -> None:
+        self._leave_locked(work)
+        work.state = "dropped"
+        self._stats[work.tier].dropped[reason] += 1
+        if reason in _TROUBLE:
+            self._on_trouble_locked(work.tier, now)
+
+    def _on_trouble_locked(self, tier: Tier, now: float) -> None:
+        """Hook: a shed or a miss happened (the tiered executor enters degraded mode)."""
+
+    @staticmethod
+    def _finish_drops(dropped: Iterable[tuple[Work, str]]) -> None:
+        """Outside the lock: fail futures with CancelledError (callbacks run here)."""
+        for work, reason in dropped:
+            if work.gen is not None:
+                try:
+                    work.gen.close()
+                except Exception as err:  # noqa: BLE001 - cleanup of a dropped unit must not stop a lane
+                    log.warning("closing dropped %s failed: %s", work.name, err)
+            future = work.future
+            if future.running() or future.set_running_or_notify_cancel():
+                future.set_exception(CancelledError(f"{work.name} dropped: {reason}"))
+
+    def _est_locked(self, work: Work) -> float:
+        if work.est_ms is not None:
+            return work.est_ms
+        return self._cost_locked(work.name, size_bucket(work.size))
+
+
+class TieredExecutor(_ExecutorBase):
+    """Strict priority across tiers, EDF within one; reserved lanes serve tier 1 only.
+
+    Shared lanes serve every tier, tier 1 first. Work split into chunks (generators) goes
+    back to the queue after every chunk, so a chunk is the longest a higher tier can wait
+    on a shared lane. Tier-1 work pauses the background compile pools while it runs.
+    """
+
+    kind = "tiered"
+
+    def __init__(
+        self,
+        config: TierConfig | None = None,
+        options: ExecutorOptions | None = None,
+        pools: Sequence[PoolControl | None] = (),
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        start: bool = True,
+    ) -> None:
+        self._heaps: dict[Tier, list[tuple[float, int, Work]]] = {t: [] for t in TIERS}
+        self._live: Counter[Tier] = Counter()
+        self._by_stream: dict[str, Work] = {}
+        self._latest: dict[str, int] = {}
+        self._degraded = False
+        self._degraded_since = 0.0
+        self._degraded_total_s = 0.0
+        self._degraded_entries = 0
+        self._last_trouble_s = float("-inf")
+        super().__init__(config, options, pools, clock, wall_clock, start)
+
+    def _lanes(self) -> list[Lane]:
+        reserved: list[Lane] = ["reserved"] * self.options.reserved_workers
+        shared: list[Lane] = ["shared"] * self.options.shared_workers
+        return reserved + shared
+
+    @property
+    def degraded(self) -> bool:
+        with self._cv:
+            self._update_degrade_locked(self._clock())
+            return self._degraded
+
+    def far_field_keep_fraction(self) -> float:
+        return self.config.far_field_keep_fraction if self.degraded else 1.0
+
+    def _push_locked(self, work: Work) -> None:
+        work.state = "queued"
+        heapq.heappush(self._heaps[work.tier], (work.deadline_s, work.seq, work))
+        self._live[work.tier] += 1
+        # A started unit finishes: were a newer frame to cancel it, a unit that takes longer
+        # than the frame period would never complete. Only a waiting unit is replaced.
+        if work.stream is not None and work.gen is None:
+            self._by_stream[work.stream] = work
+
+    def _unlink_locked(self, work: Work) -> None:
+        self._live[work.tier] -= 1
+        if work.stream is not None and self._by_stream.get(work.stream) is work:
+            del self._by_stream[work.stream]
+
+    def _admit_locked(self, work: Work, now: float) -> tuple[str | None, list[Work]]:
+        self._update_degrade_locked(now)
+        if work.speculative and self._degraded:
+            return "degraded", []
+        old = self._by_stream.get(work.stream) if work.stream is not None else None
+        if work.tier != Tier.COLLISION:
+            depth = self._live[work.tier] - (1 if old is not None else 0)
+            if depth >= self.config.max_queue_depth:
+                return "admission", []
+            if self.config.shed_infeasible and self._fits_alone_locked(work):
+                ahead = sum(
+                    self._est_locked(w)
+                    for w in self._queued_locked()
+                    if w.tier != Tier.COLLISION and w.tier <= work.tier and w is not old
+                )
+                finish = now + (ahead / self.options.shared_workers + self._est_locked(work)) / 1e3
+                if finish > work.deadline_s:
+                    return "admission", []
+        displaced: list[Work] = []
+        if old is not None:
+            self._unlink_locked(old)
+            displaced.append(old)
+        if work.stream is not None:
+            self._latest[work.stream] = work.seq
+        self._push_locked(work)
+        return None, displaced
+
+    def _pop_locked(self, lane: Lane, now: float) -> tuple[Work | None, list[tuple[Work, str]]]:
+        self._update_degrade_locked(now)
+        shed: list[tuple[Work, str]] = []
+        tiers = (Tier.COLLISION,) if lane == "reserved" else TIERS
+        for tier in tiers:
+            heap = self._heaps[tier]
+            while heap:
+                _, _, work = heapq.heappop(heap)
+                if work.state != "queued":
+                    continue
+                self._unlink_locked(work)
+                reason = self._dispatch_drop_locked(work, now)
+                if reason is None:
+                    work.state = "running"
+                    return work, shed
+                work.state = "dropped"
+                shed.append((work, reason))
+        return None, shed
+
+    def _dispatch_drop_locked(self, work: Work, now: float) -> str | None:
+        if (
+            work.gen is None
+            and work.stream is not None
+            and self._latest.get(work.stream, work.seq) > work.seq
+        ):
+            return "stale"
+        if work.speculative and self._degraded:
+            return "degraded"
+        if (
+            work.tier != Tier.COLLISION
+            and self.config.shed_expired
+            and work.gen is None
+            and self._fits_alone_locked(work)
+            and now + self._est_locked(work) / 1e3 > work.deadline_s
+        ):
+            return "expired"
+        return None
+
+    def _fits_alone_locked(self, work: Work) -> bool:
+        """Whether the unit meets its deadline when started on arrival.
+
+        Feasibility shedding applies to these only. A unit whose estimate exceeds its whole
+        budget would otherwise never run again (and never refresh its estimate); it runs
+        late, counted as a miss, and newest-wins bounds how many wait. A started unit is
+        never shed for time either: its cost is sunk, and a newer frame drops it as stale.
+        """
+        return self._est_locked(work) <= self.config.deadline_ms(work.tier)
+
+    def _requeue_locked(self, work: Work, now: float) -> str | None:
+        if self._closed:
+            return "shutdown"
+        self._push_locked(work)
+        self._cv.notify_all()
+        return None
+
+    def _queued_locked(self) -> list[Work]:
+        return [w for heap in self._heaps.values() for _, _, w in heap if w.state == "queued"]
+
+    def _drain_queue_locked(self) -> list[Work]:
+        queued = self._queued_locked()
+        for heap in self._heaps.values():
+            heap.clear()
+        self._live.clear()
+        self._by_stream.clear()
+        return queued
+
+    def _on_trouble_locked(self, tier: Tier, now: float) -> None:
+        if tier != Tier.COLLISION:
+            self._last_trouble_s = now
+            self._update_degrade_locked(now)
+
+    def _update_degrade_locked(self, now: float) -> None:
+        backlog = sum(self._est_locked(w) for w in self._queued_locked() if w.tier > 1)
+        backlog /= self.options.shared_workers
+        recent = now - self._last_trouble_s < self.config.degrade_hold_s
+        if not self._degraded and (backlog > self.config.degrade_enter_backlog_ms or recent):
+            self._degraded = True
+            self._degraded_since = now
+            self._degraded_entries += 1
+        elif self._degraded and backlog < self.config.degrade_exit_backlog_ms and not recent:
+            self._degraded = False
+            self._degraded_total_s += now - self._degraded_since
+
+    def _extra_snapshot_locked(self) -> dict[str, Any]:
+        now = self._clock()
+        self._update_degrade_locked(now)
+        total = self._degraded_total_s + (now - self._degraded_since if self._degraded else 0.0)
+        return {
+            "degraded": self._degraded,
+            "degraded_entries": self._degraded_entries,
+            "degraded_s": round(total, 3),
+        }
+
+
+class FifoExecutor(_ExecutorBase):
+    """The baseline: one first-in first-out queue, every lane serves it, no tiers.
+
+    Units still carry a tier and a deadline so that misses are counted the same way; the
+    only shedding is tail drop at ``max_queue_depth`` (the depth of a ROS subscription queue).
+    """
+
+    kind = "fifo"
+    boosts_for_tier1 = False
+
+    def __init__(
+        self,
+        config: TierConfig | None = None,
+        options: ExecutorOptions | None = None,
+        pools: Sequence[PoolControl | None] = (),
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        start: bool = True,
+    ) -> None:
+        self._queue: deque[Work] = deque()
+        # FIFO knows no tiers, so it has nothing to pause compiles for.
+        super().__init__(config, options, (), clock, wall_clock, start)
+
+    def _lanes(self) -> list[Lane]:
+        total = self.options.reserved_workers + self.options.shared_workers
+        return ["shared"] * total
+
+    def _chunked(self) -> bool:
+        return False
+
+    def _admit_locked(self, work: Work, now: float) -> tuple[str | None, list[Work]]:
+        if len(self._queue) >= self.config.max_queue_depth:
+            return "admission", []
+        self._queue.append(work)
+        return None, []
+
+    def _pop_locked(self, lane: Lane, now: float) -> tuple[Work | None, list[tuple[Work, str]]]:
+        if not self._queue:
+            return None, []
+        work = self._queue.popleft()
+        work.state = "running"
+        return work, []
+
+    def _requeue_locked(self, work: Work, now: float) -> str | None:
+        raise SchedulingError("the FIFO executor runs every unit to completion")
+
+    def _queued_locked(self) -> list[Work]:
+        return list(self._queue)
+
+    def _drain_queue_locked(self) -> list[Work]:
+        queued = list(self._queue)
+        self._queue.clear()
+        return queued
+
+
+Executor = TieredExecutor | FifoExecutor
+
+
+def diagnostic_status(snapshot: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]]]:
+    """``/diagnostics`` level (0 OK, 1 WARN, 2 ERROR), message and key-value pairs."""
+    values: list[tuple[str, str]] = []
+    tier1_misses = 0
+    lower_losses = 0
+    for key, st in snapshot["tiers"].items():
+        prefix = f"tier{key}.{st['name']}"
+        for name in ("deadline_ms", "completed", "misses", "dropped", "failed", "queued", "p99_ms"):
+            values.append((f"{prefix}.{name}", str(st[name])))
+        for reason, count in st["dropped_by"].items():
+            values.append((f"{prefix}.dropped.{reason}", str(count)))
+        if key == "1":
+            tier1_misses = st["misses"] + st["failed"]
+        else:
+            lower_losses += st["misses"] + st["dropped"] - st["dropped_by"]["stale"]
+    for topic, tr in snapshot.get("transport", {}).items():
+        values.append((f"transport.{topic}.p99_ms", str(tr["p99_ms"])))
+    if "degraded" in snapshot:
+        values.append(("degraded", str(snapshot["degraded"])))
+    if tier1_misses:
+        return 2, f"tier 1 missed or failed {tier1_misses} deadline(s)", values
+    if lower_losses or snapshot.get("degraded"):
+        return 1, f"lower tiers shed or missed {lower_losses} unit(s)", values
+    return 0, "all deadlines met", values

@@ -1,0 +1,247 @@
+"""Streaming lidar: segment sectors as they arrive, merge per revolution; near and far fields."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from dynshape_perception.config import Roi, check_seed, default_bounds
+from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
+from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+
+ModelFn = Callable[..., list[np.ndarray]]
+GroundSource = Literal["previous", "first_sectors"]
+
+
+@dataclass(frozen=True)
+class NearField:
+    """The collision corridor ahead of the sensor, capped at ``max_points`` nearest points.
+
+    The cap bounds the cost of tier-1 segmentation whatever the scene: when the corridor
+    holds more points, the farthest ones are left to the full-cloud pass.
+    """
+
+    ahead_m: float = 20.0
+    half_width_m: float = 3.0
+    behind_m: float = 0.0
+    max_points: int = 4096
+    min_z_m: float = -3.0
+    max_z_m: float = 3.0
+    # Points within this height of the ground plane are road, not obstacles: leaving them
+    # out lets the cap cover a longer corridor. 0 keeps them.
+    ground_band_m: float = 0.15
+
+    def __post_init__(self) -> None:
+        if not (self.ahead_m > 0.0 and self.half_width_m > 0.0 and self.behind_m >= 0.0):
+            raise ConfigError("near field needs ahead_m > 0, half_width_m > 0, behind_m >= 0")
+        if not isinstance(self.max_points, int) or self.max_points < 1:
+            raise ConfigError(
+                f"near field max_points must be an integer >= 1, got {self.max_points!r}"
+            )
+        if not self.min_z_m < self.max_z_m:
+            raise ConfigError("near field needs min_z_m < max_z_m")
+        if not self.ground_band_m >= 0.0:
+            raise ConfigError(f"ground_band_m must be >= 0, got {self.ground_band_m!r}")
+
+    def mask(self, points: np.ndarray) -> np.ndarray:
+        x, y = points[:, 0], points[:, 1]
+        return (x >= -self.behind_m) & (x < self.ahead_m) & (np.abs(y) < self.half_width_m)
+
+    def select(self, points: np.ndarray, ground: GroundPlane | None = None) -> np.ndarray:
+        """Indices of the corridor's points, at most ``max_points`` nearest, in scan order.
+
+        With a ground plane, points inside its ``ground_band_m`` are left out first.
+        """
+        keep = self.mask(points)
+        if ground is not None and self.ground_band_m > 0.0:
+            keep &= np.abs(ground.height(points)) > self.ground_band_m
+        index = np.flatnonzero(keep)
+        if index.size > self.max_points:
+            dist = np.hypot(points[index, 0], points[index, 1])
+            index = np.sort(index[np.argpartition(dist, self.max_points - 1)[: self.max_points]])
+        return index
+
+    def roi(self) -> Roi:
+        return Roi(
+            x_m=(-self.behind_m, self.ahead_m),
+            y_m=(-self.half_width_m, self.half_width_m),
+            z_m=(self.min_z_m, self.max_z_m),
+        )
+
+
+def subsample_far_field(
+    points: np.ndarray, near: NearField, keep_fraction: float, seed: int = 0
+) -> np.ndarray:
+    """Keep the corridor whole and a seeded ``keep_fraction`` of every other point."""
+    if not 0.0 < keep_fraction <= 1.0:
+        raise ConfigError(f"keep_fraction must lie in (0, 1], got {keep_fraction!r}")
+    if keep_fraction >= 1.0:
+        return points
+    near_mask = near.mask(points)
+    far = np.flatnonzero(~near_mask)
+    rng = np.random.default_rng(seed)
+    kept = rng.choice(far, size=round(keep_fraction * far.size), replace=False)
+    return points[np.sort(np.concatenate([np.flatnonzero(near_mask), kept]))]
+
+
+@dataclass
+class RevolutionResult:
+    points: np.ndarray
+    scores: np.ndarray
+    pooled: np.ndarray
+    ground: GroundPlane
+    obstacles: np.ndarray
+    sectors: int
+    segment_calls: int
+
+
+def _check_points(points: np.ndarray) -> np.ndarray:
+    if not isinstance(points, np.ndarray) or points.ndim != 2 or points.shape[1] != 4:
+        raise ShapeError(f"a sector must be [P, 4] float32, got {getattr(points, 'shape', None)}")
+    return np.ascontiguousarray(points, dtype=np.float32)
+
+
+def detect(
+    points: np.ndarray,
+    scores: np.ndarray,
+    ground: GroundPlane,
+    cluster: ClusterParams,
+    max_obstacles: int,
+) -> np.ndarray:
+    """Cluster as ``Pipeline.detect`` does: nearest first, the far ones give way at the bound."""
+    return cluster_obstacles(points, scores, cluster, ground)[:max_obstacles]
+
+
+def process_whole_scan(
+    segmenter: ModelFn,
+    points: np.ndarray,
+    ground: GroundPlane,
+    cluster: ClusterParams | None = None,
+    max_obstacles: int | None = None,
+) -> RevolutionResult:
+    """The reference path: one segmenter call on the whole scan, then clustering."""
+    points = _check_points(points)
+    cluster = cluster or ClusterParams()
+    bound = int(max_obstacles or default_bounds().N)
+    scores, pooled = segmenter("forward", points, ground.as_array())
+    return RevolutionResult(
+        points, scores, pooled, ground, detect(points, scores, ground, cluster, bound), 1, 1
+    )
+
+
+class StreamingSegmenter:
+    """Segments each sector on arrival and clusters once per revolution.
+
+    Scores are per point, so segmenting sector by sector gives the whole scan's scores; the
+    pooled feature is a max over points, so the merge is an elementwise max. The ground
+    plane is fitted once per revolution, before its first sector is segmented: from the
+    previous revolution (``"previous"``; the first revolution falls back to its first
+    sectors) or from this revolution's first sectors (``"first_sectors"``), as soon as
+    ``min_ground_points`` points have arrived. The whole-scan path given the same plane
+    gives the same result.
+    """
+
+    def __init__(
+        self,
+        segmenter: ModelFn,
+        cluster: ClusterParams | None = None,
+        ground_from: GroundSource = "previous",
+        min_ground_points: int = 4000,
+        ground_seed: int = 0,
+        max_obstacles: int | None = None,
+    ) -> None:
+        if ground_from not in ("previous", "first_sectors"):
+            raise ConfigError(
+                f"ground_from must be 'previous' or 'first_sectors', got {ground_from!r}"
+            )
+        if min_ground_points < 3:
+            raise ConfigError("min_ground_points must be >= 3")
+        check_seed("ground_seed", ground_seed)
+        self._segmenter = segmenter
+        self.cluster = cluster or ClusterParams()
+        self.ground_from = ground_from
+        self.min_ground_points = int(min_ground_points)
+        self.ground_seed = ground_seed
+        self.max_obstacles = int(max_obstacles or default_bounds().N)
+        self.ground: GroundPlane | None = None
+        self._previous: np.ndarray | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pending: list[np.ndarray] = []
+        self._points: list[np.ndarray] = []
+        self._scores: list[np.ndarray] = []
+        self._pooled: np.ndarray | None = None
+        self._sectors = 0
+        self._calls = 0
+
+    def prepare(self) -> None:
+        """Fit this revolution's plane from the previous one (idle-time work; else lazily)."""
+        if self.ground is None and self.ground_from == "previous" and self._previous is not None:
+            self.ground = fit_ground_plane(self._previous[:, :3], seed=self.ground_seed)
+            self._previous = None
+
+    def add_sector(self, sector: np.ndarray) -> int:
+        """Take one sector; returns the points segmented now (0 while the plane waits)."""
+        sector = _check_points(sector)
+        self._sectors += 1
+        self.prepare()
+        if self.ground is None:
+            self._pending.append(sector)
+            if sum(p.shape[0] for p in self._pending) < self.min_ground_points:
+                return 0
+            self._fit_from_pending()
+            return self._flush_pending()
+        return self._segment(sector)
+
+    def _fit_from_pending(self) -> None:
+        buffered = np.concatenate(self._pending) if self._pending else np.zeros((0, 4), np.float32)
+        self.ground = fit_ground_plane(buffered[:, :3], seed=self.ground_seed)
+
+    def _flush_pending(self) -> int:
+        done = sum(self._segment(p) for p in self._pending)
+        self._pending = []
+        return done
+
+    def _segment(self, sector: np.ndarray) -> int:
+        if sector.shape[0] == 0:
+            return 0
+        assert self.ground is not None
+        scores, pooled = self._segmenter("forward", sector, self.ground.as_array())
+        self._calls += 1
+        self._points.append(sector)
+        self._scores.append(scores)
+        self._pooled = pooled if self._pooled is None else np.maximum(self._pooled, pooled)
+        return int(sector.shape[0])
+
+    def end_revolution(self) -> RevolutionResult:
+        """Merge the revolution's sectors and cluster them; the next revolution starts."""
+        if self.ground is None:
+            self._fit_from_pending()
+        self._flush_pending()
+        assert self.ground is not None
+        points = np.concatenate(self._points) if self._points else np.zeros((0, 4), np.float32)
+        scores = np.concatenate(self._scores) if self._scores else np.zeros(0, np.float32)
+        if self._pooled is None:
+            # What the whole-scan path gives an empty scan: the segmenter's own empty pool.
+            self._pooled = self._segmenter(
+                "forward", np.zeros((0, 4), np.float32), self.ground.as_array()
+            )[1]
+        pooled = self._pooled
+        result = RevolutionResult(
+            points,
+            scores,
+            pooled,
+            self.ground,
+            detect(points, scores, self.ground, self.cluster, self.max_obstacles),
+            self._sectors,
+            self._calls,
+        )
+        self._previous = points if self.ground_from == "previous" else None
+        self.ground = None
+        self._reset()
+        return result

@@ -1,0 +1,213 @@
+"""A ROS client of the perception nodes: publishes clouds and odometry, records what comes back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.task import Future
+from sensor_msgs.msg import PointCloud2
+from visualization_msgs.msg import MarkerArray
+
+from dynshape_perception.errors import DynshapeError
+from dynshape_perception.io.pointcloud2 import CloudData, cloud_to_table, points_to_cloud
+from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.nodes.messages import (
+    cloud_msg,
+    header,
+    stamp_ns,
+    time_msg,
+    yaw_quaternion,
+)
+
+TABLE_TOPICS: dict[str, np.dtype] = {
+    "near_obstacles": OBSTACLE_DTYPE,
+    "obstacles": OBSTACLE_DTYPE,
+    "tracks": TRACK_DTYPE,
+    "predictions": PREDICTION_DTYPE,
+}
+SPIN_STEP_S = 0.02
+RECORD_DEPTH = 100
+
+
+@dataclass
+class Received:
+    t_s: float
+    frame_id: str
+    msg: Any
+    table: np.ndarray | None = None
+    error: str = ""
+
+
+@dataclass
+class Diagnostics:
+    t_s: float
+    level: int
+    message: str
+    values: dict[str, str] = field(default_factory=dict)
+
+
+class Probe(Node):
+    """Records outputs by stamp (ns) with their arrival time (``time.perf_counter``)."""
+
+    def __init__(self, context: Context | None = None, name: str = "dynshape_probe") -> None:
+        super().__init__(name, context=context)
+        qos = QoSProfile(
+            history=HistoryPolicy.KEEP_LAST,
+            depth=RECORD_DEPTH,
+            reliability=ReliabilityPolicy.RELIABLE,
+        )
+        self.points_pub = self.create_publisher(PointCloud2, "points", qos_profile_sensor_data)
+        self.odom_pub = self.create_publisher(Odometry, "odom", qos)
+        self.obstacles_pub = self.create_publisher(PointCloud2, "obstacles", qos)
+        self.tracks_pub = self.create_publisher(PointCloud2, "tracks", qos)
+        self.published: dict[int, float] = {}
+        self.received: dict[str, dict[int, Received]] = {t: {} for t in TABLE_TOPICS}
+        self.received["markers"] = {}
+        self.diagnostics: dict[str, Diagnostics] = {}
+        for topic in TABLE_TOPICS:
+            self.create_subscription(PointCloud2, topic, self._table_cb(topic), qos)
+        self.create_subscription(MarkerArray, "markers", self._on_markers, qos)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos)
+        self.executor_ = SingleThreadedExecutor(context=context)
+        self.executor_.add_node(self)
+
+    def _table_cb(self, topic: str) -> Callable[[PointCloud2], None]:
+        def on_table(msg: PointCloud2) -> None:
+            now = time.perf_counter()
+            item = Received(now, msg.header.frame_id, msg)
+            try:
+                item.table = cloud_to_table(msg, TABLE_TOPICS[topic])
+            except DynshapeError as err:
+                item.error = str(err)
+            self.received[topic][stamp_ns(msg.header.stamp)] = item
+
+        return on_table
+
+    def _on_markers(self, msg: MarkerArray) -> None:
+        stamps = [stamp_ns(m.header.stamp) for m in msg.markers]
+        if stamps:
+            self.received["markers"][stamps[0]] = Received(
+                time.perf_counter(), msg.markers[0].header.frame_id, msg
+            )
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            self.diagnostics[status.name] = Diagnostics(
+                time.perf_counter(),
+                int.from_bytes(status.level, "little")
+                if isinstance(status.level, bytes)
+                else int(status.level),
+                status.message,
+                {kv.key: kv.value for kv in status.values},
+            )
+
+    # -- publishing ---------------------------------------------------------------------
+    def publish_cloud(self, cloud: CloudData, ns: int, frame_id: str = "lidar") -> None:
+        msg = cloud_msg(cloud, header(time_msg(ns), frame_id))
+        self.published[ns] = time.perf_counter()
+        self.points_pub.publish(msg)
+
+    def publish_points(self, points: np.ndarray, ns: int, frame_id: str = "lidar") -> None:
+        self.publish_cloud(points_to_cloud(points), ns, frame_id)
+
+    def publish_odometry(
+        self,
+        ns: int,
+        x: float,
+        y: float,
+        yaw: float,
+        frame_id: str = "odom",
+        child_frame_id: str = "base_link",
+    ) -> None:
+        msg = Odometry()
+        msg.header = header(time_msg(ns), frame_id)
+        msg.child_frame_id = child_frame_id
+        msg.pose.pose.position.x, msg.pose.pose.position.y = float(x), float(y)
+        msg.pose.pose.orientation = yaw_quaternion(yaw)
+        self.odom_pub.publish(msg)
+
+    # -- waiting ------------------------------------------------------------------------
+    def spin_for(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.executor_.spin_once(timeout_sec=SPIN_STEP_S)
+
+    def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() >= deadline:
+                return False
+            self.executor_.spin_once(timeout_sec=SPIN_STEP_S)
+        return True
+
+    def wait_future(self, future: Future, timeout_s: float) -> Any:
+        if not self.spin_until(future.done, timeout_s):
+            raise TimeoutError(f"no reply within {timeout_s} s")
+        return future.result()
+
+    def wait_for_graph(
+        self, subscribers: Mapping[str, int], publishers: Mapping[str, int], timeout_s: float
+    ) -> bool:
+        """Until every topic has at least that many subscribers and publishers."""
+        return self.spin_until(
+            lambda: (
+                all(self.count_subscribers(t) >= n for t, n in subscribers.items())
+                and all(self.count_publishers(t) >= n for t, n in publishers.items())
+            ),
+            timeout_s,
+        )
+
+    def status(self, node_name: str) -> Diagnostics | None:
+        for name, diag in self.diagnostics.items():
+            if name.split(":")[0].lstrip("/").split("/")[-1] == node_name:
+                return diag
+        return None
+
+    # -- parameters ---------------------------------------------------------------------
+    def parameter_client(self, node_name: str, timeout_s: float) -> AsyncParameterClient:
+        client = AsyncParameterClient(self, node_name)
+        if not self.spin_until(lambda: client.services_are_ready(), timeout_s):
+            raise TimeoutError(f"parameter services of {node_name} not ready in {timeout_s} s")
+        return client
+
+    def remote_parameter_names(self, node_name: str, timeout_s: float) -> list[str]:
+        client = self.parameter_client(node_name, timeout_s)
+        return list(self.wait_future(client.list_parameters(), timeout_s).result.names)
+
+    def set_remote_parameters(
+        self, node_name: str, values: Mapping[str, Any], timeout_s: float
+    ) -> list[SetParametersResult]:
+        client = self.parameter_client(node_name, timeout_s)
+        params = [Parameter(name, value=value) for name, value in values.items()]
+        return list(self.wait_future(client.set_parameters(params), timeout_s).results)
+
+
+@contextmanager
+def probe_session(domain_id: int, name: str = "dynshape_probe") -> Iterator[Probe]:
+    """A probe in its own rclpy context on ``domain_id`` (no signal handlers installed)."""
+    context = Context()
+    rclpy.init(context=context, domain_id=domain_id)
+    probe: Probe | None = None
+    try:
+        probe = Probe(context=context, name=name)
+        yield probe
+    finally:
+        if probe is not None:
+            probe.executor_.shutdown(timeout_sec=1.0)
+            probe.destroy_node()
+        context.try_shutdown()

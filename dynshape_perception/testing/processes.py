@@ -1,0 +1,170 @@
+"""Node executables as separate processes, as ``ros2 run`` starts them, on a private DDS domain."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.resources import PACKAGE, config_path
+
+# Fast DDS ports grow with the domain id; ids above 101 can collide with ephemeral ports.
+DOMAIN_IDS = range(1, 102)
+DDS_ENV = {
+    # Keep discovery and traffic on this host.
+    "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+    # Shared memory plus TCP: best-effort subscribers of large clouds get nothing otherwise.
+    "FASTDDS_BUILTIN_TRANSPORTS": "LARGE_DATA",
+}
+# The profile that gives shared memory segments large enough for whole clouds.
+FASTDDS_PROFILE = "fastdds_profile.xml"
+STOP_TIMEOUT_S = 20.0
+
+
+def find_executable(name: str) -> Path:
+    """Where ``ros2 run dynshape_perception NAME`` would look, then beside this Python."""
+    prefix = Path(sys.prefix)
+    for candidate in (
+        prefix / "lib" / PACKAGE / name,
+        Path(sys.executable).parent / name,
+    ):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    raise ConfigError(f"executable {name!r} not found; is {PACKAGE} installed?")
+
+
+def dds_settings() -> dict[str, str]:
+    """What every process of a run needs: loopback, large-data transport and its profile."""
+    return {**DDS_ENV, "FASTDDS_DEFAULT_PROFILES_FILE": str(config_path(FASTDDS_PROFILE))}
+
+
+def dds_env(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(dds_settings())
+    env["ROS_DOMAIN_ID"] = str(domain_id)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@contextmanager
+def domain_lease(lock_dir: Path | None = None) -> Iterator[int]:
+    """A ROS_DOMAIN_ID that no other run on this host holds while the block runs."""
+    folder = lock_dir or Path(tempfile.gettempdir()) / "dynshape_perception_domains"
+    folder.mkdir(parents=True, exist_ok=True)
+    start = os.getpid() % len(DOMAIN_IDS)
+    for step in range(len(DOMAIN_IDS)):
+        domain = DOMAIN_IDS[(start + step) % len(DOMAIN_IDS)]
+        handle = (folder / f"{domain}.lock").open("w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        try:
+            yield domain
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+        return
+    raise ConfigError(f"every ROS domain id in {DOMAIN_IDS} is taken on this host")
+
+
+def ros_value(value: bool | int | float | str) -> str:
+    """A ``-p name:=value`` value (YAML): JSON scalars are valid YAML."""
+    return json.dumps(value)
+
+
+@dataclass
+class NodeProcess:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    _log: IO[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """Signal the node, wait; kill its whole process group if it does not exit in time."""
+        if self.alive():
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.kill_group()
+        self._log.close()
+        return int(self.popen.returncode)
+
+    def kill(self) -> None:
+        self.kill_group()
+        self.popen.wait()
+
+    def kill_group(self) -> None:
+        """Leftovers of this node's session (compile workers), if any."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def start_node(
+    executable: str,
+    *,
+    env: Mapping[str, str],
+    log_dir: Path,
+    params_file: Path | None = None,
+    overrides: Mapping[str, bool | int | float | str] | None = None,
+    remaps: Sequence[tuple[str, str]] = (),
+    name: str | None = None,
+) -> NodeProcess:
+    """Start one node in its own session, its output in ``log_dir/<name>.log``."""
+    name = name or executable
+    cmd = [str(find_executable(executable)), "--ros-args"]
+    if name != executable:
+        cmd += ["-r", f"__node:={name}"]
+    if params_file is not None:
+        cmd += ["--params-file", str(params_file)]
+    for key, value in (overrides or {}).items():
+        cmd += ["-p", f"{key}:={ros_value(value)}"]
+    for src, dst in remaps:
+        cmd += ["-r", f"{src}:={dst}"]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    log = log_path.open("wb")
+    try:
+        popen = subprocess.Popen(
+            cmd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as err:
+        log.close()
+        raise ConfigError(f"cannot start {cmd[0]}: {err}") from err
+    return NodeProcess(name, popen, log_path, log)

@@ -1,0 +1,165 @@
+"""The nodes as processes on a private DDS domain, driven frame by frame (demo, bench, tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.pointcloud2 import CloudData, points_to_cloud
+from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.resources import config_path
+from dynshape_perception.testing.probe import Probe, probe_session
+from dynshape_perception.testing.processes import (
+    NodeProcess,
+    dds_env,
+    dds_settings,
+    domain_lease,
+    start_node,
+)
+
+SEPARATE = ("pointcloud_node", "tracker_node", "prediction_node")
+COMPOSED = ("perception_pipeline",)
+MODES = {"separate": SEPARATE, "composed": COMPOSED}
+# Subscribers and publishers each topic has once the nodes are up; the probe subscribes
+# to every output and publishes points, odom, obstacles and tracks itself.
+READY_SUBSCRIBERS = {
+    "separate": {"points": 1, "obstacles": 2, "tracks": 2, "odom": 2},
+    "composed": {"points": 1, "odom": 1},
+}
+READY_PUBLISHERS = {"obstacles": 2, "tracks": 2, "predictions": 1, "markers": 1}
+STAMP_STEP_NS = 100_000_000
+OUTPUTS = ("obstacles", "tracks", "predictions", "markers")
+
+
+@dataclass
+class FrameTiming:
+    """Arrival of each output after the cloud was published, in ms (None: not received)."""
+
+    stamp_ns: int
+    after_publish_ms: dict[str, float | None] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class NodeSession:
+    mode: str
+    domain_id: int
+    probe: Probe
+    processes: list[NodeProcess]
+    log_dir: Path
+
+    def check_alive(self) -> None:
+        for proc in self.processes:
+            if not proc.alive():
+                tail = proc.log()[-2000:]
+                raise ConfigError(f"{proc.name} exited with {proc.popen.returncode}:\n{tail}")
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        wanted = READY_SUBSCRIBERS[self.mode]
+        while not self.probe.wait_for_graph(wanted, READY_PUBLISHERS, timeout_s=0.5):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise ConfigError(f"the {self.mode} nodes were not up within {timeout_s} s")
+
+    def frame(
+        self,
+        cloud: CloudData | np.ndarray,
+        stamp_ns: int,
+        pose: Pose2D | None = None,
+        timeout_s: float = 10.0,
+        wait_for: tuple[str, ...] = OUTPUTS,
+        frame_id: str = "lidar",
+    ) -> FrameTiming:
+        """Publish odometry and a cloud with one stamp; wait for the outputs of that stamp."""
+        if pose is not None:
+            self.probe.publish_odometry(stamp_ns, pose.x, pose.y, pose.yaw)
+        data = points_to_cloud(cloud) if isinstance(cloud, np.ndarray) else cloud
+        self.probe.publish_cloud(data, stamp_ns, frame_id)
+        got = self.probe.received
+        self.probe.spin_until(lambda: all(stamp_ns in got[t] for t in wait_for), timeout_s)
+        sent = self.probe.published[stamp_ns]
+        timing = FrameTiming(stamp_ns)
+        for topic in OUTPUTS:
+            item = got[topic].get(stamp_ns)
+            timing.after_publish_ms[topic] = None if item is None else (item.t_s - sent) * 1e3
+            if item is not None and item.table is not None:
+                timing.counts[topic] = int(item.table.shape[0])
+                if topic == "predictions":
+                    timing.counts["agents"] = int(np.unique(item.table["id"]).size)
+        return timing
+
+    def prime(self, cloud: np.ndarray, first_ns: int, attempts: int, timeout_s: float) -> int:
+        """Send frames until one comes all the way through (discovery settles); next stamp."""
+        stamp = first_ns
+        for _ in range(attempts):
+            timing = self.frame(cloud, stamp, Pose2D(), timeout_s, wait_for=("predictions",))
+            stamp += STAMP_STEP_NS
+            if timing.after_publish_ms["predictions"] is not None:
+                return stamp
+            self.check_alive()
+        raise ConfigError(f"no predictions came back after {attempts} frames")
+
+    def stop(self, sig: int = signal.SIGINT) -> dict[str, int]:
+        return {proc.name: proc.stop(sig) for proc in self.processes}
+
+
+@contextmanager
+def node_session(
+    mode: str,
+    *,
+    params_file: Path | None = None,
+    overrides: Mapping[str, bool | int | float | str] | None = None,
+    log_dir: Path | None = None,
+    startup_timeout_s: float = 120.0,
+) -> Iterator[NodeSession]:
+    """Start the nodes of ``mode`` and a probe on a leased domain; always stop them again."""
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
+    with ExitStack() as stack:
+        domain = stack.enter_context(domain_lease())
+        logs = log_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        env = dds_env(domain)
+        # The probe's own participant reads these when it is created.
+        settings = dds_settings()
+        saved = {k: os.environ.get(k) for k in settings}
+        os.environ.update(settings)
+        stack.callback(_restore_env, saved)
+        processes: list[NodeProcess] = []
+        stack.callback(_stop_all, processes)
+        for name in MODES[mode]:
+            processes.append(
+                start_node(
+                    name,
+                    env=env,
+                    log_dir=logs,
+                    params_file=params_file or config_path("x86_dev.param.yaml"),
+                    overrides=overrides,
+                )
+            )
+        probe = stack.enter_context(probe_session(domain))
+        session = NodeSession(mode, domain, probe, processes, logs)
+        session.wait_ready(startup_timeout_s)
+        yield session
+
+
+def _stop_all(processes: list[NodeProcess]) -> None:
+    for proc in processes:
+        proc.stop(signal.SIGINT)
+
+
+def _restore_env(saved: Mapping[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -1,0 +1,1 @@
+"""Evaluation against real data: trajectory prediction and lidar segmentation."""

@@ -1,0 +1,368 @@
+"""Deterministic in-process replay: bag frames through the pipeline in simulated time, no DDS."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from dynshape_perception.errors import ConfigError, DynshapeError
+from dynshape_perception.io import bags
+from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
+from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.pipeline import Pipeline, Pose2D
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
+from dynshape_perception.tools.replay.rundir import RunRecorder
+from dynshape_perception.tools.replay.scoring import PredictionScore, TruthIndex
+from dynshape_perception.tools.replay.settings import ReplaySettings
+from dynshape_perception.tools.replay.topics import (
+    ODOM,
+    POINTS,
+    TRUTH,
+    TopicPlan,
+    plan_topics,
+)
+
+log = logging.getLogger(__name__)
+
+PROGRESS_MIN_FRAMES = 50
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    topics: tuple[str, ...] | None = None
+    remaps: dict[str, str] = field(default_factory=dict)
+    start_offset_s: float = 0.0
+    # 0: as fast as possible; R > 0: simulated time runs at most R times wall time.
+    rate: float = 0.0
+    loop: bool = False
+    max_frames: int | None = None
+    progress: bool = True
+    match_radius_m: float = 2.0
+    unpredicted_penalty_m: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name, value in (("start offset", self.start_offset_s), ("rate", self.rate)):
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be finite and >= 0, got {value}")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise ConfigError("max_frames must be >= 1")
+
+
+@dataclass
+class ReplayResult:
+    bag: Path
+    plan: TopicPlan
+    metrics: RunMetrics
+    interrupted: bool = False
+
+    @property
+    def frames(self) -> int:
+        return len(self.metrics.frames)
+
+    def summary(self) -> dict[str, Any]:
+        return self.metrics.summary()
+
+
+class PoseTrack:
+    """The odometry path of a bag, interpolated at any stamp (end poses outside its span)."""
+
+    def __init__(self, samples: list[tuple[int, float, float, float]]) -> None:
+        kept: list[tuple[int, float, float, float]] = []
+        for sample in sorted(samples):
+            if not kept or sample[0] > kept[-1][0]:
+                kept.append(sample)
+        arr = np.asarray(kept, dtype=np.float64).reshape(-1, 4)
+        self.stamps = arr[:, 0] * 1e-9
+        self.x, self.y = arr[:, 1], arr[:, 2]
+        self.yaw = np.unwrap(arr[:, 3]) if arr.shape[0] else arr[:, 3]
+
+    def __len__(self) -> int:
+        return int(self.stamps.size)
+
+    def at(self, stamp_s: float) -> Pose2D:
+        if not len(self):
+            return Pose2D()
+        x = float(np.interp(stamp_s, self.stamps, self.x))
+        y = float(np.interp(stamp_s, self.stamps, self.y))
+        yaw = float(np.interp(stamp_s, self.stamps, self.yaw))
+        return Pose2D(x, y, math.atan2(math.sin(yaw), math.cos(yaw)))
+
+
+@dataclass
+class _Frame:
+    log_ns: int
+    stamp_ns: int
+    frame_id: str
+    points: np.ndarray | None = None
+    obstacles: np.ndarray | None = None
+    error: str | None = None
+
+
+class InProcessReplay:
+    """Replays one bag through a fresh pipeline on an engine in a deterministic JIT mode.
+
+    Frames come from the points topic (full pipeline) or, without one, from a detection
+    stream (tracking and prediction). Odometry and ground truth are read ahead, so the
+    pose is interpolated at each frame's stamp and prediction errors are scored online.
+    """
+
+    def __init__(self, engine: Engine, settings: ReplaySettings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self._jit_prev = (engine.metrics.calls, engine.metrics.hits)
+
+    def _pipeline(self) -> Pipeline:
+        return Pipeline(
+            self.engine["segmenter"],
+            self.engine["associator"],
+            self.engine["predictor"],
+            self.settings.pipeline,
+            self.settings.bounds,
+        )
+
+    def run(
+        self,
+        bag_path: Path,
+        options: ReplayOptions,
+        recorder: RunRecorder | None = None,
+        run_info: dict[str, Any] | None = None,
+    ) -> ReplayResult:
+        metrics = RunMetrics(self.settings.deadlines_ms, dict(run_info or {}))
+        self._jit_prev = (self.engine.metrics.calls, self.engine.metrics.hits)
+        t0 = time.monotonic()
+        earlier, seen_events = self.engine.metrics.events_since(0)
+        for event in earlier:
+            metrics.add_event(event, t0, -1)
+        with bags.BagReader(bag_path) as reader:
+            plan = plan_topics(reader.topics(), options.topics, options.remaps)
+            metrics.topics = {
+                "used": [vars(u) for u in plan.used.values()],
+                "skipped": [vars(s) for s in plan.skipped],
+            }
+            result = ReplayResult(Path(bag_path), plan, metrics)
+            driver = plan.driver
+            if driver is None:
+                return result
+            poses, fixed_frame = self._read_odometry(reader, plan)
+            truth = self._read_truth(reader, plan)
+            pipeline = self._pipeline()
+            score = PredictionScore(
+                pipeline.step_s, options.match_radius_m, options.unpredicted_penalty_m
+            )
+            start_ns = reader.start_at(options.start_offset_s)
+            period_ns = self._period_ns(reader, driver.topic)
+            span_ns = max(reader.end_ns - start_ns, 0) + period_ns
+            total = None if options.loop else driver.count
+            if options.max_frames is not None:
+                total = min(total or options.max_frames, options.max_frames)
+            short = not options.progress or (total or PROGRESS_MIN_FRAMES) < PROGRESS_MIN_FRAMES
+            # disable=None shows the bar on a terminal only.
+            bar = tqdm(
+                total=total,
+                unit="frame",
+                desc=Path(bag_path).name,
+                disable=True if short else None,
+                leave=False,
+            )
+            wall0 = time.perf_counter()
+            first_t: int | None = None
+            index = 0
+            try:
+                passes = 0
+                while True:
+                    shift_ns = passes * span_ns
+                    for frame in self._frames(reader, plan, start_ns):
+                        stamp_ns = frame.stamp_ns + shift_ns
+                        if first_t is None:
+                            first_t = stamp_ns
+                        if options.rate > 0:
+                            due = (stamp_ns - first_t) * 1e-9 / options.rate
+                            delay = due - (time.perf_counter() - wall0)
+                            if delay > 0:
+                                time.sleep(delay)
+                        record = FrameRecord(
+                            index=index,
+                            stamp_ns=stamp_ns,
+                            t_s=round((stamp_ns - first_t) * 1e-9, 6),
+                            wall_s=0.0,
+                        )
+                        outputs = self._process(pipeline, frame, stamp_ns, poses, record)
+                        if outputs is not None:
+                            obstacles, tracks, predictions = outputs
+                            if recorder is not None:
+                                recorder.write_frame(
+                                    frame.log_ns + shift_ns,
+                                    stamp_ns,
+                                    frame.frame_id,
+                                    fixed_frame or frame.frame_id,
+                                    obstacles,
+                                    tracks,
+                                    predictions,
+                                )
+                            if len(truth):
+                                matched, missed, err = score.add(
+                                    truth, frame.stamp_ns, tracks, predictions
+                                )
+                                record.prediction = {
+                                    "matched": matched,
+                                    "unpredicted": missed,
+                                    "min_ade_m": round(err / matched, 4) if matched else 0.0,
+                                }
+                        self._jit_state(record)
+                        record.wall_s = round(time.perf_counter() - wall0, 6)
+                        metrics.add_frame(record)
+                        events, seen_events = self.engine.metrics.events_since(seen_events)
+                        for event in events:
+                            metrics.add_event(event, t0, index)
+                        index += 1
+                        bar.update(1)
+                        if options.max_frames is not None and index >= options.max_frames:
+                            break
+                    passes += 1
+                    done = options.max_frames is not None and index >= options.max_frames
+                    if done or not options.loop or index == 0:
+                        break
+            except KeyboardInterrupt:
+                result.interrupted = True
+            finally:
+                bar.close()
+            if len(truth):
+                metrics.summary_extra["prediction"] = score.summary()
+            metrics.summary_extra["no_odometry"] = not len(poses)
+            return result
+
+    # -- reading --------------------------------------------------------------------------
+    @staticmethod
+    def _period_ns(reader: bags.BagReader, topic: str) -> int:
+        count = next((t.count for t in reader.topics() if t.name == topic), 0)
+        span = reader.end_ns - reader.start_ns
+        return max(span // max(count - 1, 1), 1) if count > 1 else NS // 10
+
+    @staticmethod
+    def _read_odometry(reader: bags.BagReader, plan: TopicPlan) -> tuple[PoseTrack, str]:
+        used = plan.used.get(ODOM)
+        samples: list[tuple[int, float, float, float]] = []
+        frame_id = ""
+        if used is not None:
+            for message in reader.messages([used.topic]):
+                try:
+                    msg = reader.deserialize(message)
+                except DynshapeError as err:
+                    log.warning("skipping odometry: %s", err)
+                    continue
+                samples.append(bags.odometry_pose(msg))
+                frame_id = frame_id or str(msg.header.frame_id)
+        return PoseTrack(samples), frame_id
+
+    @staticmethod
+    def _read_truth(reader: bags.BagReader, plan: TopicPlan) -> TruthIndex:
+        used = plan.used.get(TRUTH)
+        tables: list[tuple[int, np.ndarray]] = []
+        if used is not None:
+            for message in reader.messages([used.topic]):
+                try:
+                    msg = reader.deserialize(message)
+                    table = cloud_to_table(msg, TRACK_DTYPE)
+                except DynshapeError as err:
+                    log.warning("skipping ground truth: %s", err)
+                    continue
+                tables.append((bags.stamp_ns(msg.header.stamp), table))
+        return TruthIndex(tables)
+
+    @staticmethod
+    def _frames(reader: bags.BagReader, plan: TopicPlan, start_ns: int) -> Iterator[_Frame]:
+        driver = plan.driver
+        assert driver is not None
+        for message in reader.messages([driver.topic], start_ns=start_ns):
+            try:
+                msg = reader.deserialize(message)
+            except DynshapeError as err:
+                yield _Frame(message.log_ns, message.log_ns, "", error=str(err))
+                continue
+            stamp = bags.stamp_ns(msg.header.stamp) or message.log_ns
+            frame = _Frame(message.log_ns, stamp, str(msg.header.frame_id))
+            try:
+                if driver.role == POINTS:
+                    frame.points = cloud_to_points(msg).xyzi
+                elif driver.msgtype == bags.DETECTION3D_ARRAY:
+                    frame.obstacles = bags.obstacles_from_detections(msg)
+                else:
+                    frame.obstacles = cloud_to_table(msg, OBSTACLE_DTYPE)
+            except DynshapeError as err:
+                frame.error = str(err)
+            yield frame
+
+    # -- processing -----------------------------------------------------------------------
+    def _process(
+        self,
+        pipeline: Pipeline,
+        frame: _Frame,
+        stamp_ns: int,
+        poses: PoseTrack,
+        record: FrameRecord,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        before = (pipeline.dropped_detections, pipeline.dropped_agents)
+        if frame.error is None:
+            pose = poses.at(frame.stamp_ns * 1e-9)
+            stamp_s = stamp_ns * 1e-9
+            try:
+                if frame.points is not None:
+                    result = pipeline.process(frame.points, stamp_s, pose)
+                    record.latency_ms = dict(result.latency_ms)
+                    record.counts = dict(result.counts)
+                    outputs = (result.obstacles, result.tracks, result.predictions)
+                else:
+                    assert frame.obstacles is not None
+                    *tables, record.latency_ms, record.counts = self._track_and_predict(
+                        pipeline, frame.obstacles, stamp_s, pose
+                    )
+                    outputs = (tables[0], tables[1], tables[2])
+            except DynshapeError as err:
+                frame.error = str(err)
+        if frame.error is not None:
+            record.drop_reason = frame.error
+            record.dropped = {"1": 1}
+            return None
+        record.dropped = {
+            "2": pipeline.dropped_detections - before[0],
+            "3": pipeline.dropped_agents - before[1],
+        }
+        return outputs
+
+    @staticmethod
+    def _track_and_predict(
+        pipeline: Pipeline, obstacles: np.ndarray, stamp_s: float, pose: Pose2D
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float], dict[str, int]]:
+        if obstacles.shape[0] > pipeline.bounds.N:
+            pipeline.dropped_detections += obstacles.shape[0] - pipeline.bounds.N
+            obstacles = obstacles[: pipeline.bounds.N]
+        t0 = time.perf_counter()
+        tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, pose), stamp_s)
+        t1 = time.perf_counter()
+        predictions = pipeline.predict(tracks, pose)
+        t2 = time.perf_counter()
+        latency = {"track": (t1 - t0) * 1e3, "predict": (t2 - t1) * 1e3, "total": (t2 - t0) * 1e3}
+        counts = {
+            "obstacles": int(obstacles.shape[0]),
+            "tracks": int(tracks.shape[0]),
+            "agents": int(np.unique(predictions["id"]).size),
+            "predictions": int(predictions.shape[0]),
+        }
+        return obstacles, tracks, predictions, latency, counts
+
+    def _jit_state(self, record: FrameRecord) -> None:
+        m = self.engine.metrics
+        record.jit_calls = m.calls - self._jit_prev[0]
+        record.jit_hits = m.hits - self._jit_prev[1]
+        record.hit_rate = round(m.hit_rate, 4)
+        self._jit_prev = (m.calls, m.hits)

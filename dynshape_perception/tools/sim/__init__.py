@@ -1,0 +1,1 @@
+"""Generated scenes: a ray-cast lidar, streets, drives and pedestrians."""

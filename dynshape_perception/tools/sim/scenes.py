@@ -1,0 +1,509 @@
+"""Seeded synthetic scenes: ray-cast lidar driving scans, pedestrian tracks, scan sectors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynshape_perception.config import Roi, default_config
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.io.tables import (
+    LABEL_CAR,
+    LABEL_PEDESTRIAN,
+    LABEL_POLE,
+    OBSTACLE_DTYPE,
+)
+
+SENSOR_HEIGHT_M = 1.73
+# HDL-64E beam layout: an upper block of 32 beams from +2 to -8.33 deg, a lower block of 32
+# from -8.83 to -24.33 deg.
+UPPER_BLOCK_DEG = (2.0, -8.33)
+LOWER_BLOCK_DEG = (-8.83, -24.33)
+BEAMS_PER_BLOCK = 32
+
+CAR_SIZE_M = (4.2, 1.8, 1.5)
+CAR_SIZE_SPREAD_M = (0.3, 0.1, 0.1)
+PEDESTRIAN_SIZE_M = (0.6, 0.6, 1.7)
+PEDESTRIAN_SIZE_SPREAD_M = (0.05, 0.05, 0.1)
+POLE_WIDTH_M = (0.15, 0.4)
+POLE_HEIGHT_M = (3.0, 6.0)
+# Street layout: lane centres and parking rows (cars), sidewalks (poles, pedestrians), metres.
+CAR_ROWS_Y_M = (-7.0, -3.5, 3.5, 7.0)
+SIDEWALK_Y_M = (9.0, 12.0)
+LANE_MARKING_Y_M = (-5.25, 0.0, 5.25)
+LANE_MARKING_WIDTH_M = 0.15
+STREET_ALIGNED_SHARE = 0.6
+STREET_YAW_SPREAD_RAD = 0.05
+ROW_Y_SPREAD_M = 0.3
+
+# Reflectance ranges of the surfaces, in [0, 1].
+ASPHALT_INTENSITY = (0.05, 0.3)
+MARKING_INTENSITY = (0.6, 0.9)
+CAR_INTENSITY = (0.05, 0.5)
+POLE_INTENSITY = (0.3, 0.7)
+PEDESTRIAN_INTENSITY = (0.1, 0.4)
+INTENSITY_NOISE = 0.03
+
+UPSAMPLE_JITTER_M = 0.01
+PLACEMENT_TRIES = 512
+# Azimuth steps finer than this would mean more than ~2M rays for a half turn.
+MIN_AZIMUTH_STEP_DEG = 0.005
+# A second ray cast is done only when the first one misses the requested count by more.
+RECAST_TOLERANCE = 0.1
+
+PEDESTRIAN_SPEED_MPS = (1.3, 0.25)
+PEDESTRIAN_MIN_CRUISE_MPS = 0.5
+PEDESTRIAN_ACCEL_MPS2 = 1.0
+HEADING_NOISE_RAD_PER_SQRT_S = 0.08
+SPEED_NOISE_MPS_PER_SQRT_S = 0.05
+TURN_RATE_RADPS = (0.2, 0.6)
+TURN_ANGLE_RAD = (np.pi / 4, np.pi / 2)
+STOP_DURATION_S = (1.2, 4.0)
+GROUP_OFFSET_M = (0.5, 0.9)
+GROUP_FOLLOW_NOISE = 0.02
+
+_STRAIGHT, _TURN, _STOP_GO = 0, 1, 2
+# Index -1 (ground) picks this appended entry, which matches no object label.
+LABEL_UNKNOWN_SURFACE = np.iinfo(np.uint32).max
+
+
+@dataclass(frozen=True)
+class DrivingScene:
+    """A ray-cast scan in the sensor frame (x forward, y left, z up, metres) and its truth.
+
+    ``points`` float32 ``[P, 4]`` (x, y, z, intensity in [0, 1]); ``is_obstacle`` bool
+    ``[P]``; ``object_index`` int32 ``[P]``, the row of ``boxes`` a point hit, -1 for ground;
+    ``boxes`` OBSTACLE_DTYPE ground truth (yaw is the heading in (-pi, pi], ``num_points``
+    the returns on it); ``ground_plane`` float64 ``[4]`` a, b, c, d with a unit normal,
+    c > 0, so that height = a*x + b*y + c*z + d.
+    """
+
+    points: np.ndarray
+    is_obstacle: np.ndarray
+    object_index: np.ndarray
+    boxes: np.ndarray
+    ground_plane: np.ndarray
+    seed: int
+
+
+def beam_elevations_rad() -> np.ndarray:
+    """The 64 beam elevations of an HDL-64E-like sensor, radians, top beam first."""
+    return np.deg2rad(
+        np.r_[
+            np.linspace(*UPPER_BLOCK_DEG, BEAMS_PER_BLOCK),
+            np.linspace(*LOWER_BLOCK_DEG, BEAMS_PER_BLOCK),
+        ]
+    )
+
+
+def _sample_sizes(
+    rng: np.random.Generator, count: int, mean: tuple[float, ...], spread: tuple[float, ...]
+) -> np.ndarray:
+    sizes = rng.normal(mean, spread, size=(count, 3))
+    return np.maximum(sizes, np.asarray(mean) - 2.0 * np.asarray(spread))
+
+
+def _object_catalogue(
+    rng: np.random.Generator, num_cars: int, num_poles: int, num_pedestrians: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sizes ``[K, 3]`` (length >= width, height) and labels ``[K]`` of the objects to place."""
+    cars = _sample_sizes(rng, num_cars, CAR_SIZE_M, CAR_SIZE_SPREAD_M)
+    pedestrians = _sample_sizes(rng, num_pedestrians, PEDESTRIAN_SIZE_M, PEDESTRIAN_SIZE_SPREAD_M)
+    pole_width = rng.uniform(*POLE_WIDTH_M, size=num_poles)
+    poles = np.c_[pole_width, pole_width, rng.uniform(*POLE_HEIGHT_M, size=num_poles)]
+    sizes = np.concatenate([cars, poles, pedestrians]).reshape(-1, 3)
+    sizes[:, :2] = np.sort(sizes[:, :2], axis=1)[:, ::-1]
+    labels = np.repeat(
+        np.array([LABEL_CAR, LABEL_POLE, LABEL_PEDESTRIAN], dtype=np.uint32),
+        [num_cars, num_poles, num_pedestrians],
+    )
+    return sizes, labels
+
+
+def _candidates(
+    rng: np.random.Generator, label: int, area: tuple[float, float, float, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``PLACEMENT_TRIES`` candidate centres ``[T, 2]`` and headings ``[T]`` for one object."""
+    x_lo, x_hi, y_lo, y_hi = area
+    x = rng.uniform(x_lo, x_hi, PLACEMENT_TRIES)
+    y = rng.uniform(y_lo, y_hi, PLACEMENT_TRIES)
+    yaw = rng.uniform(-np.pi, np.pi, PLACEMENT_TRIES)
+    on_street = rng.random(PLACEMENT_TRIES) < STREET_ALIGNED_SHARE
+    if label == LABEL_CAR:
+        rows = rng.choice(CAR_ROWS_Y_M, PLACEMENT_TRIES)
+        street_yaw = np.where(rows > 0, 0.0, np.pi)
+        street_yaw += rng.normal(0.0, STREET_YAW_SPREAD_RAD, PLACEMENT_TRIES)
+        y = np.where(on_street, rows + rng.normal(0.0, ROW_Y_SPREAD_M, PLACEMENT_TRIES), y)
+        yaw = np.where(on_street, street_yaw, yaw)
+    else:
+        side = rng.choice((-1.0, 1.0), PLACEMENT_TRIES)
+        sidewalk_y = side * rng.uniform(*SIDEWALK_Y_M, PLACEMENT_TRIES)
+        y = np.where(on_street, sidewalk_y, y)
+    return np.c_[x, y], np.angle(np.exp(1j * yaw))
+
+
+def _place_objects(
+    rng: np.random.Generator,
+    sizes: np.ndarray,
+    labels: np.ndarray,
+    area: tuple[float, float, float, float],
+    min_gap_m: float,
+    min_range_m: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Non-overlapping centres ``[K, 2]`` and headings ``[K]``, largest objects first."""
+    radius = 0.5 * np.hypot(sizes[:, 0], sizes[:, 1])
+    centres = np.zeros((sizes.shape[0], 2))
+    yaws = np.zeros(sizes.shape[0])
+    placed: list[int] = []
+    for k in np.argsort(-radius, kind="stable"):
+        xy, yaw = _candidates(rng, int(labels[k]), area)
+        ok = np.hypot(xy[:, 0], xy[:, 1]) >= radius[k] + min_range_m
+        if placed:
+            dist = np.linalg.norm(xy[:, None, :] - centres[None, placed], axis=2)
+            ok &= (dist >= radius[k] + radius[placed] + min_gap_m).all(axis=1)
+        hits = np.flatnonzero(ok)
+        if hits.size == 0:
+            raise ConfigError(
+                f"cannot place {sizes.shape[0]} objects {min_gap_m} m apart in x {area[:2]}, "
+                f"y {area[2:]}; ask for fewer"
+            )
+        centres[k], yaws[k] = xy[hits[0]], yaw[hits[0]]
+        placed.append(int(k))
+    return centres, yaws
+
+
+def _ray_directions(fov_deg: float, azimuth_step_deg: float) -> tuple[np.ndarray, np.ndarray]:
+    """Unit directions ``[R, 3]`` and azimuths ``[R]``, column by column as the sensor fires."""
+    half = np.deg2rad(fov_deg) / 2.0
+    step = np.deg2rad(azimuth_step_deg)
+    # Clockwise from the left edge of the field of view, as a Velodyne spins.
+    azimuth = half - step * np.arange(int(np.floor(2.0 * half / step)))
+    elevation = beam_elevations_rad()
+    az, el = np.meshgrid(azimuth, elevation, indexing="ij")
+    az, el = az.ravel(), el.ravel()
+    dirs = np.c_[np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)]
+    return dirs, az
+
+
+def _ray_box_distance(
+    dirs: np.ndarray, centre: np.ndarray, half_size: np.ndarray, yaw: float
+) -> np.ndarray:
+    """Range along each ray from the origin to an oriented box, inf where it misses."""
+    cos, sin = np.cos(yaw), np.sin(yaw)
+    to_box_frame = np.array([[cos, sin, 0.0], [-sin, cos, 0.0], [0.0, 0.0, 1.0]])
+    origin = to_box_frame @ -centre
+    local = dirs @ to_box_frame.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_lo = (-half_size - origin) / local
+        t_hi = (half_size - origin) / local
+    t_near = np.nanmax(np.minimum(t_lo, t_hi), axis=1)
+    t_far = np.nanmin(np.maximum(t_lo, t_hi), axis=1)
+    hit = (t_near <= t_far) & (t_near > 0.0)
+    return np.where(hit, t_near, np.inf)
+
+
+def _cast(
+    rng: np.random.Generator,
+    dirs: np.ndarray,
+    boxes: np.ndarray,
+    plane: np.ndarray,
+    max_range_m: float,
+    range_noise_m: float,
+    ground_noise_m: float,
+    dropout: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Points ``[P, 3]`` and hit object ``[P]`` (-1 ground) of the rays that return."""
+    a, b, c, d = plane
+    # Ground: a*x + b*y + c*z + d = 0 along x = t * dir.
+    with np.errstate(divide="ignore"):
+        t_ground = -d / (dirs @ np.array([a, b, c]))
+    best = np.where(t_ground > 0.0, t_ground, np.inf)
+    hit_object = np.full(dirs.shape[0], -1, dtype=np.int32)
+    for k, box in enumerate(boxes):
+        centre = np.array([box["x"], box["y"], box["z"]], dtype=np.float64)
+        half = 0.5 * np.array([box["length"], box["width"], box["height"]], dtype=np.float64)
+        t_box = _ray_box_distance(dirs, centre, half, float(box["yaw"]))
+        closer = t_box < best
+        best = np.where(closer, t_box, best)
+        hit_object[closer] = k
+    returns = (best <= max_range_m) & (rng.random(dirs.shape[0]) >= dropout)
+    t = best[returns] + rng.normal(0.0, range_noise_m, int(returns.sum()))
+    xyz = dirs[returns] * t[:, None]
+    hit_object = hit_object[returns]
+    ground = hit_object < 0
+    xyz[ground, 2] += rng.normal(0.0, ground_noise_m, int(ground.sum()))
+    return xyz, hit_object
+
+
+def _intensity(
+    rng: np.random.Generator, xyz: np.ndarray, hit_object: np.ndarray, labels: np.ndarray
+) -> np.ndarray:
+    low = np.full(xyz.shape[0], ASPHALT_INTENSITY[0])
+    high = np.full(xyz.shape[0], ASPHALT_INTENSITY[1])
+    ground = hit_object < 0
+    marking = ground & (
+        np.abs(xyz[:, 1, None] - np.asarray(LANE_MARKING_Y_M)[None, :]).min(axis=1)
+        < LANE_MARKING_WIDTH_M / 2.0
+    )
+    low[marking], high[marking] = MARKING_INTENSITY
+    point_label = np.r_[labels, LABEL_UNKNOWN_SURFACE][hit_object]
+    for label, (lo, hi) in (
+        (LABEL_CAR, CAR_INTENSITY),
+        (LABEL_POLE, POLE_INTENSITY),
+        (LABEL_PEDESTRIAN, PEDESTRIAN_INTENSITY),
+    ):
+        surface = ~ground & (point_label == label)
+        low[surface], high[surface] = lo, hi
+    value = rng.uniform(low, high) + rng.normal(0.0, INTENSITY_NOISE, xyz.shape[0])
+    return np.clip(value, 0.0, 1.0)
+
+
+def _resample(rng: np.random.Generator, count: int, wanted: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices ``[wanted]`` into ``count`` returns in scan order, and which are duplicates."""
+    if wanted <= count:
+        keep = np.sort(rng.choice(count, size=wanted, replace=False))
+        return keep, np.zeros(wanted, dtype=bool)
+    extra = rng.choice(count, size=wanted - count, replace=True)
+    index = np.r_[np.arange(count), extra]
+    duplicate = np.r_[np.zeros(count, dtype=bool), np.ones(extra.size, dtype=bool)]
+    order = np.argsort(index, kind="stable")
+    return index[order], duplicate[order]
+
+
+def driving_scene(
+    seed: int = 0,
+    num_points: int | None = None,
+    num_cars: int = 8,
+    num_poles: int = 6,
+    num_pedestrians: int = 5,
+    *,
+    roi: Roi | None = None,
+    fov_deg: float = 180.0,
+    azimuth_step_deg: float = 0.18,
+    max_range_m: float = 80.0,
+    sensor_height_m: float = SENSOR_HEIGHT_M,
+    max_slope: float = 0.02,
+    outside_margin_m: float = 8.0,
+    min_gap_m: float = 1.0,
+    min_range_m: float = 3.0,
+    range_noise_m: float = 0.02,
+    ground_noise_m: float = 0.02,
+    dropout: float = 0.02,
+) -> DrivingScene:
+    """Ray-cast a spinning 64-beam lidar into a street with cars, poles and pedestrians.
+
+    The sensor sits ``sensor_height_m`` above a ground plane of slope at most ``max_slope``
+    and scans ``fov_deg`` centred on x. Objects stand on the ground ``min_gap_m`` apart
+    (bounding circles), mostly in the ROI and partly up to ``outside_margin_m`` beyond it;
+    only their sensor-facing faces return, and nearer objects shadow farther ones. The
+    ground returns in rings whose density falls with range, up to ``max_range_m``, also
+    outside the ROI. ``num_points`` sets the exact count: the azimuth step is rescaled to
+    come close, then returns are subsampled, or duplicated with a small jitter.
+    """
+    counts = {"num_cars": num_cars, "num_poles": num_poles, "num_pedestrians": num_pedestrians}
+    for name, value in counts.items():
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+    if num_points is not None and num_points < 0:
+        raise ConfigError(f"num_points must be >= 0, got {num_points}")
+    if not (0.0 < fov_deg <= 360.0 and azimuth_step_deg >= MIN_AZIMUTH_STEP_DEG):
+        raise ConfigError(
+            f"need 0 < fov_deg <= 360 and azimuth_step_deg >= {MIN_AZIMUTH_STEP_DEG}, "
+            f"got {fov_deg}, {azimuth_step_deg}"
+        )
+    if not (0.0 <= dropout < 1.0 and max_range_m > 0.0 and sensor_height_m > 0.0):
+        raise ConfigError(
+            f"need 0 <= dropout < 1, max_range_m > 0, sensor_height_m > 0; "
+            f"got {dropout}, {max_range_m}, {sensor_height_m}"
+        )
+    # NaN noise would put NaN in every point; infinite sizes give an empty or endless scan.
+    lengths: dict[str, float] = {
+        "azimuth_step_deg": azimuth_step_deg,
+        "max_range_m": max_range_m,
+        "sensor_height_m": sensor_height_m,
+        "max_slope": max_slope,
+        "outside_margin_m": outside_margin_m,
+        "min_gap_m": min_gap_m,
+        "min_range_m": min_range_m,
+        "range_noise_m": range_noise_m,
+        "ground_noise_m": ground_noise_m,
+    }
+    for name, length in lengths.items():
+        if not (np.isfinite(length) and length >= 0.0):
+            raise ConfigError(f"{name} must be a finite number >= 0, got {length!r}")
+    roi = roi or default_config().roi
+    rng = np.random.default_rng(seed)
+
+    slope_x, slope_y = rng.uniform(-max_slope, max_slope, size=2)
+    normal = np.array([-slope_x, -slope_y, 1.0])
+    norm = float(np.linalg.norm(normal))
+    plane = np.r_[normal, sensor_height_m] / norm
+
+    sizes, labels = _object_catalogue(rng, num_cars, num_poles, num_pedestrians)
+    area = (
+        max(roi.x_m[0], 0.0),
+        roi.x_m[1] + outside_margin_m,
+        roi.y_m[0] - outside_margin_m,
+        roi.y_m[1] + outside_margin_m,
+    )
+    centres, yaws = _place_objects(rng, sizes, labels, area, min_gap_m, min_range_m)
+    boxes = np.zeros(sizes.shape[0], dtype=OBSTACLE_DTYPE)
+    ground_z = -(plane[0] * centres[:, 0] + plane[1] * centres[:, 1] + plane[3]) / plane[2]
+    boxes["x"], boxes["y"] = centres[:, 0], centres[:, 1]
+    boxes["z"] = ground_z + sizes[:, 2] / 2.0
+    boxes["length"], boxes["width"], boxes["height"] = sizes.T
+    boxes["yaw"], boxes["label"], boxes["score"] = yaws, labels, 1.0
+
+    def cast(step_deg: float) -> tuple[np.ndarray, np.ndarray]:
+        dirs, _ = _ray_directions(fov_deg, step_deg)
+        return _cast(rng, dirs, boxes, plane, max_range_m, range_noise_m, ground_noise_m, dropout)
+
+    xyz, hit_object = cast(azimuth_step_deg)
+    if (
+        num_points is not None
+        and xyz.shape[0]
+        and (abs(xyz.shape[0] - num_points) > RECAST_TOLERANCE * num_points)
+    ):
+        step = max(azimuth_step_deg * xyz.shape[0] / max(num_points, 1), MIN_AZIMUTH_STEP_DEG)
+        xyz, hit_object = cast(step)
+    if num_points is not None:
+        if xyz.shape[0] == 0 and num_points > 0:
+            raise ConfigError("the scene returned no points to resample; widen fov_deg")
+        index, duplicate = _resample(rng, xyz.shape[0], num_points)
+        xyz, hit_object = xyz[index], hit_object[index]
+        xyz[duplicate] += rng.normal(0.0, UPSAMPLE_JITTER_M, (int(duplicate.sum()), 3))
+
+    intensity = _intensity(rng, xyz, hit_object, labels)
+    boxes["num_points"] = np.bincount(hit_object[hit_object >= 0], minlength=boxes.shape[0])
+    points = np.c_[xyz, intensity].astype(np.float32)
+    return DrivingScene(
+        points=points,
+        is_obstacle=hit_object >= 0,
+        object_index=hit_object,
+        boxes=boxes,
+        ground_plane=plane,
+        seed=seed,
+    )
+
+
+def pedestrian_scene(
+    seed: int = 0,
+    num_agents: int = 12,
+    num_steps: int = 20,
+    dt_s: float = 0.4,
+    *,
+    area_m: float = 20.0,
+    group_share: float = 0.3,
+    turn_share: float = 0.25,
+    stop_share: float = 0.25,
+    max_speed_mps: float = 2.0,
+) -> np.ndarray:
+    """Kinematic pedestrian tracks, float32 ``[A, S, 2]`` (x, y in metres), one row per step.
+
+    Agents start anywhere in a square of side ``area_m`` and walk at about 1.3 m/s with
+    heading and speed noise; ``turn_share`` of the leaders turn through 45-90 deg at some
+    point, ``stop_share`` stop for 1.2-4 s and start again, and ``group_share`` of all
+    agents walk beside a leader (same heading and speed, 0.5-0.9 m to its side). Speed
+    changes by at most 1 m/s^2 and never exceeds ``max_speed_mps``.
+    """
+    if num_agents < 0 or num_steps < 1 or not (np.isfinite(dt_s) and dt_s > 0.0):
+        raise ConfigError(
+            f"need num_agents >= 0, num_steps >= 1, finite dt_s > 0; "
+            f"got {num_agents}, {num_steps}, {dt_s}"
+        )
+    if not (np.isfinite(area_m) and area_m > 0.0):
+        raise ConfigError(f"area_m must be a finite number > 0, got {area_m!r}")
+    shares = (group_share, turn_share, stop_share)
+    if not all(0.0 <= share <= 1.0 for share in shares) or turn_share + stop_share > 1.0:
+        raise ConfigError(f"behaviour shares must be in [0, 1] with turn + stop <= 1, got {shares}")
+    if not max_speed_mps > PEDESTRIAN_MIN_CRUISE_MPS:
+        raise ConfigError(f"max_speed_mps must exceed {PEDESTRIAN_MIN_CRUISE_MPS}")
+    rng = np.random.default_rng(seed)
+    agents = np.arange(num_agents)
+
+    num_followers = min(round(group_share * num_agents), max(num_agents - 1, 0))
+    num_leaders = num_agents - num_followers
+    leader_of = np.r_[agents[:num_leaders], rng.integers(0, max(num_leaders, 1), num_followers)]
+    follower = agents >= num_leaders
+
+    behaviour = rng.choice(
+        (_STRAIGHT, _TURN, _STOP_GO),
+        size=num_agents,
+        p=(1.0 - turn_share - stop_share, turn_share, stop_share),
+    )
+    cruise = np.clip(
+        rng.normal(*PEDESTRIAN_SPEED_MPS, num_agents), PEDESTRIAN_MIN_CRUISE_MPS, max_speed_mps
+    )
+    turn_rate = rng.uniform(*TURN_RATE_RADPS, num_agents) * rng.choice((-1.0, 1.0), num_agents)
+    turn_start = rng.uniform(0.0, num_steps * dt_s, num_agents)
+    turn_end = turn_start + rng.uniform(*TURN_ANGLE_RAD, num_agents) / np.abs(turn_rate)
+    stop_start = rng.uniform(0.0, num_steps * dt_s, num_agents)
+    stop_end = stop_start + rng.uniform(*STOP_DURATION_S, num_agents)
+
+    heading = rng.uniform(-np.pi, np.pi, num_agents)
+    position = rng.uniform(-area_m / 2.0, area_m / 2.0, (num_agents, 2))
+    heading[follower] = heading[leader_of[follower]]
+    side = rng.choice((-1.0, 1.0), num_agents) * rng.uniform(*GROUP_OFFSET_M, num_agents)
+    lateral = np.c_[-np.sin(heading), np.cos(heading)] * side[:, None]
+    position[follower] = position[leader_of[follower]] + lateral[follower]
+    speed = cruise.copy()
+
+    max_dv = PEDESTRIAN_ACCEL_MPS2 * dt_s
+    tracks = np.empty((num_agents, num_steps, 2), dtype=np.float32)
+    for step in range(num_steps):
+        tracks[:, step] = position
+        t = step * dt_s
+        stopping = (behaviour == _STOP_GO) & (t >= stop_start) & (t < stop_end)
+        target = np.where(stopping, 0.0, cruise)
+        speed += np.clip(target - speed, -max_dv, max_dv)
+        speed += rng.normal(0.0, SPEED_NOISE_MPS_PER_SQRT_S * np.sqrt(dt_s), num_agents)
+        speed = np.clip(speed, 0.0, max_speed_mps)
+        turning = (behaviour == _TURN) & (t >= turn_start) & (t < turn_end)
+        heading += np.where(turning, turn_rate * dt_s, 0.0)
+        heading += rng.normal(0.0, HEADING_NOISE_RAD_PER_SQRT_S * np.sqrt(dt_s), num_agents)
+        # Walk beside the leader: copy its heading and speed, with a little noise.
+        heading[follower] = heading[leader_of[follower]] + rng.normal(
+            0.0, GROUP_FOLLOW_NOISE, num_followers
+        )
+        speed[follower] = np.clip(
+            speed[leader_of[follower]] + rng.normal(0.0, GROUP_FOLLOW_NOISE, num_followers),
+            0.0,
+            max_speed_mps,
+        )
+        position = position + dt_s * speed[:, None] * np.c_[np.cos(heading), np.sin(heading)]
+    return tracks
+
+
+def sensor_sectors(
+    points: np.ndarray,
+    num_sectors: int,
+    start_azimuth_rad: float = np.pi,
+    clockwise: bool = True,
+) -> list[np.ndarray]:
+    """Split a scan into ``num_sectors`` equal azimuth sectors, in the order a spinning lidar emits.
+
+    The turn starts at ``start_azimuth_rad`` (behind the vehicle by default) and runs
+    clockwise seen from above, as a Velodyne spins; points inside a sector come in firing
+    order. Sectors a cropped scan does not reach are empty ``[0, C]`` arrays.
+    """
+    points = np.asarray(points)
+    if points.ndim != 2 or points.shape[1] < 2:
+        raise ShapeError(f"points must be [P, >=2], got shape {points.shape}")
+    if isinstance(num_sectors, bool) or not isinstance(num_sectors, (int, np.integer)):
+        raise ConfigError(f"num_sectors must be an integer >= 1, got {num_sectors!r}")
+    if num_sectors < 1:
+        raise ConfigError(f"num_sectors must be an integer >= 1, got {num_sectors!r}")
+    num_sectors = int(num_sectors)
+    if not np.isfinite(start_azimuth_rad):
+        raise ConfigError(f"start_azimuth_rad must be finite, got {start_azimuth_rad!r}")
+    if not np.isfinite(points[:, :2]).all():
+        # A NaN azimuth has no sector: it would land in one by accident of the int cast.
+        raise InputValueError("points hold NaN or Inf in x or y: no azimuth to sort by")
+    azimuth = np.arctan2(points[:, 1].astype(np.float64), points[:, 0].astype(np.float64))
+    swept = start_azimuth_rad - azimuth if clockwise else azimuth - start_azimuth_rad
+    phase = np.mod(swept, 2.0 * np.pi)
+    sector = np.minimum((phase / (2.0 * np.pi) * num_sectors).astype(np.int64), num_sectors - 1)
+    order = np.argsort(phase, kind="stable")
+    bounds = np.searchsorted(sector[order], np.arange(1, num_sectors))
+    return np.split(points[order], bounds)

@@ -1,0 +1,1 @@
+"""Target checks: aarch64 under emulation and CUDA device code."""

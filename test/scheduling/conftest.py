@@ -1,0 +1,23 @@
+"""Fixtures of the scheduling tests: TVM models with deterministic initial weights."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
+
+MODELS = ("segmenter", "predictor")
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Engine]:
+    # Equivalence does not depend on the weights, so the tests never wait for a fit.
+    weights = {n: init_weights(parameter_shapes(model_definition(n)), seed=0) for n in MODELS}
+    with Engine("x86_64", JitConfig(mode="off"), models=MODELS, weights=weights) as eng:
+        yield eng
