@@ -47,6 +47,16 @@ def system_cpu() -> str:
     return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
+def cpu_features(target: Target) -> frozenset[str]:
+    """The features LLVM enables for an llvm target: its triple and CPU, then ``mattr``."""
+    if target.kind.name != "llvm":
+        raise CompileError(f"CPU features need an llvm target, not {target.kind.name}")
+    try:
+        return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target))
+    except Exception as err:
+        raise CompileError(f"LLVM cannot list the features of target {target}: {err}") from err
+
+
 def target_kind(target: Target) -> str:
     return str(target.kind.name)
 

@@ -47,6 +47,8 @@ STATIC_DIMS = {
 }
 NEON = CpuScheduleContext(vector_lanes=4, register_rows=6, register_cols=16, isa="neon")
 AVX2 = CpuScheduleContext(vector_lanes=8, register_rows=6, register_cols=16, isa="avx2")
+GENERIC = CpuScheduleContext(vector_lanes=4, register_rows=6, register_cols=8, isa="generic")
+AARCH64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}
 
 
 def weights_for(model: ModelDef) -> dict[str, np.ndarray]:
@@ -77,16 +79,64 @@ def test_every_kernel_gets_a_rule_or_is_hand_scheduled(name: str, static: bool) 
     assert set(skipped.values()) <= {"already scheduled"}, skipped
 
 
-def test_expected_rules_pick_the_models_kernels() -> None:
-    ctx = context_for_target(load_profile("x86_64").target())
+@pytest.mark.parametrize(
+    ("spec", "isa", "predictor_rules"),
+    [
+        ({"kind": "llvm", "mcpu": "skylake-avx512"}, "avx512", {"dense", "matvec", "row_reduce"}),
+        ({"kind": "llvm", "mcpu": "rocketlake"}, "avx512", {"dense", "matvec", "row_reduce"}),
+        ({"kind": "llvm", "mcpu": "x86-64-v3"}, "avx2", {"dense", "row_reduce"}),
+        ({"kind": "llvm", "mcpu": "x86-64"}, "generic", {"dense", "row_reduce"}),
+        (AARCH64, "neon", {"dense", "row_reduce"}),
+    ],
+    ids=["skylake-avx512", "rocketlake", "x86-64-v3", "x86-64", "aarch64"],
+)
+def test_expected_rules_pick_the_models_kernels(
+    spec: dict[str, Any], isa: str, predictor_rules: set[str]
+) -> None:
+    """Per explicit target, never the host's: the predictor's 6 logits fill under half of 16
+    lanes, which makes them a matvec, and at least half of 8 or 4 lanes (dense)."""
+    target = tvmx.make_target(spec)
+    ctx = context_for_target(target)
+    assert ctx.isa == isa
     chosen: dict[str, set[str]] = {}
     for name in MODEL_NAMES:
         model = model_definition(name)
-        _, applied, _ = scheduled(model, weights_for(model), ctx)
-        chosen[name] = set(applied.values())
-    assert chosen["segmenter"] == {f"template[{ctx.isa}]"}
-    assert {"dense", "matvec", "injective"} <= chosen["associator"]
-    assert {"dense", "matvec", "row_reduce"} <= chosen["predictor"]
+        mod, bounds = bound_module(model, weights_for(model))
+        mod = tvmx.lower_to_tir(tvmx.set_upper_bounds(mod, bounds), target)
+        chosen[name] = set(apply_cpu_rules(mod, ctx)[1].applied.values())
+    assert chosen["segmenter"] == {f"template[{isa}]"}
+    assert chosen["associator"] == {"dense", "matvec", "injective"}
+    assert chosen["predictor"] == predictor_rules
+
+
+@pytest.mark.parametrize(
+    ("spec", "isa", "lanes"),
+    [
+        ({"kind": "llvm", "mcpu": "skylake-avx512"}, "avx512", 16),
+        ({"kind": "llvm", "mcpu": "rocketlake"}, "avx512", 16),
+        ({"kind": "llvm", "mcpu": "znver4"}, "avx512", 16),
+        ({"kind": "llvm", "mcpu": "x86-64-v3"}, "avx2", 8),
+        ({"kind": "llvm", "mcpu": "haswell"}, "avx2", 8),
+        ({"kind": "llvm", "mcpu": "x86-64-v3", "mattr": ["+avx512f"]}, "avx512", 16),
+        ({"kind": "llvm", "mcpu": "skylake-avx512", "mattr": ["-avx512f"]}, "avx2", 8),
+        ({"kind": "llvm", "mcpu": "x86-64"}, "generic", 4),
+        (AARCH64, "neon", 4),
+        ({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}, "neon", 4),
+    ],
+)
+def test_the_isa_comes_from_the_features_llvm_reports(
+    spec: dict[str, Any], isa: str, lanes: int
+) -> None:
+    """A CPU name the code never heard of still gets its registers' schedules, and ``mattr``
+    switches features either way."""
+    ctx = context_for_target(tvmx.make_target(spec))
+    assert (ctx.isa, ctx.vector_lanes) == (isa, lanes)
+    assert ctx.register_rows * ctx.register_cols * 4 < 1024
+
+
+def test_features_of_a_non_llvm_target_are_a_compile_error() -> None:
+    with pytest.raises(CompileError, match="llvm target"):
+        tvmx.cpu_features(tvmx.make_target({"kind": "cuda", "arch": "sm_90"}))
 
 
 @pytest.mark.parametrize("name", ["predictor", "associator"])
@@ -258,9 +308,12 @@ def test_a_parallel_loop_of_one_iteration_is_never_worth_its_launch() -> None:
     assert ctx.worth_parallel(2, ctx.min_parallel_work)
 
 
-@pytest.mark.parametrize("ctx", [NEON, AVX2], ids=["neon-blocking", "avx2-blocking"])
+@pytest.mark.parametrize(
+    "ctx", [NEON, AVX2, GENERIC], ids=["neon-blocking", "avx2-blocking", "generic-blocking"]
+)
 def test_other_targets_blocking_computes_the_same_on_this_host(ctx: CpuScheduleContext) -> None:
-    """The NEON and AVX2 register blockings, built for this host, give the reference numbers."""
+    """The NEON, AVX2 and generic register blockings, built for this host, give the reference
+    numbers."""
     model = model_definition("segmenter")
     weights = weights_for(model)
     mod, applied, _ = scheduled(model, weights, ctx)

@@ -7,20 +7,6 @@ from dataclasses import dataclass
 from dynshape_perception.compiler import tvm_adapter as tvmx
 from dynshape_perception.models.tir_kernels import MIN_PARALLEL_WORK
 
-AVX512_CPUS = frozenset(
-    {
-        "znver4",
-        "znver5",
-        "skylake-avx512",
-        "cascadelake",
-        "cooperlake",
-        "icelake-server",
-        "sapphirerapids",
-        "emeraldrapids",
-        "graniterapids",
-    }
-)
-
 
 @dataclass(frozen=True)
 class CpuScheduleContext:
@@ -50,13 +36,18 @@ class CpuScheduleContext:
 
 
 def context_for_target(target: tvmx.Target) -> CpuScheduleContext:
-    """AVX-512: 16 lanes, 7x32 block (14 of 32 zmm); AVX2: 8 lanes, 6x16 (12 of 16 ymm);
-    NEON and anything else: 4 lanes, 6x16 (24 of 32 q registers)."""
-    mcpu = str(target.attrs.get("mcpu", ""))
-    mattr = [str(a) for a in target.attrs.get("mattr", [])]
-    triple = str(target.attrs.get("mtriple", ""))
-    if triple.startswith("aarch64") or any("neon" in a for a in mattr):
-        return CpuScheduleContext(vector_lanes=4, register_rows=6, register_cols=16, isa="neon")
-    if mcpu in AVX512_CPUS or any("avx512" in a for a in mattr):
+    """From the ISA features LLVM enables for the target's CPU (and its ``mattr``), never from
+    CPU names: a CPU newer than this code still gets the schedules its registers fit.
+
+    AVX-512 (avx512f): 16 lanes, 7x32 block (14 of 32 zmm); AVX2 with FMA: 8 lanes, 6x16
+    (12 of 16 ymm); NEON: 4 lanes, 6x16 (24 of 32 q registers); any other CPU (x86-64 before
+    AVX2, for one): 4 lanes, 6x8 (12 of 16 xmm).
+    """
+    features = tvmx.cpu_features(target)
+    if "avx512f" in features:
         return CpuScheduleContext(vector_lanes=16, register_rows=7, register_cols=32, isa="avx512")
-    return CpuScheduleContext(vector_lanes=8, register_rows=6, register_cols=16, isa="avx2")
+    if {"avx2", "fma"} <= features:
+        return CpuScheduleContext(vector_lanes=8, register_rows=6, register_cols=16, isa="avx2")
+    if "neon" in features:
+        return CpuScheduleContext(vector_lanes=4, register_rows=6, register_cols=16, isa="neon")
+    return CpuScheduleContext(vector_lanes=4, register_rows=6, register_cols=8, isa="generic")
