@@ -36,6 +36,7 @@ OnDone = Callable[[Signature, CompileResult | None, float, str], None]
 WORKER_NICENESS = 10
 # How often a worker waiting on a compile checks whether the pool was closed.
 AWAIT_POLL_S = 0.2
+QUIET_POLL_S = 0.01
 ABANDONED_POLL_S = 1.0
 # A compile thread still inside TVM when the interpreter exits aborts the process
 # (std::terminate, exit status 134): closing waits this long for running compiles to return.
@@ -390,6 +391,19 @@ class CompilePool:
                 feed()
         with self._cv:
             return not self._heap and self.busy == 0
+
+    def wait_quiet(self, timeout_s: float) -> bool:
+        """Whether no compile runs (each one's result delivered) within ``timeout_s``; paused,
+        the queued ones then stay queued."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while self.busy:
+                left_s = deadline - time.monotonic()
+                if left_s <= 0.0:
+                    return False
+                # Polled: a worker notifies only what may start next when it finishes.
+                self._cv.wait(min(left_s, QUIET_POLL_S))
+            return True
 
     def wait_idle(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

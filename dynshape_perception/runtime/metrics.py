@@ -74,6 +74,9 @@ class CompileEvent:
     ok: bool
     compile_s: float
     reason: str = ""
+    # Built but slower than generic: counted in compiles_rejected. A build loaded from the
+    # artefact cache is ok, with its reason saying so.
+    rejected: bool = False
 
 
 @dataclass
@@ -169,10 +172,11 @@ class JitMetrics:
         return self.totals().busy_s
 
     def record_compile(self, event: CompileEvent, rejected: bool = False) -> None:
+        event.rejected = event.rejected or rejected
         with self._lock:
             self._append_event(event)
             self.compile_time_s += event.compile_s
-            if rejected:
+            if event.rejected:
                 self.compiles_rejected += 1
             elif event.ok:
                 self.compiles_ok += 1
@@ -205,9 +209,14 @@ class JitMetrics:
         return self.totals().hit_rate
 
     def snapshot(self) -> dict[str, Any]:
+        return self.record()[0]
+
+    def record(self) -> tuple[dict[str, Any], list[CompileEvent]]:
+        """The counters and the kept events, read in one step: a compile that lands between two
+        reads would count in one and not the other."""
         total = self.totals()
         with self._lock:
-            return {
+            counters = {
                 "calls": total.calls,
                 "hits": total.hits,
                 "misses": total.misses,
@@ -226,6 +235,7 @@ class JitMetrics:
                 "latency_signatures_dropped": self.latency_signatures_dropped,
                 "shape_log_entries_skipped": self.shape_log_entries_skipped,
             }
+            return counters, list(self.events)
 
     def latency_table(self) -> dict[str, dict[str, dict[str, float]]]:
         with self._lock:

@@ -422,6 +422,25 @@ def test_a_timed_out_thread_compile_is_abandoned_and_holds_back_the_next(tmp_pat
         pool.shutdown()
 
 
+def test_a_paused_pool_is_quiet_once_its_running_compile_delivered(tmp_path: Path) -> None:
+    """``wait_quiet`` returns once the running compile's result is delivered; the queued one
+    stays queued while paused, so counters read then cannot move."""
+    called: list[str] = []
+    pool = running_thread_compile(tmp_path, called)
+    try:
+        queued = Signature.of("forward", {"N": 6, "M": 6})
+        pool.submit(request(queued, tmp_path), 1.0, lambda *a: called.append("queued"))
+        pool.pause()
+        assert pool.wait_quiet(30.0)
+        assert called == ["done"] and pool.busy == 0
+        assert pool.in_flight("associator", queued) and not pool.idle(settle=False)
+        pool.resume()
+        assert pool.wait_idle(30.0)
+        assert called == ["done", "queued"]
+    finally:
+        pool.shutdown()
+
+
 def running_thread_compile(tmp_path: Path, called: list[str]) -> CompilePool:
     pool = CompilePool(
         WEIGHTS, "x86_64", tmp_path, mode="thread", compile_fn=sleeping_compiler_fault_injector

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from dynshape_perception.runtime import metrics as metrics_module
@@ -67,3 +69,34 @@ def test_the_event_log_keeps_the_newest_and_readers_resume_where_they_left(
     assert [e.key for e in later] == ["k5", "k6", "k7", "k8"], "k3 and k4 fell out unread"
     assert seen == 9 and metrics.events_since(seen) == ([], 9)
     assert metrics.compiles_ok == 9, "the counters count every event, kept or not"
+
+
+def test_counters_and_events_are_read_in_one_step_while_compiles_land() -> None:
+    """Each compile counts once in the counters and once in the events, however a reader's
+    read interleaves with the threads that record them."""
+    metrics = JitMetrics()
+    per_thread = 600
+
+    def record(thread: int) -> None:
+        for i in range(per_thread):
+            event = CompileEvent(float(i), "predictor", f"{thread}/{i}", i % 3 != 2, 0.001)
+            metrics.record_compile(event, rejected=i % 3 == 1)
+            if i % 50 == 0:
+                metrics.record_event(CompileEvent(float(i), "predictor", "k", True, 0.0, "demoted"))
+
+    writers = [threading.Thread(target=record, args=(t,)) for t in range(3)]
+    for writer in writers:
+        writer.start()
+    reads = 0
+    while any(w.is_alive() for w in writers) or reads == 0:
+        counters, events = metrics.record()
+        compiles = [e for e in events if not e.reason.startswith("demoted")]
+        assert counters["compiles_ok"] == sum(e.ok and not e.rejected for e in compiles)
+        assert counters["compiles_rejected"] == sum(e.rejected for e in compiles)
+        assert counters["compiles_failed"] == sum(not e.ok for e in compiles)
+        reads += 1
+    for writer in writers:
+        writer.join()
+    counters, events = metrics.record()
+    assert counters["compiles_ok"] + counters["compiles_rejected"] == 3 * 400
+    assert counters["compiles_failed"] == 3 * 200

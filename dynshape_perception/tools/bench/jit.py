@@ -28,8 +28,10 @@ from dynshape_perception.models.registry import committed_weights
 from dynshape_perception.models.tir_kernels import FEATURES
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.executable import LoadedModel
+from dynshape_perception.runtime.metrics import CompileEvent
 from dynshape_perception.runtime.policy import DEFAULT_WEAK_EDGES, JitConfig
 from dynshape_perception.runtime.shapes import DimPolicy, Padding, Signature
+from dynshape_perception.tools.bench.kernels import BenchError
 from dynshape_perception.tools.bench.roofline import Roofline, fma_peak_gflops, segmenter_macs
 
 log = logging.getLogger(__name__)
@@ -550,7 +552,7 @@ def _run_engine(
         served_by(outcome, stream, engine)
         if warm_profile is None and cache == "jit":
             engine.record_shapes(work / "profile.yaml")
-        snap = engine.metrics.snapshot()
+        snap, events, serving, costs = settled_accounting(engine)
         outcome.compiles = snap["compiles_ok"] + snap["compiles_failed"] + snap["compiles_rejected"]
         outcome.calling_thread_compile_s = on_caller[0]
         outcome.extra = {
@@ -560,18 +562,41 @@ def _run_engine(
             "interference": engine.pool.meter.snapshot(engine.pool.mode) if engine.pool else {},
             "compile_mode_choice": engine.pool.choice if engine.pool else {},
             "metrics": snap,
-            "compile_summary": compile_summary(list(engine.metrics.events)),
-            "cost_model": {
-                name: d.cost_snapshot()["forward"] for name, d in engine.dispatchers.items()
-            },
-            "compile_events": [e.__dict__ for e in engine.metrics.events],
+            "compile_summary": compile_summary(events),
+            "cost_model": costs,
+            "compile_events": [e.__dict__ for e in events],
         }
         if warm_profile is not None:
             outcome.extra["warm_up_s"] = round(warm_s, 3)
-            outcome.extra["warm_specialisations"] = engine.serving()
+            outcome.extra["warm_specialisations"] = serving
             outcome.extra["locality"] = locality(engine, stream, inputs)
             outcome.extra["dispatch_overhead"] = dispatch_overhead(engine, stream, inputs)
         return summarise(outcome, jit=True), outcome, np.asarray(during, bool)
+
+
+def settled_accounting(
+    engine: Engine,
+) -> tuple[dict[str, Any], list[CompileEvent], int, dict[str, Any]]:
+    """The runtime's counters, compile events, serving specialisations and cost beliefs, read
+    while no compile runs or lands: a compile finishing between two of the reads would count
+    in one and not in another. Queued compiles wait meanwhile; the running ones finish first,
+    each within its timeout."""
+    pool = engine.pool
+    if pool is None:
+        snap, events = engine.metrics.record()
+        return snap, events, engine.serving(), _cost_beliefs(engine)
+    pool.pause()
+    try:
+        if not pool.wait_quiet(WARM_UP_WAIT_S):
+            raise BenchError(f"a compile was still running after {WARM_UP_WAIT_S:.0f} s")
+        snap, events = engine.metrics.record()
+        return snap, events, engine.serving(), _cost_beliefs(engine)
+    finally:
+        pool.resume()
+
+
+def _cost_beliefs(engine: Engine) -> dict[str, Any]:
+    return {name: d.cost_snapshot()["forward"] for name, d in engine.dispatchers.items()}
 
 
 def served_by(outcome: Outcome, stream: list[Call], engine: Engine) -> None:
@@ -860,7 +885,7 @@ def compile_summary(events: list[Any]) -> dict[str, dict[str, Any]]:
         if e.reason.startswith("demoted"):
             row["demoted"] += 1
             continue
-        kind = "failed" if not e.ok else "rejected" if e.reason else "ok"
+        kind = "failed" if not e.ok else "rejected" if e.rejected else "ok"
         row[kind] += 1
         row["compile_s"] += e.compile_s
     for row in out.values():
