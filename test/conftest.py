@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from dynshape_perception.resources import shared_data_dir
@@ -46,3 +48,82 @@ def hotel_file(shared_data: Path) -> Path:
 def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One artefact cache for the whole session, so each model compiles once."""
     return tmp_path_factory.mktemp("artefacts")
+
+
+# rosbag2 (Jazzy and later) records a service event topic with its service's request and
+# response text as the schema (ros2msg, with a `---` between them) and the event type's name.
+SERVICE_EVENT_TOPIC = "/planner/get_parameters/_service_event"
+SERVICE_EVENT_TYPE = "rcl_interfaces/srv/GetParameters_Event"
+_SERVICE_TEXT = (
+    "# The names of the parameters to get.\nstring[] names\n---\n"
+    "# Their values, in the order of the names.\nParameterValue[] values\n"
+)
+# The event type as rosidl generates it (IDL names the srv namespace, which .msg text cannot).
+_EVENT_IDL = """
+module rcl_interfaces { module srv {
+  struct GetParameters_Request { sequence<string> names; };
+  struct GetParameters_Response { sequence<rcl_interfaces::msg::ParameterValue> values; };
+  struct GetParameters_Event {
+    service_msgs::msg::ServiceEventInfo info;
+    sequence<rcl_interfaces::srv::GetParameters_Request, 1> request;
+    sequence<rcl_interfaces::srv::GetParameters_Response, 1> response;
+  };
+}; };
+"""
+
+
+@pytest.fixture
+def service_event_bag(tmp_path: Path, storage: str) -> Path:
+    """A bag as ``ros2 bag record --all-topics --all-services`` writes one, in ``storage``:
+    three PointCloud2 clouds on ``/points`` and three service events on
+    ``SERVICE_EVENT_TOPIC``, whose schema is the service's text (with its ``---``)."""
+    return write_service_event_bag(tmp_path / f"recorded_{storage}", storage)
+
+
+def write_service_event_bag(path: Path, storage: str, clouds: int = 3) -> Path:
+    from rosbags.rosbag2 import Writer
+    from rosbags.typesys import get_types_from_idl
+
+    from dynshape_perception.io import bags
+
+    store = bags.typestore()
+    events = get_typestore_copy(store)
+    events.register(get_types_from_idl(_EVENT_IDL))
+    value_text, _ = store.generate_msgdef("rcl_interfaces/msg/ParameterValue", ros_version=2)
+    schema = f"{_SERVICE_TEXT}{'=' * 80}\nMSG: rcl_interfaces/msg/ParameterValue\n{value_text}"
+    types = events.types
+    rng = np.random.default_rng(4)
+    with Writer(path, version=bags.BAG_VERSION, storage_plugin=bags.STORAGES[storage]) as writer:
+        points = writer.add_connection("/points", bags.POINTCLOUD2, typestore=store)
+        service = writer.add_connection(
+            SERVICE_EVENT_TOPIC,
+            SERVICE_EVENT_TYPE,
+            msgdef=schema,
+            rihs01=events.hash_rihs01(SERVICE_EVENT_TYPE),
+        )
+        for i in range(clouds):
+            ns = 1_000_000_000 + i * 100_000_000
+            cloud = rng.uniform(-20.0, 20.0, (6000, 4)).astype(np.float32)
+            cloud[:, 3] = rng.uniform(0.0, 1.0, 6000)
+            msg = bags.points_message(cloud, ns, "lidar")
+            writer.write(points, ns, store.serialize_cdr(msg, bags.POINTCLOUD2))
+            event = types[SERVICE_EVENT_TYPE](
+                info=types["service_msgs/msg/ServiceEventInfo"](
+                    event_type=0,
+                    stamp=bags.time_msg(ns),
+                    client_gid=np.zeros(16, np.uint8),
+                    sequence_number=i,
+                ),
+                request=[types["rcl_interfaces/srv/GetParameters_Request"](names=["rate_hz"])],
+                response=[],
+            )
+            writer.write(service, ns + 1, events.serialize_cdr(event, SERVICE_EVENT_TYPE))
+    return path
+
+
+def get_typestore_copy(store: Any) -> Any:
+    from rosbags.typesys import Stores, get_typestore
+
+    copy = get_typestore(Stores.EMPTY)
+    copy.register(dict(store.fielddefs))
+    return copy

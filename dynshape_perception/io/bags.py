@@ -19,11 +19,17 @@ from typing import Any, Literal
 
 import apsw
 import numpy as np
-from rosbags.highlevel import AnyReader, AnyReaderError
-from rosbags.interfaces import Connection
-from rosbags.rosbag2 import ReaderError, StoragePlugin, Writer, WriterError
+from rosbags.highlevel import AnyReaderError
+from rosbags.interfaces import Connection, MessageDefinitionFormat
+from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer, WriterError
 from rosbags.serde import SerdeError
-from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from rosbags.typesys import (
+    Stores,
+    TypesysError,
+    get_types_from_idl,
+    get_types_from_msg,
+    get_typestore,
+)
 from rosbags.typesys.store import Typestore
 
 from dynshape_perception.errors import DataError, MessageError
@@ -78,7 +84,11 @@ _READ_ERRORS = (
     UnicodeDecodeError,
     # Corrupt zstd data (file, message or mcap chunk compression); lz4 raises RuntimeError.
     ZstdError,
+    TypesysError,
 )
+_REASON_CHARS = 120
+# rosbag2's delimiter of the dependent definitions in a ros2idl schema.
+_IDL_SEPARATOR = "=" * 80 + "\n"
 _NS = 1_000_000_000
 log = logging.getLogger(__name__)
 
@@ -324,9 +334,12 @@ class BagWriter:
 
 @dataclass(frozen=True)
 class TopicInfo:
+    """``unreadable``: why its messages cannot be decoded here (empty when they can)."""
+
     name: str
     msgtype: str
     count: int
+    unreadable: str = ""
 
 
 @dataclass(frozen=True)
@@ -337,12 +350,89 @@ class BagMessage:
     raw: bytes | memoryview
 
 
+def _types_of(conn: Connection) -> dict[str, Any]:
+    """The types a connection's recorded definition (ros2msg or ros2idl) declares."""
+    text = conn.msgdef.data
+    if conn.msgdef.format == MessageDefinitionFormat.MSG:
+        return dict(get_types_from_msg(text, conn.msgtype))
+    types: dict[str, Any] = {}
+    if text.startswith(f"{_IDL_SEPARATOR}IDL: "):
+        for section in text.split(_IDL_SEPARATOR)[1:]:
+            types.update(get_types_from_idl(section.split("\n", 1)[1]))
+    else:
+        types.update(get_types_from_idl(text))
+    return types
+
+
+def _undecodable(conn: Connection, why: str) -> str:
+    service = "/srv/" in conn.msgtype and conn.msgtype.endswith("_Event")
+    return f"{'service event topic: ' if service else ''}{why}"
+
+
+def _first_line(err: BaseException) -> str:
+    """Parser errors quote the whole definition: their first line names the problem."""
+    line = (str(err).strip().splitlines() or [""])[0].rstrip(":")
+    if len(line) > _REASON_CHARS:
+        line = line[: _REASON_CHARS - 3] + "..."
+    return f"{type(err).__name__}: {line}" if line else type(err).__name__
+
+
+def bag_typestore(connections: Sequence[Connection]) -> tuple[Typestore, dict[str, str]]:
+    """The types the bag's connections decode with, and why the others cannot be decoded.
+
+    Each connection's recorded definition is parsed on its own: one that cannot be (a service
+    event's request/response text, an unknown encoding) or whose hash disagrees costs its own
+    topic only. A type recorded without a definition takes ROS 2 Jazzy's (or vision_msgs').
+    """
+    store = get_typestore(Stores.EMPTY)
+    unreadable: dict[str, str] = {}
+    for conn in connections:
+        if conn.msgdef.format == MessageDefinitionFormat.NONE or conn.msgtype in store.fielddefs:
+            continue
+        try:
+            store.register(_types_of(conn))
+        except _READ_ERRORS as err:
+            unreadable[conn.topic] = _undecodable(
+                conn,
+                f"its recorded definition of {conn.msgtype} cannot be parsed ({_first_line(err)})",
+            )
+    # Types without a recorded definition, and dependencies a definition leaves out (older
+    # rosbag2 recorded only the top-level text), take the package's.
+    store.register({k: v for k, v in typestore().fielddefs.items() if k not in store.fielddefs})
+    for conn in connections:
+        if conn.topic in unreadable:
+            continue
+        if conn.msgtype not in store.fielddefs:
+            unreadable[conn.topic] = _undecodable(
+                conn, f"unknown type {conn.msgtype}: the bag holds no definition of it"
+            )
+            continue
+        try:
+            digest = store.hash_rihs01(conn.msgtype)
+        except _READ_ERRORS as err:
+            unreadable[conn.topic] = _undecodable(
+                conn, f"its definition of {conn.msgtype} is incomplete ({_first_line(err)})"
+            )
+            continue
+        if conn.msgdef.format != MessageDefinitionFormat.NONE and conn.digest not in ("", digest):
+            unreadable[conn.topic] = _undecodable(
+                conn, f"its recorded type hash {conn.digest} is not that of its definition"
+            )
+    return store, unreadable
+
+
 class BagReader:
-    """Opens a rosbag2 bag (mcap or sqlite3); every read failure becomes a DataError naming it."""
+    """Opens a rosbag2 bag (mcap or sqlite3); every read failure becomes a DataError naming it.
+
+    Topics whose types cannot be decoded are listed with the reason (``TopicInfo.unreadable``)
+    and the rest reads; only a file that cannot be read at all fails to open.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._reader: AnyReader | None = None
+        self._reader: Reader | None = None
+        self._typestore: Typestore = get_typestore(Stores.EMPTY)
+        self._unreadable: dict[str, str] = {}
         self._storages: list[Any] = []
         self._counts: dict[str, int] = {}
         self._span: tuple[int, int] | None = None
@@ -350,19 +440,28 @@ class BagReader:
     def __enter__(self) -> BagReader:
         if not self.path.exists():
             raise DataError(f"bag {self.path} does not exist")
+        reader: Reader | None = None
         try:
-            self._reader = AnyReader([self.path], default_typestore=typestore())
-            self._reader.open()
+            reader = Reader(self.path)
+            reader.open()
         except FileNotFoundError as err:
-            self._reader = None
             raise DataError(f"{self.path} is not a rosbag2 bag: {err}") from err
         except _READ_ERRORS as err:
-            self._reader = None
             raise DataError(
                 f"cannot open bag {self.path}: it is corrupt or truncated ({_reason(err)})"
             ) from err
-        self._counts, self._span = self._stored_counts()
-        self._storages = self._mismatched_storages()
+        self._reader = reader
+        try:
+            self._typestore, self._unreadable = bag_typestore(reader.connections)
+            self._counts, self._span = self._stored_counts()
+            self._storages = self._mismatched_storages()
+        except _READ_ERRORS as err:
+            self.__exit__()
+            raise DataError(
+                f"cannot open bag {self.path}: it is corrupt or truncated ({_reason(err)})"
+            ) from err
+        for topic, why in sorted(self._unreadable.items()):
+            log.info("%s: %s cannot be decoded: %s", self.path, topic, why)
         return self
 
     def _stored_counts(self) -> tuple[dict[str, int], tuple[int, int] | None]:
@@ -432,9 +531,14 @@ class BagReader:
             self._reader = None
 
     @property
-    def reader(self) -> AnyReader:
+    def reader(self) -> Reader:
         assert self._reader is not None, "BagReader is not open"
         return self._reader
+
+    @property
+    def unreadable(self) -> dict[str, str]:
+        """Per topic, why its messages cannot be decoded."""
+        return dict(self._unreadable)
 
     def _count(self, topic: str, listed: int) -> int:
         return self._counts.get(topic, 0) if self._span is not None else listed
@@ -449,7 +553,10 @@ class BagReader:
     def topics(self) -> list[TopicInfo]:
         types = {conn.topic: conn.msgtype for conn in self.reader.connections}
         return sorted(
-            (TopicInfo(t, types[t], self._count(t, n)) for t, n in self._listed_counts().items()),
+            (
+                TopicInfo(t, types[t], self._count(t, n), self._unreadable.get(t, ""))
+                for t, n in self._listed_counts().items()
+            ),
             key=lambda t: t.name,
         )
 
@@ -491,7 +598,7 @@ class BagReader:
                 streams = [st.messages(cs, start_ns) for st, cs in picks if cs]
                 records = heapq.merge(*streams, key=lambda item: item[1])
             else:
-                records = self.reader.messages(connections=conns, start=start_ns)
+                records = self.reader.messages(conns, start_ns)
             for conn, log_ns, raw in records:
                 yield BagMessage(conn.topic, conn.msgtype, int(log_ns), raw)
         except _READ_ERRORS as err:
@@ -506,7 +613,7 @@ class BagReader:
             if conn.topic != topic or conn.msgtype not in typestore().fielddefs:
                 continue
             try:
-                recorded = self.reader.typestore.hash_rihs01(conn.msgtype)
+                recorded = self._typestore.hash_rihs01(conn.msgtype)
                 ours = typestore().hash_rihs01(conn.msgtype)
             except _READ_ERRORS:
                 return True
@@ -515,8 +622,11 @@ class BagReader:
         return False
 
     def deserialize(self, message: BagMessage) -> Any:
+        why = self._unreadable.get(message.topic)
+        if why is not None:
+            raise MessageError(f"{message.topic} message at {message.log_ns} ns: {why}")
         try:
-            return self.reader.deserialize(bytes(message.raw), message.msgtype)
+            return self._typestore.deserialize_cdr(bytes(message.raw), message.msgtype)
         except _READ_ERRORS as err:
             raise MessageError(
                 f"{message.topic} message at {message.log_ns} ns cannot be decoded: {_reason(err)}"

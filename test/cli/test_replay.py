@@ -257,6 +257,24 @@ def test_real_recordings_are_opened_and_reported(
     assert f"skipped {topics[0].name} ({topics[0].msgtype}): points takes" in out
 
 
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_bag_with_service_events_replays_its_clouds_and_lists_what_it_skipped(
+    service_event_bag: Path,
+    storage: str,
+    engine_args: list[str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["replay", str(service_event_bag), "--mode", "inprocess", *engine_args]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert (
+        "skipped /planner/get_parameters/_service_event (rcl_interfaces/srv/GetParameters_Event):"
+        " service event topic: its recorded definition" in out
+    )
+    assert "using   /points (sensor_msgs/msg/PointCloud2, 3 messages) as points" in out
+    assert "frames 3 (0 dropped)" in out
+
+
 def test_detection_stream_loop_offset_and_remap(
     tmp_path: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

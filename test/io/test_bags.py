@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rosbags.interfaces import Connection, MessageDefinition, MessageDefinitionFormat
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Writer
 
-from dynshape_perception.errors import DataError
+from dynshape_perception.errors import DataError, MessageError
 from dynshape_perception.io import bags
 from dynshape_perception.tools.replay import sources
 
 T0 = 1_700_000_000 * 1_000_000_000
 MESSAGES = 40
+SERVICE_EVENT_TOPIC = "/planner/get_parameters/_service_event"
+SERVICE_EVENT_TYPE = "rcl_interfaces/srv/GetParameters_Event"
 
 
 def _compressed(path: Path, storage: str, mode: CompressionMode) -> Path:
@@ -105,3 +109,44 @@ def test_writer_under_a_file_or_unwritable_folder_is_a_data_error(tmp_path: Path
     for out in (blocker / "bag", Path("/proc/nope/bag")):
         with pytest.raises(DataError, match="cannot create bag"), bags.BagWriter(out):
             pass
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_topic_whose_schema_does_not_parse_is_listed_and_the_rest_reads(
+    service_event_bag: Path, storage: str
+) -> None:
+    """A service event's schema (request --- response) costs its own topic, not the bag."""
+    with bags.BagReader(service_event_bag) as reader:
+        topics = {t.name: t for t in reader.topics()}
+        event = topics[SERVICE_EVENT_TOPIC]
+        assert (event.msgtype, event.count) == (SERVICE_EVENT_TYPE, 3)
+        assert event.unreadable.startswith("service event topic: its recorded definition")
+        assert "cannot be parsed" in event.unreadable
+        assert topics["/points"].unreadable == "" and topics["/points"].count == 3
+        clouds = [reader.deserialize(m) for m in reader.messages(["/points"])]
+        assert [c.width for c in clouds] == [6000] * 3
+        raw = next(reader.messages([SERVICE_EVENT_TOPIC]))
+        with pytest.raises(MessageError, match="service event topic"):
+            reader.deserialize(raw)
+        assert not reader.definition_differs("/points")
+
+
+def _connection(topic: str, msgtype: str, msgdef: MessageDefinition, digest: str = "") -> Any:
+    return Connection(1, topic, msgtype, msgdef, digest, 1, None, None)
+
+
+def test_unknown_types_and_wrong_hashes_are_unreadable_topics_not_a_failed_bag() -> None:
+    none = MessageDefinition(MessageDefinitionFormat.NONE, "")
+    radar = MessageDefinition(MessageDefinitionFormat.MSG, "float32 range_m\n")
+    store, unreadable = bags.bag_typestore(
+        [
+            _connection("/odom", bags.ODOMETRY, none),
+            _connection("/radar", "acme_msgs/msg/Radar", radar),
+            _connection("/echo", "acme_msgs/msg/Echo", radar, digest="RIHS01_" + "0" * 64),
+            _connection("/sonar", "acme_msgs/msg/Sonar", none),
+        ]
+    )
+    assert bags.ODOMETRY in store.fielddefs and "acme_msgs/msg/Radar" in store.fielddefs
+    assert set(unreadable) == {"/echo", "/sonar"}
+    assert "type hash" in unreadable["/echo"]
+    assert unreadable["/sonar"].startswith("unknown type acme_msgs/msg/Sonar")

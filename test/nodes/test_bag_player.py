@@ -62,3 +62,17 @@ def test_a_frame_limit_needs_its_driver_topic_among_those_played(
         tracks, _ = tracks_for(reader, options)
         with pytest.raises(ConfigError, match="driver topic"):
             BagPlayer(node).play(reader, tracks, options, driver="/points")
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_the_player_skips_topics_it_cannot_decode_and_plays_the_rest(
+    service_event_bag: Path, storage: str, node: Node
+) -> None:
+    with bags.BagReader(service_event_bag) as reader:
+        tracks, skipped = tracks_for(reader, PlayOptions())
+        assert [t.name for t in tracks] == ["/points"]
+        assert [(s.topic, s.reason.split(":")[0]) for s in skipped] == [
+            ("/planner/get_parameters/_service_event", "service event topic")
+        ]
+        published = BagPlayer(node).play(reader, tracks, PlayOptions(rate=100.0))
+    assert published == {"/points": 3}

@@ -87,6 +87,8 @@ def plan_tracks(
             skipped.append(Skipped(info.name, info.msgtype, "not among --topics"))
         elif name == CLOCK_TOPIC:
             skipped.append(Skipped(info.name, info.msgtype, "the player publishes /clock itself"))
+        elif info.unreadable:
+            skipped.append(Skipped(info.name, info.msgtype, info.unreadable))
         elif not publishable(info.msgtype):
             skipped.append(
                 Skipped(info.name, info.msgtype, "message type not installed in this ROS 2")

@@ -86,6 +86,9 @@ def plan_topics(
         if chosen is not None and topic not in chosen:
             plan.skipped.append(Skipped(info.name, info.msgtype, "not among --topics"))
             continue
+        if info.unreadable:
+            plan.skipped.append(Skipped(info.name, info.msgtype, info.unreadable))
+            continue
         name = remaps.get(topic, topic)
         base = name.lstrip("/")
         role = ALIASES.get(base, base)
