@@ -29,7 +29,8 @@ setup(
     entry_points={
         "console_scripts": [
             "dynshape-perception = dynshape_perception.cli.main:main",
-            *(f"{node} = {PACKAGE}.nodes.{node}:main" for node in NODES),
+            # Light entry points: they handle signals before the node's heavy imports.
+            *(f"{node} = {PACKAGE}.nodes.entry:{node}" for node in NODES),
         ],
     },
 )

@@ -29,6 +29,7 @@ from std_msgs.msg import Header
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError
+from dynshape_perception.interrupts import startup_done
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, cloud_to_points
 from dynshape_perception.nodes.messages import (
     NS_PER_S,
@@ -85,6 +86,29 @@ def descriptor(spec: parameters.ParamSpec) -> ParameterDescriptor:
                 IntegerRange(from_value=int(spec.low), to_value=int(spec.high), step=1)
             ]
     return desc
+
+
+def on_parameters(
+    node: Node,
+    check: Callable[[list[Parameter]], SetParametersResult],
+    apply: Callable[[list[Parameter]], None],
+) -> None:
+    """``check`` a change before rclpy accepts it, ``apply`` it after. rclpy before Iron
+    (Humble) has no post-set callback: there ``apply`` runs in the on-set path once ``check``
+    accepted the change, the last thing before rclpy stores it."""
+    post_set = getattr(node, "add_post_set_parameters_callback", None)
+    if post_set is not None:
+        node.add_on_set_parameters_callback(check)
+        post_set(apply)
+        return
+
+    def check_then_apply(changes: list[Parameter]) -> SetParametersResult:
+        result = check(changes)
+        if result.successful:
+            apply(changes)
+        return result
+
+    node.add_on_set_parameters_callback(check_then_apply)
 
 
 def model_not_loaded(name: str) -> ModelFn:
@@ -144,8 +168,7 @@ class PerceptionNode(Node):
                 )
                 self._say_lanes()
             self.bounds = parameters.bounds_from(self.values)
-            self.add_on_set_parameters_callback(self._on_set)
-            self.add_post_set_parameters_callback(self._after_set)
+            on_parameters(self, self._on_set, self._after_set)
             self._diagnostics = self.create_publisher(
                 DiagnosticArray, "/diagnostics", self.output_qos
             )
@@ -182,9 +205,12 @@ class PerceptionNode(Node):
         return SetParametersResult(successful=True)
 
     def _after_set(self, changes: list[Parameter]) -> None:
+        # The values of ``changes``, not get_parameter's: without a post-set callback (rclpy
+        # before Iron) this runs before rclpy stores them.
         changed = {p.name for p in changes if p.name in self.specs}
-        for name in changed:
-            self.values[name] = self.get_parameter(name).value
+        for param in changes:
+            if param.name in changed:
+                self.values[param.name] = param.value
         if changed:
             self.drops.throttle_s = float(self.values["warn_throttle_s"])
             self._apply_jit()
@@ -600,25 +626,38 @@ def output_header(stamp: Any, frame_id: str) -> Header:
 
 
 def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = None) -> int:
-    """Spin one node until SIGINT/SIGTERM (exit 0), stopping its compile workers on the way out."""
+    """Spin one node until SIGINT/SIGTERM (exit 0), stopping its compile workers on the way out.
+
+    ``rclpy.init`` and ``try_shutdown`` rather than ``with rclpy.init()``, which Jazzy's and
+    Humble's rclpy lack. A signal during start-up (the engine builds, a frozen warm-up) raises
+    StartupInterrupted when the entry point installed its handlers (``nodes.entry``).
+    """
+    rclpy.init(args=args)
     try:
-        with rclpy.init(args=args):
-            try:
-                node = factory()
-                try:
-                    rclpy.spin(node)
-                finally:
-                    node.close()
-            except Exception:
-                # SIGINT/SIGTERM shuts the context down under the constructor (while the
-                # engine builds) or under the executor, which then fails to build its wait
-                # set (RCLError): either way a requested exit, not a failure.
-                if not rclpy.ok():
-                    return 0
-                raise
+        try:
+            node = factory()
+        except Exception:
+            # SIGINT/SIGTERM under rclpy's own handlers shuts the context down under the
+            # constructor: a requested exit, not a failure.
+            if not rclpy.ok():
+                return 0
+            raise
+        startup_done()
+        try:
+            rclpy.spin(node)
+        except Exception:
+            # A signal may shut the context down just before the executor builds its wait
+            # set (RCLError): a requested exit too.
+            if not rclpy.ok():
+                return 0
+            raise
+        finally:
+            node.close()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except DynshapeError as err:
         rclpy.logging.get_logger("dynshape_perception").fatal(f"cannot start: {err}")
         return 1
+    finally:
+        rclpy.try_shutdown()
     return 0

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dynshape_perception.compiler.cache import ArtefactCache, default_cache_dir
 from dynshape_perception.compiler.targets import load_profile as load_target
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.interrupts import uninterrupted
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import check_arrays
@@ -26,6 +29,23 @@ from dynshape_perception.runtime.shape_log import dump_shape_log, load_shape_log
 from dynshape_perception.runtime.shapes import Signature
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def off_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on a helper thread, waited for here. A build is seconds inside TVM, where
+    no signal handler of the calling (main) thread can run; this wait lets one end a node's
+    start-up at once. The helper thread is a daemon: the cache writes its result atomically."""
+    result: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            result.set_result(fn(*args))
+        except BaseException as err:  # noqa: BLE001 - handed over to the waiting thread
+            result.set_exception(err)
+
+    threading.Thread(target=run, name="generic-build", daemon=True).start()
+    return result.result()
 
 
 class Engine:
@@ -65,27 +85,17 @@ class Engine:
         self.pool: CompilePool | None = None
         # The engine owns it, given or not, and stops its thread on close.
         self.bookkeeper: Bookkeeper | None = None
-        if self.jit.mode != "off":
-            self.pool = CompilePool(
-                self.weights,
-                self.target.name,
-                self.cache.root,
-                size=self.jit.pool_size,
-                mode=self.jit.compile_mode,
-                timeout_s=self.jit.compile_timeout_s,
-                compile_fn=compile_fn,
-                cache_max_bytes=self.jit.disk_max_bytes,
-                meter=InterferenceMeter(
-                    self.jit.prior_compile_weight,
-                    # Read while a dispatcher settles its calls: it must not wait on them.
-                    busy_s=lambda: self.metrics.totals(settle=False).busy_s,
-                ),
-            )
         try:
+            if self.jit.mode != "off":
+                # Its worker process is spawned here: a start-up cut between the spawn and
+                # the hand-shake would leave the worker reading a closed pipe.
+                with uninterrupted():
+                    self.pool = self._new_pool(compile_fn)
             self.bookkeeper = bookkeeper or Bookkeeper()
             for name in models:
                 model = model_definition(name)
-                artefact = self.cache.get_or_build(model, self.weights[name], self.target)
+                own = self.weights[name]
+                artefact = off_thread(self.cache.get_or_build, model, own, self.target)
                 generic = LoadedModel(model, artefact.library_path)
                 self.dispatchers[name] = Dispatcher(
                     model, generic, self.jit, self.metrics, self.pool, self.bookkeeper
@@ -107,6 +117,23 @@ class Engine:
             # The pool's threads and worker process would outlive the failed engine.
             self.close()
             raise
+
+    def _new_pool(self, compile_fn: CompileFn) -> CompilePool:
+        return CompilePool(
+            self.weights,
+            self.target.name,
+            self.cache.root,
+            size=self.jit.pool_size,
+            mode=self.jit.compile_mode,
+            timeout_s=self.jit.compile_timeout_s,
+            compile_fn=compile_fn,
+            cache_max_bytes=self.jit.disk_max_bytes,
+            meter=InterferenceMeter(
+                self.jit.prior_compile_weight,
+                # Read while a dispatcher settles its calls: it must not wait on them.
+                busy_s=lambda: self.metrics.totals(settle=False).busy_s,
+            ),
+        )
 
     def __getitem__(self, name: str) -> Dispatcher:
         return self.dispatchers[name]

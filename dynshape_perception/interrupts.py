@@ -1,0 +1,71 @@
+"""A node's start-up ends at once on SIGINT or SIGTERM, except inside sections it must finish."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+# Only the standard library here: the handlers are installed before the heavy imports.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StartupInterrupted(BaseException):
+    """SIGINT or SIGTERM before the node spins. A BaseException, like KeyboardInterrupt, so
+    that no ``except Exception`` on the way (imports, engine builds, warm-up waits) holds it
+    while the ``except BaseException`` clean-ups still run."""
+
+
+class _State:
+    starting = False
+    # Nesting depth of ``uninterrupted`` sections on the main thread, and the signal that
+    # arrived inside one.
+    depth = 0
+    pending: int | None = None
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if not _State.starting:
+        return
+    if _State.depth:
+        _State.pending = signum
+        return
+    # Once: a second signal must not cut the clean-up of the first short.
+    _State.starting = False
+    raise StartupInterrupted(signum)
+
+
+def install_handlers() -> None:
+    """SIGINT and SIGTERM end start-up from here on (call it on the main thread, first).
+    ``rclpy.init`` installs its own handlers later, which shut its context down and then
+    call these."""
+    _State.starting = True
+    _State.pending = None
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
+
+
+def startup_done() -> None:
+    """From here a signal only shuts rclpy's context down, and the node's spin returns."""
+    _State.starting = False
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A section a signal must not cut in two (spawning a worker process: one cut between its
+    start and its hand-shake would be left reading a closed pipe). A signal inside it takes
+    effect at its end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _State.depth += 1
+    try:
+        yield
+    finally:
+        _State.depth -= 1
+        signum, _State.pending = _State.pending, None
+        if signum is not None and _State.depth == 0 and _State.starting:
+            _State.starting = False
+            raise StartupInterrupted(signum)
