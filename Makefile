@@ -4,6 +4,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The same package on ROS 2 Jazzy (rclpy 7.1.x); .venv holds Kilted (rclpy 9.x).
+VENV_JAZZY := .venv-jazzy
+JAZZY_STAMP := $(VENV_JAZZY)/.installed
+# Jazzy builds of ROS packages PyPI lacks (tf2, vision_msgs, ...), where ../shared holds them.
+JAZZY_WHEELS ?= $(wildcard ../shared/wheels/jazzy/*.whl)
+# What runs under both distros: everything that starts rclpy nodes.
+ROS_TESTS := test/nodes test/integration
 SYSTEM_PACKAGES := g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
 # DDS stays on this host; large clouds need Fast DDS' large-data transport.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
@@ -12,7 +19,7 @@ export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_profile.xml
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: demo test venv system-deps lint emu-aarch64 bench-extras clean
+.PHONY: demo test test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
 
 $(STAMP): requirements.txt requirements-dev.txt setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +29,18 @@ $(STAMP): requirements.txt requirements-dev.txt setup.py setup.cfg
 	touch $@
 
 venv: $(STAMP)
+
+# requirements.txt without its Kilted ros-* pins, then the Jazzy ones.
+$(JAZZY_STAMP): requirements.txt requirements-jazzy.txt setup.py setup.cfg
+	test -x $(VENV_JAZZY)/bin/python || $(PYTHON) -m venv $(VENV_JAZZY)
+	grep -v '^ros-' requirements.txt > $(VENV_JAZZY)/requirements-common.txt
+	$(VENV_JAZZY)/bin/python -m pip install -q -r $(VENV_JAZZY)/requirements-common.txt \
+	  -r requirements-jazzy.txt
+	$(if $(JAZZY_WHEELS),$(VENV_JAZZY)/bin/python -m pip install -q --no-deps $(JAZZY_WHEELS))
+	$(VENV_JAZZY)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+venv-jazzy: $(JAZZY_STAMP)
 
 # Cross compiler, emulator and browser used by the aarch64, CUDA and report checks.
 system-deps:
@@ -38,8 +57,12 @@ lint: venv
 	$(BIN)/ruff check dynshape_perception test launch
 	$(BIN)/mypy dynshape_perception
 
-test: venv system-deps lint
+test: venv system-deps lint test-jazzy
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
+
+# The node and integration tests again, on Jazzy's rclpy.
+test-jazzy: venv-jazzy
+	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider $(ROS_TESTS)
 
 # Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
 bench-extras: venv
@@ -51,4 +74,4 @@ emu-aarch64: venv system-deps
 	scripts/setup_aarch64_emu.sh
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VENV_JAZZY) .mypy_cache .ruff_cache .hypothesis
