@@ -61,8 +61,9 @@ def process_state(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
-def settles_to(pid: int, states: str, within_s: float = 0.5) -> bool:
-    """Signals land asynchronously: poll briefly for the process to reach ``states``."""
+def settles_to(pid: int, states: str, within_s: float = 10.0) -> bool:
+    """Signals land asynchronously: the process changes state when it next runs, which for an
+    idle-priority worker beside a busy CPU can take a while. Poll until it does."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if process_state(pid) in states:

@@ -147,6 +147,8 @@ def open_loop(
     budget_s: float | None = None,
     compile_clock: Callable[[], float] | None = None,
     probe: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Serve calls at their arrival times; latency includes any wait behind earlier calls.
 
@@ -154,24 +156,25 @@ def open_loop(
     wall time of an open-loop run is set by the arrival schedule, not by the strategy.
     ``probe`` runs before each call, off the clock, and the arrival schedule waits for it:
     the bench's own bookkeeping is charged to no strategy, neither as service time nor as
-    queueing behind it.
+    queueing behind it. ``clock`` and ``sleep`` are the wall clock's, unless a test drives
+    the schedule on a clock of its own.
     """
     out = Outcome()
-    start = time.perf_counter()
+    start = clock()
     # Seconds spent in probe: the schedule stops meanwhile, so it delays neither this call's
     # latency nor the next call's start.
     paused = 0.0
     for i, call in enumerate(stream):
-        now = time.perf_counter() - start - paused
+        now = clock() - start - paused
         if arrivals[i] > now:
-            time.sleep(arrivals[i] - now)
+            sleep(arrivals[i] - now)
         if probe is not None:
-            t = time.perf_counter()
+            t = clock()
             probe()
-            paused += time.perf_counter() - t
-        began = time.perf_counter()
+            paused += clock() - t
+        began = clock()
         special, accepted = run(call, inputs[i])
-        finished = time.perf_counter()
+        finished = clock()
         done = finished - start - paused
         out.total_s += finished - began
         out.busy_by_model_s[call.model] = out.busy_by_model_s.get(call.model, 0.0) + (
@@ -184,7 +187,7 @@ def open_loop(
         out.served_calls = i + 1
         if budget_s is not None and compile_clock is not None and compile_clock() > budget_s:
             break
-    out.wall_s = time.perf_counter() - start - paused
+    out.wall_s = clock() - start - paused
     return out
 
 

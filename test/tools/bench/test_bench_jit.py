@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,41 +26,72 @@ def test_stream_is_seeded_long_tailed_and_never_repeats_a_point_count() -> None:
     assert len(lengths) >= 20
 
 
+class SteppedClock:
+    """A clock that moves only when the schedule sleeps or a step says so: the open loop's
+    accounting, checked exactly and whatever else runs on the host."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += max(seconds, 0.0)
+
+    def taking(self, seconds: float) -> Callable[..., None]:
+        def step(*_: object) -> None:
+            self.now_s += seconds
+
+        return step
+
+
 def test_open_loop_keeps_the_probe_off_the_clock() -> None:
     stream = jit.shape_stream(6, seed=1)
     inputs: list[list[np.ndarray]] = [[] for _ in stream]
+    clock = SteppedClock()
     probed: list[int] = []
+    slow_probe = clock.taking(0.02)
 
-    def slow_probe() -> None:
+    def probe() -> None:
         probed.append(1)
-        time.sleep(0.02)
+        slow_probe()
 
     def served(call: jit.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
         return False, False
 
-    out = jit.open_loop(stream, inputs, np.zeros(len(stream)), served, probe=slow_probe)
+    out = jit.open_loop(
+        stream, inputs, np.zeros(len(stream)), served, probe=probe, clock=clock, sleep=clock.sleep
+    )
     assert len(probed) == len(stream) == out.served_calls
-    # 0.12 s of probing; serving a no-op takes microseconds.
-    assert out.total_s < 0.01
+    # 0.12 s of probing; serving a no-op took no time on this clock.
+    assert out.total_s == 0.0 and out.wall_s == 0.0
 
 
 def test_bench_bookkeeping_delays_neither_latency_nor_the_next_call() -> None:
     """The probe stops the arrival schedule: latencies are those of the calls alone."""
     stream = jit.shape_stream(8, seed=1)
     inputs: list[list[np.ndarray]] = [[] for _ in stream]
-
-    def slow_bookkeeping_fault_injector() -> None:
-        time.sleep(0.04)
+    clock = SteppedClock()
+    call_takes = clock.taking(0.001)
 
     def served(call: jit.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
-        time.sleep(0.001)
+        call_takes()
         return False, False
 
     arrivals = np.arange(len(stream)) * 0.004
-    out = jit.open_loop(stream, inputs, arrivals, served, probe=slow_bookkeeping_fault_injector)
+    out = jit.open_loop(
+        stream,
+        inputs,
+        arrivals,
+        served,
+        probe=clock.taking(0.04),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     # 40 ms of bookkeeping per call against 4 ms gaps: charged, it would queue every call.
-    assert max(out.latencies_ms) < 10.0
-    assert out.wall_s < 0.1
+    assert out.latencies_ms == pytest.approx([1.0] * len(stream))
+    assert out.total_s == pytest.approx(0.008) and out.wall_s == pytest.approx(0.029)
 
 
 def test_extrapolation_charges_each_model_its_own_compile_time() -> None:
