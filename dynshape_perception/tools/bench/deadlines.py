@@ -698,18 +698,24 @@ def speculation_pass(
 
 
 def bench_speculation(
-    engine: Engine, tracks: dict[str, Any], config: SpeculationConfig, priority: int | None
+    engine: Engine,
+    tracks: dict[str, Any],
+    config: SpeculationConfig,
+    priority: int | None,
+    max_frames: int | None = None,
 ) -> dict[str, Any]:
-    """Every step of ETH and HOTEL at the configured radius, and a radius sweep on a prefix."""
+    """Every step of ETH and HOTEL at the configured radius (the first ``max_frames``, if
+    given), and a radius sweep on a prefix."""
     out: dict[str, Any] = {
-        d: speculation_pass(engine, tracks[d], config, priority=priority) for d in DATASETS
+        d: speculation_pass(engine, tracks[d], config, max_frames, priority) for d in DATASETS
     }
+    sweep_frames = SWEEP_FRAMES if max_frames is None else min(SWEEP_FRAMES, max_frames)
     sweep: dict[str, Any] = {}
     for radius in SWEEP_RADII:
         cfg = SpeculationConfig(config.quantum_m, radius, config.top_hypotheses)
         sweep[str(radius)] = {}
         for dataset in DATASETS:
-            row = speculation_pass(engine, tracks[dataset], cfg, SWEEP_FRAMES, priority)
+            row = speculation_pass(engine, tracks[dataset], cfg, sweep_frames, priority)
             sweep[str(radius)][dataset] = {
                 key: row[key]
                 for key in (
@@ -744,6 +750,16 @@ def bench_speculation(
 
 
 # -- command line ------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument(
@@ -756,6 +772,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spec-radius", type=int, default=15, help="speculated cells around a hypothesis"
+    )
+    parser.add_argument(
+        "--prediction-frames",
+        type=_positive_int,
+        default=None,
+        help="speculation passes over the first N steps of each scene (default: every step)",
     )
     parser.add_argument(
         "--no-realtime",
@@ -831,7 +853,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 results[kind][rate_name] = tier_table(outcome["snapshot"])
                 diagnostics[kind][rate_name] = outcome
         incremental = bench_incremental(main, args.seed)
-        speculation = bench_speculation(main, tracks, bench.spec, bench.reserved_rt)
+        speculation = bench_speculation(
+            main, tracks, bench.spec, bench.reserved_rt, args.prediction_frames
+        )
         setup = {
             "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before},
             "weights": weight_source,
