@@ -65,7 +65,8 @@ def uninterrupted() -> Iterator[None]:
         yield
     finally:
         _State.depth -= 1
-        signum, _State.pending = _State.pending, None
-        if signum is not None and _State.depth == 0 and _State.starting:
-            _State.starting = False
-            raise StartupInterrupted(signum)
+        if _State.depth == 0 and _State.pending is not None:
+            signum, _State.pending = _State.pending, None
+            if _State.starting:
+                _State.starting = False
+                raise StartupInterrupted(signum)

@@ -1,0 +1,53 @@
+"""Start-up interruption: a signal ends start-up at once, but never inside a section that must
+finish, and does nothing once the node spins."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from dynshape_perception import interrupts
+from dynshape_perception.interrupts import StartupInterrupted, uninterrupted
+
+
+@pytest.fixture
+def handlers() -> Iterator[None]:
+    """The handlers installed in this process, and the test runner's restored after."""
+    saved = {sig: signal.getsignal(sig) for sig in interrupts.STOP_SIGNALS}
+    interrupts.install_handlers()
+    try:
+        yield
+    finally:
+        interrupts.startup_done()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_a_signal_during_start_up_raises_at_once(handlers: None) -> None:
+    with pytest.raises(StartupInterrupted) as raised:
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("start-up went on after SIGTERM")
+    assert raised.value.args == (signal.SIGTERM,)
+    # Once: a second signal while the first unwinds is ignored.
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_section_that_must_finish_takes_the_signal_at_its_end(handlers: None) -> None:
+    finished = []
+    with pytest.raises(StartupInterrupted):
+        with uninterrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            with uninterrupted():
+                finished.append("inner")
+            finished.append("outer")
+    assert finished == ["inner", "outer"]
+
+
+def test_once_started_a_signal_is_left_to_rclpy(handlers: None) -> None:
+    interrupts.startup_done()
+    os.kill(os.getpid(), signal.SIGTERM)
+    with uninterrupted():
+        os.kill(os.getpid(), signal.SIGINT)
