@@ -20,6 +20,9 @@ class StartupInterrupted(BaseException):
 
 class _State:
     starting = False
+    # The first stop signal of start-up: C code an import or a build calls into may turn the
+    # exception raised under it into one of its own, and this tells what that one was.
+    requested: int | None = None
     # Nesting depth of ``uninterrupted`` sections on the main thread, and the signal that
     # arrived inside one.
     depth = 0
@@ -29,6 +32,8 @@ class _State:
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if not _State.starting:
         return
+    if _State.requested is None:
+        _State.requested = signum
     if _State.depth:
         _State.pending = signum
         return
@@ -43,8 +48,14 @@ def install_handlers() -> None:
     call these."""
     _State.starting = True
     _State.pending = None
+    _State.requested = None
     for sig in STOP_SIGNALS:
         signal.signal(sig, _interrupt)
+
+
+def requested() -> int | None:
+    """The signal that asked start-up to end, if one did."""
+    return _State.requested
 
 
 def startup_done() -> None:

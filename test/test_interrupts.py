@@ -31,8 +31,10 @@ def test_a_signal_during_start_up_raises_at_once(handlers: None) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         pytest.fail("start-up went on after SIGTERM")
     assert raised.value.args == (signal.SIGTERM,)
-    # Once: a second signal while the first unwinds is ignored.
+    # Once: a second signal while the first unwinds is ignored, and the first is remembered
+    # for code that turned the exception into one of its own.
     os.kill(os.getpid(), signal.SIGINT)
+    assert interrupts.requested() == signal.SIGTERM
 
 
 def test_a_section_that_must_finish_takes_the_signal_at_its_end(handlers: None) -> None:
@@ -51,3 +53,4 @@ def test_once_started_a_signal_is_left_to_rclpy(handlers: None) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
     with uninterrupted():
         os.kill(os.getpid(), signal.SIGINT)
+    assert interrupts.requested() is None

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from dynshape_perception.interrupts import StartupInterrupted, install_handlers
+from dynshape_perception.interrupts import install_handlers, requested
 
 
 def run(module: str) -> int:
@@ -16,9 +16,17 @@ def run(module: str) -> int:
     install_handlers()
     try:
         node_main = importlib.import_module(f"dynshape_perception.nodes.{module}").main
-        return int(node_main())
-    except StartupInterrupted as stop:
-        print(f"{module}: {signal.Signals(stop.args[0]).name} during start-up: exiting", flush=True)
+        code = int(node_main())
+    except BaseException:
+        # StartupInterrupted, or what C code under it (numpy's import of datetime, a TVM
+        # callback) turned it into: a requested exit either way.
+        if requested() is None:
+            raise
+    else:
+        if requested() is None:
+            return code
+    stop = signal.Signals(requested() or signal.SIGTERM).name
+    print(f"{module}: {stop} during start-up: exiting", flush=True)
     # A generic build may still run on its helper thread inside TVM (runtime/engine.py);
     # interpreter finalisation would tear that thread down mid-call. Everything the node
     # started was closed while the interruption unwound.
