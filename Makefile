@@ -20,6 +20,8 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
 # A 32 MB shared-memory segment: the 0.5 MB default drops clouds above ~32k points.
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_profile.xml
+# Fast DDS 2.x (ROS 2 Jazzy) reads the same profile under its older name.
+export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(FASTDDS_DEFAULT_PROFILES_FILE)
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: demo test test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean

@@ -87,6 +87,14 @@ def generate_launch_description() -> LaunchDescription:
                     default_value=PathJoinSubstitution([share, *FASTDDS_PROFILE]),
                 ),
             ),
+            # Fast DDS 2.x (Jazzy) reads the profile under its older name.
+            SetEnvironmentVariable(
+                "FASTRTPS_DEFAULT_PROFILES_FILE",
+                EnvironmentVariable(
+                    "FASTRTPS_DEFAULT_PROFILES_FILE",
+                    default_value=EnvironmentVariable("FASTDDS_DEFAULT_PROFILES_FILE"),
+                ),
+            ),
             OpaqueFunction(function=_nodes),
         ]
     )

@@ -76,7 +76,11 @@ def test_python_launch_file() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "SetEnvironmentVariable"
     }
-    assert env == {"FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE"}
+    assert env == {
+        "FASTDDS_BUILTIN_TRANSPORTS",
+        "FASTDDS_DEFAULT_PROFILES_FILE",
+        "FASTRTPS_DEFAULT_PROFILES_FILE",
+    }
 
 
 def test_xml_launch_file() -> None:
@@ -97,6 +101,7 @@ def test_xml_launch_file() -> None:
     env = {e.get("name"): e.get("value", "") for e in root.iter("set_env")}
     assert "LARGE_DATA" in env["FASTDDS_BUILTIN_TRANSPORTS"]
     assert "/config/fastdds_profile.xml" in env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    assert "FASTDDS_DEFAULT_PROFILES_FILE" in env["FASTRTPS_DEFAULT_PROFILES_FILE"]
     texts = [a.get("default", "") for a in root.iter("arg")] + list(env.values())
     files = [m for t in texts for m in re.findall(rf"\$\(find-pkg-share {PACKAGE}\)/([^)\s]+)", t)]
     assert sorted(files) == ["config/fastdds_profile.xml", "config/x86_dev.param.yaml"]

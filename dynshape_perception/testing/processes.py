@@ -48,8 +48,17 @@ def find_executable(name: str) -> Path:
 
 
 def dds_settings() -> dict[str, str]:
-    """What every process of a run needs: loopback, large-data transport and its profile."""
-    return {**DDS_ENV, "FASTDDS_DEFAULT_PROFILES_FILE": str(config_path(FASTDDS_PROFILE))}
+    """What every process of a run needs: loopback, large-data transport and its profile.
+
+    Fast DDS 3 (Kilted) reads the profile from ``FASTDDS_DEFAULT_PROFILES_FILE``, Fast DDS 2
+    (Jazzy) from ``FASTRTPS_DEFAULT_PROFILES_FILE``: without it, Jazzy loses large clouds.
+    """
+    profile = str(config_path(FASTDDS_PROFILE))
+    return {
+        **DDS_ENV,
+        "FASTDDS_DEFAULT_PROFILES_FILE": profile,
+        "FASTRTPS_DEFAULT_PROFILES_FILE": profile,
+    }
 
 
 def dds_env(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -40,7 +40,11 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
         settings = dds_env(domain)
         for key in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE"):
             monkeypatch.setenv(key, settings[key])
-        for key in ("FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE"):
+        for key in (
+            "FASTDDS_BUILTIN_TRANSPORTS",
+            "FASTDDS_DEFAULT_PROFILES_FILE",
+            "FASTRTPS_DEFAULT_PROFILES_FILE",
+        ):
             monkeypatch.setenv(key, settings[key])
         yield settings
 

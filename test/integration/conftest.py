@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,33 +83,3 @@ def wait_gone() -> Callable[[list[int], float], list[int]]:
 @pytest.fixture(scope="session")
 def kitti_points(kitti_bin: Path) -> np.ndarray:
     return read_kitti_bin(kitti_bin)
-
-
-# Fast DDS 2.14, under ROS 2 Jazzy's rmw_fastrtps, loses best-effort clouds between processes
-# at random with the profile that carries every one of them on Kilted's Fast DDS 3: most above
-# ~1.5 MB, some from ~0.3 MB, more of them in bursts and under load (measured with raw
-# subscriptions too, so in DDS, not in rclpy). These cases send such clouds once each, without
-# the retries of a session's priming; on Jazzy they are expected to fail now and then.
-JAZZY_DDS_LOSSES = {
-    "test_separate_nodes.py::test_generated_clouds_of_varying_sizes[40000]",
-    "test_separate_nodes.py::test_generated_clouds_of_varying_sizes[100000]",
-    "test_separate_nodes.py::test_generated_clouds_of_varying_sizes[150000]",
-    "test_separate_nodes.py::test_bad_cloud_is_dropped_and_the_next_one_processed",
-    "test_separate_nodes.py::test_warnings_are_throttled",
-    "test_composed_pipeline.py::test_bad_cloud_then_valid",
-}
-
-
-def rclpy_major() -> int:
-    return int(importlib.metadata.version("ros-rclpy").split(".")[0])
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if rclpy_major() >= 8:
-        return
-    for item in items:
-        case = item.nodeid.split("/")[-1]
-        if case in JAZZY_DDS_LOSSES or case.split("[")[0] in JAZZY_DDS_LOSSES:
-            item.add_marker(
-                pytest.mark.xfail(reason="Jazzy's Fast DDS 2.14 loses such clouds", strict=False)
-            )
