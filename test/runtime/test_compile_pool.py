@@ -167,22 +167,30 @@ def test_small_calls_are_timed_over_more_pairs_than_the_minimum() -> None:
     from dynshape_perception.runtime import validation
 
     calls = {"special": 0, "generic": 0}
+    # A clock that a call advances by its duration: the pair count depends on no host timing.
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
 
     def counted(side: str, seconds: float) -> Any:
         def run() -> None:
             calls[side] += 1
-            time.sleep(seconds)
+            now[0] += seconds
 
         return run
 
-    ratio = validation._interleaved_ratio(counted("special", 0.0), counted("generic", 0.0), 5, 0.02)
-    assert ratio > 0 and calls["special"] == calls["generic"]
-    assert 5 < calls["special"] <= validation.MAX_TIMED_PAIRS
+    budget_s = 0.02
+    ratio = validation._interleaved_ratio(
+        counted("special", 1e-4), counted("generic", 2e-4), 5, budget_s, clock
+    )
+    assert ratio == pytest.approx(0.5)
+    assert calls["special"] == calls["generic"] == round(budget_s / 3e-4)
     calls.update(special=0, generic=0)
-    validation._interleaved_ratio(counted("special", 0.01), counted("generic", 0.01), 5, 0.0)
+    validation._interleaved_ratio(counted("special", 0.01), counted("generic", 0.01), 5, 0.0, clock)
     assert calls == {"special": 5, "generic": 5}
     calls.update(special=0, generic=0)
-    validation._interleaved_ratio(counted("special", 0.0), counted("generic", 0.0), 5, 60.0)
+    validation._interleaved_ratio(counted("special", 0.0), counted("generic", 0.0), 5, 60.0, clock)
     assert calls["special"] == validation.MAX_TIMED_PAIRS
 
 
