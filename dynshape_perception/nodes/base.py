@@ -454,7 +454,8 @@ class PerceptionNode(Node):
 
     def publish_diagnostics(self) -> None:
         """One status a period: WARN on drops, notes, a paused JIT, lower-tier losses or
-        degraded mode; ERROR on a tier-1 miss. Drops and losses count in this period only.
+        degraded mode; ERROR on a tier-1 miss or a starved tier. Drops and losses count in this
+        period only.
         """
         values = self.diagnostic_values()
         total_drops = self.drops.total

@@ -147,6 +147,7 @@ class PerceptionPipelineNode(SegmentingNode):
                 Tier.PLANNING,
                 arrival=arrival,
                 name=FULL_CLOUD,
+                size=points.shape[0],
             ).add_done_callback(self.deliver("full cloud", partial(self._publish_tracks, frame)))
 
     # -- tier 2 ------------------------------------------------------------------------
@@ -183,6 +184,7 @@ class PerceptionPipelineNode(SegmentingNode):
             Tier.COMFORT,
             arrival=frame.arrival,
             name=PREDICT,
+            size=result.ids.size,
         ).add_done_callback(
             self.deliver("prediction", partial(self._publish_predictions, frame, result.tracks))
         )
@@ -216,6 +218,7 @@ class PerceptionPipelineNode(SegmentingNode):
             Tier.BEST_EFFORT,
             arrival=frame.arrival,
             name=MARKERS,
+            size=tracks.shape[0],
         ).add_done_callback(self.deliver("markers", self.markers.publish))
 
 

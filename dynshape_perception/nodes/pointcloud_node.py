@@ -49,6 +49,7 @@ class PointcloudNode(SegmentingNode):
                 Tier.PLANNING,
                 arrival=arrival,
                 name=FULL_CLOUD,
+                size=points.shape[0],
             ).add_done_callback(self.deliver("full cloud", partial(self._publish, msg.header, t0)))
 
     def _publish(self, head: Header, t0: float, cloud: FullCloud) -> None:

@@ -76,7 +76,11 @@ class SegmentingNode(PerceptionNode):
 
     def submit_near_field(self, points: np.ndarray, head: Any, arrival: Arrival) -> None:
         future = self.scheduler.submit(
-            self.segmentation.near_field(points), Tier.COLLISION, arrival=arrival, name=NEAR_FIELD
+            self.segmentation.near_field(points),
+            Tier.COLLISION,
+            arrival=arrival,
+            name=NEAR_FIELD,
+            size=points.shape[0],
         )
         future.add_done_callback(self.deliver("near field", partial(self._publish_near, head)))
 

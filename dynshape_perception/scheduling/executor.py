@@ -143,6 +143,10 @@ class _TierStats:
     misses: int = 0
     failed: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    # Units refused or expired since the tier last completed one, and how often that run
+    # reached TierConfig.starvation_frames.
+    unserved: int = 0
+    starvations: int = 0
     latency_ms: deque[float] = field(init=False)
     wait_ms: deque[float] = field(init=False)
 
@@ -409,6 +413,8 @@ class _ExecutorBase:
                     Counter(st.dropped),
                     np.array(st.latency_ms),
                     np.array(st.wait_ms),
+                    st.starvations,
+                    self._starved_locked(tier),
                 )
                 for tier, st in self._stats.items()
             }
@@ -423,7 +429,17 @@ class _ExecutorBase:
             extra = self._extra_snapshot_locked()
             deadlines = {tier: self.config.deadline_ms(tier) for tier in TIERS}
         tiers: dict[str, Any] = {}
-        for tier, (submitted, completed, misses, failed, dropped, lat, wait) in copies.items():
+        for tier, (
+            submitted,
+            completed,
+            misses,
+            failed,
+            dropped,
+            lat,
+            wait,
+            starvations,
+            starved,
+        ) in copies.items():
             tiers[str(int(tier))] = {
                 "name": tier.name.lower(),
                 "deadline_ms": deadlines[tier],
@@ -434,6 +450,8 @@ class _ExecutorBase:
                 "dropped": sum(dropped.values()),
                 "dropped_by": {r: dropped.get(r, 0) for r in DROP_REASONS},
                 "queued": queued.get(int(tier), 0),
+                "starvations": starvations,
+                "starved": starved,
                 "p50_ms": _percentile(lat, 50),
                 "p99_ms": _percentile(lat, 99),
                 "max_ms": round(float(lat.max()), 3) if lat.size else None,
@@ -591,6 +609,7 @@ class _ExecutorBase:
             log.warning("%s (tier %d) failed: %s", work.name, int(work.tier), error)
             return
         st.completed += 1
+        st.unserved = 0
         latency = (finished - work.arrival.arrival_s) * 1000.0
         st.latency_ms.append(latency)
         st.wait_ms.append(((work.started_s or finished) - work.arrival.arrival_s) * 1000.0)
@@ -608,9 +627,32 @@ class _ExecutorBase:
     def _count_drop_locked(self, work: Work, reason: str, now: float) -> None:
         self._leave_locked(work)
         work.state = "dropped"
-        self._stats[work.tier].dropped[reason] += 1
+        st = self._stats[work.tier]
+        st.dropped[reason] += 1
         if reason in _TROUBLE:
+            st.unserved += 1
+            if st.unserved == self.config.starvation_frames:
+                st.starvations += 1
+                log.error(
+                    "tier %d (%s) starved: %d unit(s) refused or expired since it last "
+                    "completed one; its newest is admitted",
+                    int(work.tier),
+                    work.tier.name.lower(),
+                    st.unserved,
+                )
             self._on_trouble_locked(work.tier, now)
+
+    def _starved_locked(self, tier: Tier) -> bool:
+        """Whether the tier's newest unit is to run whatever its estimate says."""
+        return self._stats[tier].unserved >= self.config.starvation_frames
+
+    def _decay_locked(self, work: Work) -> None:
+        """A unit refused on its own estimate never runs to correct it: the estimate of its
+        name and size decays instead, so that a stale high one cannot lock the stream out."""
+        if work.est_ms is not None:
+            return
+        key = (work.name, size_bucket(work.size))
+        self._cost_ms[key] = self._cost_locked(*key) * (1.0 - COST_SMOOTHING)
 
     def _on_trouble_locked(self, tier: Tier, now: float) -> None:
         """Hook: a shed or a miss happened (the tiered executor enters degraded mode)."""
@@ -701,14 +743,20 @@ class TieredExecutor(_ExecutorBase):
             depth = self._live[work.tier] - (1 if old is not None else 0)
             if depth >= self.config.max_queue_depth:
                 return "admission", []
-            if self.config.shed_infeasible and self._fits_alone_locked(work):
+            if (
+                self.config.shed_infeasible
+                and self._fits_alone_locked(work)
+                and not self._starved_locked(work.tier)
+            ):
                 ahead = sum(
                     self._est_locked(w)
                     for w in self._queued_locked()
                     if w.tier != Tier.COLLISION and w.tier <= work.tier and w is not old
                 )
-                finish = now + (ahead / self.options.shared_workers + self._est_locked(work)) / 1e3
-                if finish > work.deadline_s:
+                own_s = self._est_locked(work) / 1e3
+                if now + ahead / self.options.shared_workers / 1e3 + own_s > work.deadline_s:
+                    if now + own_s > work.deadline_s:
+                        self._decay_locked(work)
                     return "admission", []
         displaced: list[Work] = []
         if old is not None:
@@ -752,6 +800,7 @@ class TieredExecutor(_ExecutorBase):
             and self.config.shed_expired
             and work.gen is None
             and self._fits_alone_locked(work)
+            and not self._starved_locked(work.tier)
             and now + self._est_locked(work) / 1e3 > work.deadline_s
         ):
             return "expired"
@@ -876,10 +925,14 @@ def diagnostic_status(snapshot: dict[str, Any]) -> tuple[int, str, list[tuple[st
     values: list[tuple[str, str]] = []
     tier1_misses = 0
     lower_losses = 0
+    starved: list[str] = []
+    keys = ("deadline_ms", "completed", "misses", "dropped", "failed", "queued", "p99_ms")
     for key, st in snapshot["tiers"].items():
         prefix = f"tier{key}.{st['name']}"
-        for name in ("deadline_ms", "completed", "misses", "dropped", "failed", "queued", "p99_ms"):
-            values.append((f"{prefix}.{name}", str(st[name])))
+        for name in (*keys, "starvations"):
+            values.append((f"{prefix}.{name}", str(st.get(name, 0))))
+        if st.get("starved") or st.get("starvations"):
+            starved.append(f"tier {key} ({st['name']}) starved")
         for reason, count in st["dropped_by"].items():
             values.append((f"{prefix}.dropped.{reason}", str(count)))
         if key == "1":
@@ -890,8 +943,11 @@ def diagnostic_status(snapshot: dict[str, Any]) -> tuple[int, str, list[tuple[st
         values.append((f"transport.{topic}.p99_ms", str(tr["p99_ms"])))
     if "degraded" in snapshot:
         values.append(("degraded", str(snapshot["degraded"])))
-    if tier1_misses:
-        return 2, f"tier 1 missed or failed {tier1_misses} deadline(s)", values
+    errors = [f"tier 1 missed or failed {tier1_misses} deadline(s)"] if tier1_misses else []
+    if starved:
+        errors.append(", ".join(starved) + ": refused or expired frames with none completed")
+    if errors:
+        return 2, "; ".join(errors), values
     if lower_losses or snapshot.get("degraded"):
         return 1, f"lower tiers shed or missed {lower_losses} unit(s)", values
     return 0, "all deadlines met", values

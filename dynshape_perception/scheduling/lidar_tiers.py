@@ -25,7 +25,7 @@ FULL_CLOUD = "full_cloud"
 PREDICT = "predict"
 MARKERS = "markers"
 # Per-tier counts that grow; a report's level looks at what they grew by since the last one.
-_COUNTS = ("submitted", "completed", "misses", "failed", "dropped")
+_COUNTS = ("submitted", "completed", "misses", "failed", "dropped", "starvations")
 
 
 class ExecutorView(Protocol):

@@ -56,6 +56,12 @@ _SPECS: dict[str, tuple[str, float | None, float | None]] = {
     "degrade_hold_s": ("degraded mode lasts this long after the last shed or miss, s", 0.0, 3600.0),
     "far_field_keep_fraction": ("share of far-field points kept while degraded", 0.01, 1.0),
     "chunk_budget_ms": ("target length of one chunk of split tier 2-4 work, ms", 0.1, 1000.0),
+    "starvation_frames": (
+        "tier 2-4 units refused or expired since the tier last completed one, after which "
+        "its newest unit is admitted whatever its estimate (an ERROR in diagnostics)",
+        1,
+        10_000,
+    ),
 }
 
 
@@ -75,6 +81,7 @@ class TierConfig:
     degrade_hold_s: float = 1.0
     far_field_keep_fraction: float = 0.5
     chunk_budget_ms: float = 5.0
+    starvation_frames: int = 5
 
     def __post_init__(self) -> None:
         for spec in self.parameter_specs():
