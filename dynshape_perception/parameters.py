@@ -12,6 +12,7 @@ from dynshape_perception.config import Bounds, default_bounds, predictor_history
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.tracking import TrackerParams
 from dynshape_perception.runtime.policy import COMPILE_MODES, MODES, JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
@@ -53,6 +54,8 @@ class ParamSpec:
 
 _CLUSTER = ClusterParams()
 _TRACKER = TrackerParams()
+_STAMPS = StampPolicy()
+_MAX_CONFIRM_FRAMES = 1000
 _PIPELINE = PipelineParams()
 _JIT = JitConfig()
 _BOUNDS = default_bounds()
@@ -441,7 +444,7 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
     "stamps": (
         ParamSpec(
             "stamps.future_tolerance_s",
-            5.0,
+            _STAMPS.future_tolerance_s,
             "an input stamped further than this ahead of the node's clock is dropped "
             "(future_stamp) and never advances the node's state",
             low=_MIN_STAMP_TOLERANCE_S,
@@ -449,12 +452,30 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ),
         ParamSpec(
             "stamps.jump_back_tolerance_s",
-            10.0,
-            "an input stamped further than this before the newest one is a time jump (a "
-            "looped bag, a clock reset): tracks and odometry restart (time_jump_reset); a "
-            "smaller step back is dropped as stale",
+            _STAMPS.jump_back_tolerance_s,
+            "an input stamped further than this before the newest one jumps back in time (a "
+            "looped bag, a clock reset): dropped as outlier_stamp until "
+            "stamps.jump_confirm_frames in a row follow it, then tracks and odometry "
+            "restart (time_jump_reset); a smaller step back is dropped as stale",
             low=_MIN_STAMP_TOLERANCE_S,
             high=_MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_ahead_tolerance_s",
+            _STAMPS.jump_ahead_tolerance_s,
+            "an input stamped further than this after the newest one jumps ahead: dropped as "
+            "outlier_stamp until stamps.jump_confirm_frames in a row follow it (a gap in the "
+            "input), so that one stray stamp cannot make the inputs after it stale",
+            low=_MIN_STAMP_TOLERANCE_S,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_confirm_frames",
+            _STAMPS.jump_confirm_frames,
+            "inputs in a row, each after the one before, that make a time jump a new "
+            "timeline; 1 takes every jump at once",
+            low=1,
+            high=_MAX_CONFIRM_FRAMES,
         ),
     ),
     "tracking": (
@@ -627,6 +648,16 @@ def jit_config(values: Mapping[str, Value]) -> JitConfig:
     return replace(_JIT, **_pick(values, "jit", names))
 
 
+def stamp_policy(values: Mapping[str, Value]) -> StampPolicy:
+    names = (
+        "future_tolerance_s",
+        "jump_back_tolerance_s",
+        "jump_ahead_tolerance_s",
+        "jump_confirm_frames",
+    )
+    return replace(_STAMPS, **_pick(values, "stamps", names))
+
+
 def uses_executor(node: str) -> bool:
     """Whether ``node`` runs its work through the tiered executor (declares ``tiers.*``)."""
     return "tiers" in NODE_GROUPS[node]
@@ -693,6 +724,7 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
     tier_config(values)
     executor_options(values)
     near_field(values)
+    stamp_policy(values)
     pipeline = pipeline_params(values)
     # Only where the node predicts: the others would refuse to start over a value they
     # never use (bounds.max_history_steps: 1 with the default minimum of 2).

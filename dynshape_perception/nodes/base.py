@@ -40,6 +40,12 @@ from dynshape_perception.nodes.messages import (
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.odometry import PoseBuffer
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline, Pose2D
+from dynshape_perception.perception.stamps import (
+    FUTURE_STAMP,
+    OUTLIER_STAMP,
+    RESTART,
+    StampScreen,
+)
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.metrics import LatencyStats
 from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
@@ -53,12 +59,11 @@ INTERNAL_ERROR = "internal_error"
 ODOM_BACKWARDS = "odom_time_backwards"
 ODOM_NON_FINITE = "odom_non_finite"
 ODOM_STALE = "odom_stale"
-FUTURE_STAMP = "future_stamp"
 TIME_JUMP_RESET = "time_jump_reset"
 INTENSITY_OUT_OF_RANGE = "intensity_out_of_range"
 POINT_REASONS = (*REASONS, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
 # The reasons of the nodes that take odometry and keep state in a fixed frame.
-ODOM_REASONS = (ODOM_BACKWARDS, ODOM_NON_FINITE, ODOM_STALE, FUTURE_STAMP)
+ODOM_REASONS = (ODOM_BACKWARDS, ODOM_NON_FINITE, ODOM_STALE, FUTURE_STAMP, OUTLIER_STAMP)
 POINT_COUNTERS = {
     "points_non_finite_removed": 0,
     "frames_subsampled": 0,
@@ -266,43 +271,28 @@ class PerceptionNode(Node):
         """The node's clock (simulated time under ``use_sim_time``), as sensor stamps are."""
         return self.get_clock().now().nanoseconds / NS_PER_S
 
-    def stamp_in_future(self, stamp_s: float, what: str) -> bool:
-        """Drop (counted) a stamp further ahead of the node's clock than the tolerance.
-
-        Such a stamp (a driver glitch) would otherwise become the newest one and make every
-        later input look stale. A clock at 0 is sim time before the first /clock: no check.
-        """
-        now_s = self.ros_time_s()
-        tolerance_s = float(self.values["stamps.future_tolerance_s"])
-        if now_s <= 0.0 or stamp_s - now_s <= tolerance_s:
-            return False
-        self.drops.drop(
-            FUTURE_STAMP,
-            f"{what}: stamp {stamp_s:.6f} s is {stamp_s - now_s:.3f} s ahead of the node's "
-            f"clock (stamps.future_tolerance_s {tolerance_s})",
-        )
-        return True
-
     def on_time_jump(self, reset: Callable[[], None]) -> None:
         self._time_resets.append(reset)
         self.counters.setdefault(TIME_JUMP_RESET, 0)
 
-    def time_jumped_back(self, stamp_s: float, newest_s: float, what: str) -> bool:
-        """Restart every registered state when ``stamp_s`` lies far before ``newest_s``.
-
-        A looped bag or a reset clock would else make every later input stale for good.
-        """
-        tolerance_s = float(self.values["stamps.jump_back_tolerance_s"])
-        if newest_s - stamp_s <= tolerance_s:
+    def screen_stamp(
+        self, screen: StampScreen, stamp_s: float, newest_s: float | None, what: str
+    ) -> bool:
+        """False (a counted drop) for an outlier stamp, which moves no state; a sustained jump
+        back restarts every registered state, since a looped bag or a reset clock would
+        else make every later input stale for good."""
+        screen.policy = parameters.stamp_policy(self.values)
+        screened = screen.check(stamp_s, newest_s, self.ros_time_s())
+        if screened.dropped:
+            self.drops.drop(screened.verdict, f"{what}: {screened.reason}")
             return False
-        self.get_logger().warning(
-            f"{what}: time jumped back {newest_s - stamp_s:.3f} s (from {newest_s:.6f} s to "
-            f"{stamp_s:.6f} s, more than stamps.jump_back_tolerance_s {tolerance_s}): "
-            "tracks and odometry restart"
-        )
-        self.count(TIME_JUMP_RESET)
-        for reset in self._time_resets:
-            reset()
+        if screened.verdict == RESTART:
+            self.get_logger().warning(f"{what}: {screened.reason}: tracks and odometry restart")
+            self.count(TIME_JUMP_RESET)
+            for reset in self._time_resets:
+                reset()
+        elif screened.reason:
+            self.get_logger().info(f"{what}: {screened.reason}: taken as the new timeline")
         return True
 
     def _say_lanes(self) -> None:
@@ -508,9 +498,10 @@ class OdometryInput:
             float(values["odometry.sensor_yaw_rad"]),
         )
         self.buffer = PoseBuffer(int(values["odometry.buffer_size"]), mount)
+        self.stamps = StampScreen(parameters.stamp_policy(values))
         self.frame_id: str | None = None
         self._stale = False
-        node.on_time_jump(self.buffer.clear)
+        node.on_time_jump(self._restart)
         node.note("odometry", "none received yet")
         node.create_subscription(Odometry, "odom", self._on_odom, node.input_qos)
 
@@ -519,11 +510,9 @@ class OdometryInput:
         if not np.isfinite((stamp, x, y, yaw)).all():
             self.node.drops.drop(ODOM_NON_FINITE, "odometry holds NaN or Inf")
             return
-        if self.node.stamp_in_future(stamp, "odometry"):
+        if not self.node.screen_stamp(self.stamps, stamp, self.buffer.newest_stamp_s, "odometry"):
             return
         newest = self.buffer.newest_stamp_s
-        if newest is not None and self.node.time_jumped_back(stamp, newest, "odometry"):
-            newest = self.buffer.newest_stamp_s
         if not self.buffer.add(stamp, x, y, yaw):
             self.node.drops.drop(
                 ODOM_BACKWARDS, f"odometry stamp {stamp:.6f} s is not after {newest:.6f} s"
@@ -533,6 +522,10 @@ class OdometryInput:
             self.frame_id = msg.header.frame_id
             self.node.get_logger().info(f"odometry received: tracking in frame {self.frame_id!r}")
             self.node.note("odometry", f"ok (frame {self.frame_id})")
+
+    def _restart(self) -> None:
+        self.buffer.clear()
+        self.stamps.clear()
 
     def pose_at(self, stamp_s: float, sensor_frame: str) -> tuple[Pose2D, str] | None:
         """The lidar pose and the fixed frame; without odometry the sensor frame is fixed.
@@ -577,22 +570,20 @@ class FixedFrame:
         self.frame_id: str | None = None
         self._reset = reset
         self.last_stamp_s: float | None = None
+        self.stamps = StampScreen(parameters.stamp_policy(node.values))
         node.on_time_jump(self._restart)
 
     def _restart(self) -> None:
         self._reset()
         self.last_stamp_s = None
+        self.stamps.clear()
 
     def screen(self, stamp_s: float) -> bool:
-        """False (a counted drop) for a stamp far ahead of the clock; a jump back restarts.
+        """False (a counted drop) for an outlier stamp; a sustained jump back restarts.
 
         Call it before anything uses the stamp, so that a bad one moves no state.
         """
-        if self.node.stamp_in_future(stamp_s, "frame"):
-            return False
-        if self.last_stamp_s is not None:
-            self.node.time_jumped_back(stamp_s, self.last_stamp_s, "frame")
-        return True
+        return self.node.screen_stamp(self.stamps, stamp_s, self.last_stamp_s, "frame")
 
     def locate(
         self, odometry: OdometryInput, stamp_s: float, sensor_frame: str

@@ -24,6 +24,7 @@ from dynshape_perception.nodes.base import (
     ODOM_BACKWARDS,
     ODOM_REASONS,
     ODOM_STALE,
+    OUTLIER_STAMP,
     POINT_COUNTERS,
     STALE_STAMP,
     TIME_JUMP_RESET,
@@ -43,9 +44,8 @@ from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult
 class InputNode(Node):
     """A bare rclpy node with PerceptionNode's input handling and none of its engines."""
 
-    stamp_in_future = PerceptionNode.stamp_in_future
     on_time_jump = PerceptionNode.on_time_jump
-    time_jumped_back = PerceptionNode.time_jumped_back
+    screen_stamp = PerceptionNode.screen_stamp
     ros_time_s = PerceptionNode.ros_time_s
     points_of = PerceptionNode.points_of
     _scale_intensity = PerceptionNode._scale_intensity
@@ -121,7 +121,17 @@ def test_a_far_future_stamp_is_dropped_and_moves_no_state(tracker: InputNode) ->
     assert tracker.counters[TIME_JUMP_RESET] == 0
 
 
-def test_a_jump_back_in_time_restarts_frame_and_odometry(tracker: InputNode) -> None:
+@pytest.fixture
+def tracker_taking_jumps_at_once(context: Context) -> Iterator[InputNode]:
+    node = InputNode(context, "tracker_node", **{"stamps.jump_confirm_frames": 1})
+    yield node
+    node.destroy_node()
+
+
+def test_a_jump_back_in_time_restarts_frame_and_odometry(
+    tracker_taking_jumps_at_once: InputNode,
+) -> None:
+    tracker = tracker_taking_jumps_at_once
     resets = Resets()
     frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
     for k in range(50):
@@ -152,6 +162,69 @@ def test_a_jump_back_in_time_restarts_frame_and_odometry(tracker: InputNode) -> 
     assert len(odometry.buffer) == 1
     # A restart is no dropped input.
     assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 1
+
+
+# Wire stamps are int32 seconds: 2100-01-01T00:00:00Z arrives wrapped below zero.
+YEAR_2100_WRAPPED_S = 4_102_444_800.0 - 2.0**32
+
+
+@pytest.mark.parametrize(
+    "outlier",
+    [
+        lambda t: 0.0,
+        lambda t: -5.0,
+        lambda t: t - 1000.0,
+        lambda t: YEAR_2100_WRAPPED_S,
+        lambda t: t + 4.9,
+    ],
+    ids=["zero", "negative", "far-past", "year-2100-wrapped", "4.9-s-ahead"],
+)
+def test_a_single_outlier_stamp_is_dropped_and_moves_no_state(
+    tracker: InputNode, outlier: Any
+) -> None:
+    resets = Resets()
+    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    t = 100.0
+    for k in range(5):
+        odometry._on_odom(_odom(t + 0.5 * k, float(k)))
+        assert frame.screen(t + 0.5 * k) and frame.admit("odom", t + 0.5 * k)
+    bad = outlier(t + 2.0)
+    odometry._on_odom(_odom(bad, 999.0))
+    assert not frame.screen(bad)
+    assert tracker.drops.counts[OUTLIER_STAMP] == 2
+    # The ten frames after it (5 s at 2 Hz) go on as if it had never come.
+    for k in range(5, 15):
+        odometry._on_odom(_odom(t + 0.5 * k, float(k)))
+        assert frame.screen(t + 0.5 * k) and frame.admit("odom", t + 0.5 * k)
+    assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 0
+    assert tracker.counters[TIME_JUMP_RESET] == 0 and resets.n == 1
+    assert len(odometry.buffer) == 15
+    located = odometry.pose_at(t + 7.0, "lidar")
+    assert located is not None and located[0].x == pytest.approx(14.0)
+
+
+def test_only_a_sustained_jump_back_restarts(tracker: InputNode) -> None:
+    """A looped bag: the first stamps of the new pass are held back, then taken together."""
+    confirm = int(tracker.values["stamps.jump_confirm_frames"])
+    assert confirm == 3
+    resets = Resets()
+    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    tolerance_s = float(tracker.values["stamps.jump_back_tolerance_s"])
+    for k in range(round(2 * tolerance_s / 0.1)):
+        odometry._on_odom(_odom(100.0 + 0.1 * k, float(k)))
+        assert frame.screen(100.0 + 0.1 * k) and frame.admit("odom", 100.0 + 0.1 * k)
+    for k in range(confirm - 1):
+        assert not frame.screen(100.0 + 0.1 * k)
+        assert tracker.counters[TIME_JUMP_RESET] == 0 and resets.n == 1
+    assert frame.screen(100.0 + 0.1 * (confirm - 1))
+    assert tracker.counters[TIME_JUMP_RESET] == 1 and resets.n == 2
+    assert len(odometry.buffer) == 0
+    assert frame.admit("odom", 100.0 + 0.1 * (confirm - 1))
+    assert tracker.drops.counts[OUTLIER_STAMP] == confirm - 1
+    assert tracker.drops.counts[STALE_STAMP] == 0
+    # The odometry of the new pass is taken at once: the restart cleared its newest stamp.
+    odometry._on_odom(_odom(100.0, -1.0))
+    assert len(odometry.buffer) == 1
 
 
 def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: InputNode) -> None:

@@ -1,0 +1,105 @@
+"""Input stamps screened: a lone outlier is dropped, only a sustained jump starts a new timeline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dynshape_perception.errors import ConfigError
+
+# What ``StampScreen.check`` decides. ACCEPT: on the timeline (the caller still drops a stamp
+# not after its newest as stale); RESTART: a sustained jump back, to be taken after the
+# state that depends on time restarts; FUTURE and OUTLIER: dropped, no state moved.
+ACCEPT = "accept"
+RESTART = "restart"
+FUTURE_STAMP = "future_stamp"
+OUTLIER_STAMP = "outlier_stamp"
+
+
+@dataclass(frozen=True)
+class StampPolicy:
+    """How far a stamp may stray before it is held back, and what confirms a jump."""
+
+    future_tolerance_s: float = 5.0
+    jump_back_tolerance_s: float = 10.0
+    jump_ahead_tolerance_s: float = 2.0
+    jump_confirm_frames: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("future_tolerance_s", "jump_back_tolerance_s", "jump_ahead_tolerance_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0.0):
+                raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+        if isinstance(self.jump_confirm_frames, bool) or self.jump_confirm_frames < 1:
+            raise ConfigError(f"jump_confirm_frames must be >= 1, got {self.jump_confirm_frames!r}")
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A verdict (``ACCEPT``, ``RESTART``, ``FUTURE_STAMP``, ``OUTLIER_STAMP``) and why."""
+
+    verdict: str
+    reason: str = ""
+
+    @property
+    def dropped(self) -> bool:
+        return self.verdict in (FUTURE_STAMP, OUTLIER_STAMP)
+
+
+class StampScreen:
+    """Screens one input's stamps against its newest accepted one and the node's clock.
+
+    A stamp that is not positive (unset, or a year-2100 time wrapped on the 32-bit wire), or
+    more than the jump tolerances away from the newest one, is an outlier: dropped, so that
+    it moves no state. It starts a run; once ``jump_confirm_frames`` stamps in a row follow
+    it (each after the one before, within the ahead tolerance), the run is a new timeline:
+    a jump back restarts the state (a looped bag, a reset clock), a jump ahead (a gap in
+    the input) simply goes on. A stamp back on the old timeline ends the run.
+    """
+
+    def __init__(self, policy: StampPolicy) -> None:
+        self.policy = policy
+        self._run: list[float] = []
+
+    def clear(self) -> None:
+        """Forget a run under way (the state restarted for another input's jump)."""
+        self._run.clear()
+
+    def check(self, stamp_s: float, newest_s: float | None, now_s: float) -> Screened:
+        """The verdict on ``stamp_s``, given the newest accepted stamp and the node's clock
+        (``now_s`` <= 0: no clock yet, as in sim time before the first /clock)."""
+        policy = self.policy
+        if not (math.isfinite(stamp_s) and stamp_s > 0.0):
+            return Screened(OUTLIER_STAMP, f"stamp {stamp_s:.6f} s is not a positive time")
+        if now_s > 0.0 and stamp_s - now_s > policy.future_tolerance_s:
+            return Screened(
+                FUTURE_STAMP,
+                f"stamp {stamp_s:.6f} s is {stamp_s - now_s:.3f} s ahead of the node's clock "
+                f"(stamps.future_tolerance_s {policy.future_tolerance_s})",
+            )
+        step = None if newest_s is None else stamp_s - newest_s
+        if step is None or -policy.jump_back_tolerance_s <= step <= policy.jump_ahead_tolerance_s:
+            self._run.clear()
+            return Screened(ACCEPT)
+        run = self._run
+        if run and 0.0 < stamp_s - run[-1] <= policy.jump_ahead_tolerance_s:
+            run.append(stamp_s)
+        else:
+            run[:] = [stamp_s]
+        direction = "back" if step < 0.0 else "ahead"
+        if len(run) >= policy.jump_confirm_frames:
+            run.clear()
+            return Screened(
+                RESTART if step < 0.0 else ACCEPT,
+                f"time jumped {direction} {abs(step):.3f} s (from {newest_s:.6f} s to "
+                f"{stamp_s:.6f} s) for {policy.jump_confirm_frames} input(s) in a row",
+            )
+        tolerance = (
+            policy.jump_back_tolerance_s if step < 0.0 else policy.jump_ahead_tolerance_s
+        )
+        return Screened(
+            OUTLIER_STAMP,
+            f"stamp {stamp_s:.6f} s lies {abs(step):.3f} s {direction} of the newest "
+            f"{newest_s:.6f} s (tolerance {tolerance} s): {len(run)} of "
+            f"{policy.jump_confirm_frames} input(s) in a row needed to take the jump",
+        )
