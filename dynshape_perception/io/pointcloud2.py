@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -36,6 +37,9 @@ UNSUPPORTED_DATATYPE = "unsupported_datatype"
 NON_FINITE = "non_finite"
 EMPTY = "empty"
 TABLE_LAYOUT = "table_layout"
+DUPLICATE_FIELDS = "duplicate_fields"
+OVERLAPPING_FIELDS = "overlapping_fields"
+BAD_BOX_SIZE = "bad_box_size"
 REASONS = (
     BAD_LENGTH,
     BAD_LAYOUT,
@@ -44,6 +48,9 @@ REASONS = (
     NON_FINITE,
     EMPTY,
     TABLE_LAYOUT,
+    DUPLICATE_FIELDS,
+    OVERLAPPING_FIELDS,
+    BAD_BOX_SIZE,
 )
 
 
@@ -154,13 +161,34 @@ def _field_dtype(field: Any, point_step: int, endian: str) -> np.dtype:
     return np.dtype(endian + kind)
 
 
+def _check_fields(msg: CloudLike, endian: str) -> dict[str, Any]:
+    """Every field, read or not: a known datatype, inside ``point_step``, its name and its
+    bytes its own. A layout that breaks one of these is a broken driver or a corrupt message,
+    whose named fields cannot be trusted either."""
+    by_name: dict[str, Any] = {}
+    spans: list[tuple[int, int, str]] = []
+    for field in msg.fields:
+        name = str(field.name)
+        if name in by_name:
+            raise CloudError(DUPLICATE_FIELDS, f"the cloud has two fields named {name!r}")
+        by_name[name] = field
+        size = _field_dtype(field, int(msg.point_step), endian).itemsize * int(field.count)
+        spans.append((int(field.offset), int(field.offset) + size, name))
+    spans.sort()
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
+            raise CloudError(
+                OVERLAPPING_FIELDS,
+                f"fields {first!r} and {second!r} overlap (bytes {start}-{end - 1} of a point)",
+            )
+    return by_name
+
+
 def field_columns(msg: CloudLike, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Zero-copy strided views ``[height, width]`` of the named fields (first of each name)."""
+    """Zero-copy strided views ``[height, width]`` of the named fields."""
     data, _ = _check_shape(msg)
     endian = ">" if msg.is_bigendian else "<"
-    by_name: dict[str, Any] = {}
-    for field in msg.fields:
-        by_name.setdefault(str(field.name), field)
+    by_name = _check_fields(msg, endian)
     formats = {}
     for name in names:
         field = by_name.get(name)

@@ -11,7 +11,7 @@ from sensor_msgs.msg import PointCloud2
 from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
+from dynshape_perception.io.tables import OBSTACLE_DTYPE, check_box_sizes
 from dynshape_perception.nodes.base import (
     INTERNAL_ERROR,
     ODOM_REASONS,
@@ -75,7 +75,7 @@ class TrackerNode(PerceptionNode):
 
     def on_obstacles(self, msg: PointCloud2) -> None:
         with self.handling("obstacles"):
-            self._track(cloud_to_table(msg, OBSTACLE_DTYPE), msg.header)
+            self._track(check_box_sizes(cloud_to_table(msg, OBSTACLE_DTYPE)), msg.header)
 
     def on_detections(self, msg: Any) -> None:
         with self.handling("detections"):

@@ -14,11 +14,11 @@ from dynshape_perception.io.tables import (
     LABEL_POLE,
     LABEL_UNKNOWN,
     OBSTACLE_DTYPE,
+    check_box_sizes,
 )
 from dynshape_perception.perception.odometry import yaw_from_quaternion
 
 UINT32_MAX = 2**32 - 1
-SIZE_FIELDS = ("length", "width", "height")
 CLASS_LABELS = {
     "car": LABEL_CAR,
     "vehicle": LABEL_CAR,
@@ -75,7 +75,4 @@ def detections_to_obstacles(msg: Any) -> np.ndarray:
     floats = [n for n in OBSTACLE_DTYPE.names or () if OBSTACLE_DTYPE[n].kind == "f"]
     if out.size and not all(np.isfinite(out[n]).all() for n in floats):
         raise MessageError("a detection holds NaN or Inf")
-    for name in SIZE_FIELDS:
-        if out.size and not (out[name] > 0.0).all():
-            raise MessageError(f"a detection's box {name} is not positive")
-    return out
+    return check_box_sizes(out, "detection")

@@ -188,12 +188,25 @@ def _bad_clouds(points: np.ndarray, bound: int) -> dict[str, CloudData]:
         "non_finite": points_to_cloud(nan, is_dense=True),
         "over_bound": points_to_cloud(_ground_cloud(bound + 1, 1)),
         "empty": replace(good, width=0, row_step=0, data=b""),
+        "duplicate_fields": replace(good, fields=(*good.fields, good.fields[0])),
+        "overlapping_fields": replace(
+            good, fields=(good.fields[0], replace(good.fields[1], offset=2), *good.fields[2:])
+        ),
     }
 
 
 @pytest.mark.parametrize(
     "reason",
-    ["bad_length", "missing_fields", "unsupported_datatype", "non_finite", "over_bound", "empty"],
+    [
+        "bad_length",
+        "missing_fields",
+        "unsupported_datatype",
+        "non_finite",
+        "over_bound",
+        "empty",
+        "duplicate_fields",
+        "overlapping_fields",
+    ],
 )
 def test_bad_cloud_is_dropped_and_the_next_one_processed(
     session: NodeSession, kitti_points: np.ndarray, reason: str
@@ -256,6 +269,25 @@ def test_bad_table_stale_stamp_and_odometry_going_back(
     ns, t_s = next_stamp()
     timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
     assert timing.after_publish_ms["predictions"] is not None
+    assert all(p.alive() for p in session.processes)
+
+
+def test_an_obstacle_of_no_size_is_a_counted_drop(
+    session: NodeSession, kitti_points: np.ndarray
+) -> None:
+    before = counter(session, "tracker_node", "drops.bad_box_size")
+    ns, t_s = next_stamp()
+    session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
+    table = np.zeros(2, OBSTACLE_DTYPE)
+    table["length"] = table["height"] = 1.0
+    table["width"] = [1.0, -1.0]
+    bad_ns, _ = next_stamp()
+    session.probe.obstacles_pub.publish(table_msg(table, header(time_msg(bad_ns), "lidar")))
+    assert wait_counter(session, "tracker_node", "drops.bad_box_size", before + 1) == before + 1
+    assert bad_ns not in session.probe.received["tracks"]
+    ns, t_s = next_stamp()
+    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
+    assert timing.after_publish_ms["tracks"] is not None
     assert all(p.alive() for p in session.processes)
 
 

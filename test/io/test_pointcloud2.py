@@ -11,13 +11,16 @@ import pytest
 from dynshape_perception.errors import MessageError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.io.pointcloud2 import (
+    BAD_BOX_SIZE,
     BAD_LAYOUT,
     BAD_LENGTH,
+    DUPLICATE_FIELDS,
     EMPTY,
     FLOAT32,
     FLOAT64,
     MISSING_FIELDS,
     NON_FINITE,
+    OVERLAPPING_FIELDS,
     TABLE_LAYOUT,
     UINT8,
     UNSUPPORTED_DATATYPE,
@@ -30,7 +33,12 @@ from dynshape_perception.io.pointcloud2 import (
     fields_of,
     points_to_cloud,
 )
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.io.tables import (
+    OBSTACLE_DTYPE,
+    PREDICTION_DTYPE,
+    TRACK_DTYPE,
+    check_box_sizes,
+)
 from dynshape_perception.io.tables_reader import read_table
 
 
@@ -182,6 +190,53 @@ def test_bad_clouds(changes: dict[str, object], reason: str, match: str) -> None
         cloud_to_points(_broken(cloud, **changes))
     assert info.value.reason == reason
     assert isinstance(info.value, MessageError)
+
+
+XYZI = (
+    FieldSpec("x", 0, FLOAT32),
+    FieldSpec("y", 4, FLOAT32),
+    FieldSpec("z", 8, FLOAT32),
+    FieldSpec("intensity", 12, FLOAT32),
+)
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason", "match"),
+    [
+        # A field the conversion never reads is checked all the same.
+        ((*XYZI[:3], FieldSpec("ring", 12, 42)), UNSUPPORTED_DATATYPE, "'ring' has datatype 42"),
+        ((*XYZI[:3], FieldSpec("ring", 12, 0)), UNSUPPORTED_DATATYPE, "datatype 0"),
+        ((XYZI[0], FieldSpec("y", 2, FLOAT32), *XYZI[2:]), OVERLAPPING_FIELDS, "'x' and 'y'"),
+        ((*XYZI[:3], FieldSpec("ring", 10, UINT8)), OVERLAPPING_FIELDS, "'z' and 'ring'"),
+        ((*XYZI[:3], FieldSpec("x", 12, FLOAT32)), DUPLICATE_FIELDS, "two fields named 'x'"),
+        ((*XYZI[:3], FieldSpec("pad", 14, FLOAT32)), BAD_LAYOUT, "'pad' at offset 14"),
+    ],
+    ids=["unknown-datatype", "datatype-zero", "y-overlaps-x", "overlap", "duplicate", "past-step"],
+)
+def test_every_field_is_checked(fields: tuple[FieldSpec, ...], reason: str, match: str) -> None:
+    cloud = _broken(points_to_cloud(_points(4)), fields=fields)
+    with pytest.raises(CloudError, match=match) as info:
+        cloud_to_points(cloud)
+    assert info.value.reason == reason
+
+
+def test_fields_that_touch_but_do_not_overlap_are_fine() -> None:
+    fields = (*XYZI[:3], FieldSpec("ring", 12, UINT8), FieldSpec("t", 13, UINT8, count=3))
+    out = cloud_to_points(_broken(points_to_cloud(_points(4)), fields=fields))
+    assert out.xyzi.shape == (4, 4) and not out.has_intensity
+
+
+@pytest.mark.parametrize("name", ["length", "width", "height"])
+@pytest.mark.parametrize("size", [-1.0, 0.0, float("nan"), float("inf")])
+def test_an_obstacle_box_of_no_size_is_refused(name: str, size: float) -> None:
+    table = np.zeros(3, dtype=OBSTACLE_DTYPE)
+    for field in ("length", "width", "height"):
+        table[field] = 1.0
+    assert check_box_sizes(table) is table
+    table[name][1] = size
+    with pytest.raises(CloudError, match=f"obstacle 1 has {name}") as info:
+        check_box_sizes(cloud_to_table(encode_cloud(table), OBSTACLE_DTYPE))
+    assert info.value.reason == BAD_BOX_SIZE
 
 
 def test_float64_xyz_is_unsupported() -> None:

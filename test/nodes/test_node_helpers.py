@@ -10,6 +10,7 @@ import pytest
 
 from dynshape_perception.config import Bounds
 from dynshape_perception.errors import ConfigError, MessageError
+from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
 from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import (
     MARKER_NS_BOXES,
@@ -220,8 +221,9 @@ def test_detections_with_a_non_positive_box_size_are_refused(
 ) -> None:
     det = _detection(3.0, 0.9, "car")
     det.bbox.size = SimpleNamespace(x=size[0], y=size[1], z=size[2])
-    with pytest.raises(MessageError, match="not positive"):
+    with pytest.raises(MessageError, match="not positive") as info:
         detections_to_obstacles(SimpleNamespace(detections=[det]))
+    assert isinstance(info.value, CloudError) and info.value.reason == BAD_BOX_SIZE
 
 
 def test_pose_buffer_gap_outside_its_span_and_clear() -> None:
