@@ -195,7 +195,11 @@ def _version() -> str:
 
 
 def _inspect(args: argparse.Namespace, remaps: dict[str, str]) -> TopicPlan:
+    """The topics to replay, once the bag's checksums (where it has any) say it is whole:
+    damage found halfway would leave a run that stops at the damaged part."""
     with bags.BagReader(args.bag) as reader:
+        check = reader.verify()
+        print(f"integrity of {args.bag}: {check.summary()}")
         return plan_topics(reader.topics(), args.topics, remaps)
 
 

@@ -15,6 +15,7 @@ from dynshape_perception.tools.replay.params import Value
 from dynshape_perception.tools.replay.settings import ReplaySettings
 from dynshape_perception.tools.replay.tuning import (
     Evaluator,
+    check_bags,
     check_tune_seed,
     first_complete,
     load_space,
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.storage is not None:
         # Fails at once on a URL or file that is no Optuna study, before the engine is built.
         open_study(args.storage, space.study)
+    check_bags(args.bags)
 
     def build(values: Mapping[str, Value]) -> ReplaySettings:
         return settings_from_values(values, "off", args.target)

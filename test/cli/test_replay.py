@@ -194,6 +194,28 @@ def test_truncated_bag_exits_2_naming_the_file_without_traceback(
     assert not run.exists() and not (tmp_path / "out").exists()
 
 
+def test_a_damaged_chunk_of_a_make_bag_output_exits_2_naming_file_and_offset(
+    tmp_path: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag = tmp_path / "made"
+    made = ["make-bag", "--source", "generated", "--out", str(bag), "--frames", "3"]
+    assert main([*made, "--points", "20000:30000"]) == 0
+    data = bag / "made.mcap"
+    raw = bytearray(data.read_bytes())
+    middle = len(raw) // 2
+    raw[middle : middle + 64] = bytes(b ^ 0xFF for b in raw[middle : middle + 64])
+    data.write_bytes(bytes(raw))
+    capsys.readouterr()
+    run = tmp_path / "run"
+    assert main(["replay", str(bag), "--record", str(run), *engine_args]) == 2
+    captured = capsys.readouterr()
+    assert "frames 3" not in captured.out
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert f"{data} is damaged: the chunk at byte offset " in captured.err
+    assert "does not match its CRC" in captured.err
+    assert not run.exists()
+
+
 def test_corruption_found_mid_replay_leaves_nothing(
     tmp_path: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

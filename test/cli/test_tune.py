@@ -265,3 +265,53 @@ def test_a_shared_study_whose_first_trial_failed(
     printed = capsys.readouterr().out
     assert "(first completed trial 1: " in printed and "2 trials in study" in printed
     assert out.is_file()
+
+
+def _bad_bag(tmp_path: Path, kind: str) -> Path:
+    bag = tmp_path / kind.replace(" ", "_")
+    if kind == "missing":
+        return bag
+    if kind == "empty folder":
+        bag.mkdir()
+        return bag
+    if kind == "garbage file":
+        bag.write_bytes(b"\x89MCAP0\r\n" + b"garbage" * 100)
+        return bag
+    if kind == "nothing to replay":
+        sources.write_crowd(bag, "mcap", seed=3, frames=4, agents=2)
+        (bag / "metadata.yaml").write_text(
+            (bag / "metadata.yaml").read_text().replace("/obstacles", "/elsewhere")
+        )
+        return bag
+    sources.write_crowd(bag, "mcap", seed=3, frames=16, agents=10)
+    data = bag / f"{bag.name}.mcap"
+    raw = bytearray(data.read_bytes())
+    middle = len(raw) // 2
+    raw[middle : middle + 64] = bytes(b ^ 0xFF for b in raw[middle : middle + 64])
+    data.write_bytes(bytes(raw))
+    return bag
+
+
+@pytest.mark.parametrize(
+    "kind", ["missing", "empty folder", "garbage file", "nothing to replay", "damaged chunk"]
+)
+def test_bad_bags_are_refused_before_the_shared_study_runs_a_trial(
+    tmp_path: Path,
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(tune_cli, "build_engine", _engine_fault_injector)
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    good = tmp_path / "good"
+    sources.write_crowd(good, "mcap", seed=3, frames=4, agents=2)
+    bad = _bad_bag(tmp_path, kind)
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    args = ["tune", "--space", str(space), "--bags", str(good), str(bad), "--storage", storage]
+    assert main([*args, "--out", str(tmp_path / "best.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert str(bad) in captured.err and "Traceback" not in captured.err + captured.out
+    study = optuna.load_study(study_name="test-study", storage=storage)
+    assert study.trials == []

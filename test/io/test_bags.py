@@ -150,3 +150,81 @@ def test_unknown_types_and_wrong_hashes_are_unreadable_topics_not_a_failed_bag()
     assert set(unreadable) == {"/echo", "/sonar"}
     assert "type hash" in unreadable["/echo"]
     assert unreadable["/sonar"].startswith("unknown type acme_msgs/msg/Sonar")
+
+
+def _chunks(data: Path) -> list[tuple[int, int]]:
+    """(record offset, CRC) of every chunk of an mcap file."""
+    with data.open("rb") as handle:
+        return [(c.offset, c.crc) for c in bags._mcap_chunks(data, handle)]
+
+
+def _flip(data: Path, at: int, count: int = 64) -> None:
+    raw = bytearray(data.read_bytes())
+    raw[at : at + count] = bytes(b ^ 0xFF for b in raw[at : at + count])
+    data.write_bytes(bytes(raw))
+
+
+def test_the_writer_seals_every_mcap_chunk_with_its_crc(tmp_path: Path) -> None:
+    bag = tmp_path / "bag"
+    sources.write_crowd(bag, "mcap", seed=1, frames=5, agents=2)
+    chunks = _chunks(bag / "bag.mcap")
+    assert chunks and all(crc != 0 for _, crc in chunks)
+    with bags.BagReader(bag) as reader:
+        check = reader.verify()
+        assert sum(1 for _ in reader.messages()) == 10
+    assert (check.chunks_checked, check.chunks_unchecked) == (len(chunks), 0)
+    assert f"{len(chunks)} mcap chunk(s) matched their CRC" in check.summary()
+
+
+def test_a_chunk_without_a_crc_is_reported_unchecked(tmp_path: Path) -> None:
+    bag = _compressed(tmp_path / "bag", "mcap", CompressionMode.STORAGE)
+    with bags.BagReader(bag) as reader:
+        check = reader.verify()
+    assert check.chunks_checked == 0 and check.chunks_unchecked > 0
+    assert "carry no CRC to check" in check.summary()
+
+
+@pytest.mark.parametrize("where", [0.1, 0.5, 0.9])
+def test_flipped_bytes_inside_a_chunk_are_named_with_the_chunk_offset(
+    tmp_path: Path, where: float
+) -> None:
+    bag = tmp_path / "bag"
+    sources.write_crowd(bag, "mcap", seed=1, frames=40, agents=8)
+    data = bag / "bag.mcap"
+    offset = _chunks(data)[0][0]
+    body = offset + 9 + 8 * 3 + 4 + 4 + 8
+    size = int.from_bytes(data.read_bytes()[body - 8 : body], "little")
+    _flip(data, body + int(where * (size - 64)))
+    message = f"bag {bag} is corrupt or truncated: {data} is damaged: the chunk at byte offset "
+    message += f"{offset} does not match its CRC"
+    with bags.BagReader(bag) as reader:
+        with pytest.raises(DataError, match=re.escape(message)):
+            reader.verify()
+        # Read without the check first, the damage is named all the same.
+        with pytest.raises(DataError, match=re.escape(message)):
+            sum(1 for _ in reader.messages())
+
+
+def test_sqlite3_bags_get_the_check_sqlite3_has(tmp_path: Path) -> None:
+    bag = tmp_path / "bag"
+    sources.write_crowd(bag, "sqlite3", seed=1, frames=5, agents=2)
+    with bags.BagReader(bag) as reader:
+        check = reader.verify()
+    assert check.sqlite3_files == 1 and "sqlite3 keeps no checksums" in check.summary()
+    db = bag / "bag.db3"
+    raw = db.read_bytes()
+    page = 4096
+    checked = 0
+    # Every scrambled page the bag still opens with is caught by the check.
+    for start in range(0, len(raw), page):
+        damaged = bytearray(raw)
+        damaged[start : start + page] = bytes((i * 7 + 13) % 256 for i in range(page))
+        db.write_bytes(bytes(damaged))
+        try:
+            reader = bags.BagReader(bag).__enter__()
+        except DataError:
+            continue
+        with reader, pytest.raises(DataError, match=re.escape(f"corrupt or truncated: {db}")):
+            reader.verify()
+        checked += 1
+    assert checked, "every damaged page already failed at opening"

@@ -17,10 +17,12 @@ import yaml
 from dynshape_perception.config import check_seed
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import atomic_write_text
+from dynshape_perception.io.bags import BagReader
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.tools.replay.inprocess import InProcessReplay, ReplayOptions, ReplayResult
 from dynshape_perception.tools.replay.params import Value, dump_params
 from dynshape_perception.tools.replay.settings import ReplaySettings, is_replay_parameter
+from dynshape_perception.tools.replay.topics import plan_topics
 
 DEFAULT_STUDY = "dynshape-perception"
 DEFAULT_STARTUP_TRIALS = 10
@@ -292,6 +294,22 @@ class Evaluator:
         return score_results(results, self.weights.unpredicted_penalty_m)
 
 
+def check_bags(paths: Sequence[Path]) -> None:
+    """Every bag opens, passes its integrity check and has frames to replay.
+
+    Checked before the study starts: a bad bag found in a trial would leave a failed
+    trial in a shared study, where every other worker sees it.
+    """
+    for path in paths:
+        with BagReader(path) as reader:
+            reader.verify()
+            if plan_topics(reader.topics(), None, {}).driver is None:
+                raise ConfigError(
+                    f"bag {path} has nothing to replay: no points, obstacles or detections "
+                    "topic with messages"
+                )
+
+
 def check_tune_seed(seed: object) -> int:
     """A sampler seed: the package's seed rule, and below Optuna's (NumPy's) 2**32."""
     seed = check_seed("--seed", seed)
@@ -384,6 +402,9 @@ def tune(
         return score.value(space.weights)
 
     callbacks = [lambda _study, trial: on_trial(trial)] if on_trial is not None else None
+    # A failing trial re-raises here and is reported once, as one line; Optuna's own report
+    # of it is a traceback.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     study.optimize(objective, n_trials=trials, callbacks=callbacks, catch=())
     return study
 
