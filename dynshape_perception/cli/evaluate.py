@@ -96,7 +96,7 @@ def evaluate_prediction_file(path: Path, weights_dir: Path | None, seed: int = 0
     from dynshape_perception.io.datasets import read_eth_ucy
     from dynshape_perception.tools.eval.prediction import evaluate_prediction
 
-    scene = read_eth_ucy(path)
+    scene = read_eth_ucy(path).require_rows()
     loaded, entry = _loaded_model("predictor", weights_dir)
     batch = int(loaded.model.spec.bounds["A"])
 
@@ -109,7 +109,10 @@ def evaluate_prediction_file(path: Path, weights_dir: Path | None, seed: int = 0
         traj, probs = loaded("forward", history, lengths)
         return traj.astype(np.float64) + last[:, None], probs.astype(np.float64)
 
-    result = evaluate_prediction(scene.tracks(), predict, seed=seed, batch_size=batch)
+    try:
+        result = evaluate_prediction(scene.tracks(), predict, seed=seed, batch_size=batch)
+    except DataError as err:
+        raise DataError(f"ETH/UCY file {path}: {err}") from err
     if scene.skipped_rows:
         print(f"note: {path.name}: skipped {scene.skipped_rows} malformed row(s)", file=sys.stderr)
     seen = fitted_on(entry, path)
@@ -129,7 +132,7 @@ def evaluate_segmentation_file(
     from dynshape_perception.perception.ground import fit_ground_plane
     from dynshape_perception.tools.eval.segmentation import evaluate_segmentation, plot_bev
 
-    points = read_kitti_bin(path)
+    points = read_kitti_bin(path, allow_empty=False)
     ground = fit_ground_plane(points, seed=seed)
     loaded, entry = _loaded_model("segmenter", weights_dir)
     scores, _ = loaded("forward", points, ground.as_array())

@@ -82,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args))
     except DynshapeError as err:
-        print(f"error: {err}", file=sys.stderr)
+        # A message may quote a parser's (YAML's) several lines: the error stays one line.
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -97,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _one_line(err: OSError) -> str:
+def _one_line(err: Exception) -> str:
     text = str(err) or type(err).__name__
     return " ".join(text.split())
 

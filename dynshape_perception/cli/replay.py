@@ -215,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
     values = _values(args)
     if args.mode == "dds":
         return _run_dds(args, values, remaps)
+    if args.check:
+        golden.load_golden(args.check)
     plan = _inspect(args, remaps)
     _print_plan(args.bag, plan.lines())
     if plan.driver is None:
@@ -228,6 +230,11 @@ def run(args: argparse.Namespace) -> int:
         if not profile:
             raise ConfigError("--jit frozen needs --jit-shapes (record one with --record-shapes)")
         args.jit_shapes = Path(str(profile))
+    if settings.jit.mode == "frozen":
+        from dynshape_perception.runtime.shape_log import load_shape_log
+
+        # Read before the engine is built: a bad file fails at once, not after the build.
+        load_shape_log(args.jit_shapes)
     from dynshape_perception.tools.replay.inprocess import InProcessReplay, ReplayOptions
 
     with build_engine(settings, args.cache_dir, args.weights_dir) as engine:

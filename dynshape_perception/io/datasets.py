@@ -26,13 +26,19 @@ _INTEGRAL_TOLERANCE = 1.0e-6
 _MAX_INDEX = 2**53
 
 
-def read_kitti_bin(path: str | Path) -> np.ndarray:
-    """One KITTI Velodyne scan as float32 ``[P, 4]``: x, y, z (metres), reflectance."""
+def read_kitti_bin(path: str | Path, allow_empty: bool = True) -> np.ndarray:
+    """One KITTI Velodyne scan as float32 ``[P, 4]``: x, y, z (metres), reflectance.
+
+    Without ``allow_empty``, a file of no points is a DataError naming it: a tool run on
+    it would report figures of nothing.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as err:
         raise DataError(f"cannot read KITTI scan {path}: {err}") from err
+    if not raw and not allow_empty:
+        raise DataError(f"KITTI scan {path} is empty: it holds no points")
     if len(raw) % KITTI_POINT_BYTES:
         raise DataError(
             f"KITTI scan {path} has {len(raw)} bytes, not a multiple of "
@@ -60,6 +66,15 @@ class EthUcyScene:
     @property
     def ped_ids(self) -> np.ndarray:
         return self.rows[:, 1].astype(np.int64)
+
+    def require_rows(self) -> EthUcyScene:
+        """This scene, or a DataError naming the file when no row of it could be read."""
+        if self.rows.shape[0] == 0:
+            raise DataError(
+                f"ETH/UCY file {self.path} holds no 'frame ped_id x y' row of four numbers "
+                f"({self.skipped_rows} malformed row(s) skipped)"
+            )
+        return self
 
     def tracks(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Each pedestrian's ``(frames [n] int64, xy [n, 2] float64)``, sorted by frame."""

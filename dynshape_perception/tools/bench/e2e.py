@@ -43,7 +43,7 @@ def _scan(path: Path | None) -> np.ndarray:
         if data is None:
             raise ConfigError("no --scan given and ../shared/data is absent")
         path = data / KITTI_SCAN
-    return read_kitti_bin(path)
+    return read_kitti_bin(path, allow_empty=False)
 
 
 def summary(latencies_ms: list[float]) -> dict[str, float]:
@@ -106,6 +106,11 @@ def measure(mode: str, points: np.ndarray, args: argparse.Namespace) -> dict[str
 
 def run(args: argparse.Namespace) -> int:
     points = _scan(args.scan)
+    if args.params_file is not None:
+        from dynshape_perception.tools.replay.params import load_params_file
+
+        # The nodes would each fail to start on it, with rcl's traceback.
+        load_params_file(args.params_file)
     modes = MODES if args.mode == "both" else (args.mode,)
     measured = {mode: measure(mode, points, args) for mode in modes}
     results: dict[str, Any] = {

@@ -77,7 +77,7 @@ class Tolerances:
     def load(cls, path: Path) -> Tolerances:
         try:
             raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
+        except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
             raise ConfigError(f"cannot read tolerances {path}: {err}") from err
         known = {f.name for f in fields(cls)}
         if not isinstance(raw, dict):
@@ -266,13 +266,21 @@ def compare_outputs(
     return GoldenReport(not bad_frames, len(stamps), len(bad_frames), lines)
 
 
-def check_golden(output_bag: Path, golden: Path) -> GoldenReport:
+def load_golden(golden: Path) -> Tolerances:
+    """The tolerances of a golden folder, once its expectations bag opens and checks whole;
+    run before a replay, so that a bad folder fails before the replay's work."""
     expected = golden / EXPECTED_BAG
     if not expected.exists():
         raise ConfigError(f"{golden} holds no golden expectations; write them with --write-golden")
+    with bags.BagReader(expected) as reader:
+        reader.verify()
     tol_path = golden / TOLERANCES_FILE
-    tol = Tolerances.load(tol_path) if tol_path.exists() else Tolerances()
-    return compare_outputs(read_outputs(output_bag), read_outputs(expected), tol)
+    return Tolerances.load(tol_path) if tol_path.exists() else Tolerances()
+
+
+def check_golden(output_bag: Path, golden: Path) -> GoldenReport:
+    tol = load_golden(golden)
+    return compare_outputs(read_outputs(output_bag), read_outputs(golden / EXPECTED_BAG), tol)
 
 
 def output_bag_of(run_dir: Path) -> Path:

@@ -58,7 +58,7 @@ def load_params_file(path: Path) -> dict[str, Value]:
     """Every node section's parameters, merged in file order (``/**`` first)."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
         raise ConfigError(f"cannot read parameters file {path}: {err}") from err
     if not isinstance(doc, dict) or not doc:
         raise ConfigError(f"{path} must map node names to {{{ROS_PARAMETERS}: ...}}")

@@ -81,7 +81,7 @@ def read_metrics(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / METRICS_FILE
     try:
         doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise ConfigError(f"{path} is not a replay run's metrics.json: {err}") from err
     if not isinstance(doc, dict) or "frames" not in doc:
         raise ConfigError(f"{path} is not a replay run's metrics.json")

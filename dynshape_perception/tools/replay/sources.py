@@ -153,7 +153,7 @@ def write_kitti(out: Path, storage: str, scan: Path, frames: int) -> BagSummary:
     """The real KITTI scan, repeated ``frames`` times at 10 Hz from a standing vehicle."""
     if frames < 1:
         raise ConfigError(f"frames must be >= 1, got {frames}")
-    points = read_kitti_bin(scan)
+    points = read_kitti_bin(scan, allow_empty=False)
     with bags.BagWriter(out, storage) as writer:
         for k in range(frames):
             t = _ns(k * LIDAR_PERIOD_S)

@@ -170,7 +170,7 @@ def _startup_trials(path: Path, sampler: object) -> int:
 def load_space(path: Path) -> Space:
     try:
         raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
         raise ConfigError(f"cannot read search space {path}: {err}") from err
     if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict):
         raise ConfigError(f"{path} needs a 'parameters' mapping of ranges")
