@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import heapq
 import itertools
 import logging
@@ -50,6 +51,10 @@ TRIAL_SAMPLES = 200
 # out of the serving process.
 TRIAL_STRETCH = 1.5
 TRIAL_DRY_S = 10.0
+# How often a worker looks whether the process that spawned it is still there.
+PARENT_POLL_S = 0.1
+# prctl(2): the signal a process gets when the thread that created it ends.
+PR_SET_PDEATHSIG = 1
 
 
 class _CompileTimeout(Exception):
@@ -121,6 +126,57 @@ def validate_in_worker(
 def _start_worker() -> None:
     """Worker initialiser: import the compiler before the first job."""
     import dynshape_perception.compiler.cache  # noqa: F401
+
+
+def _init_worker(start: Callable[[], None], parent_pid: int) -> None:
+    """Tie the worker's life to its parent's, then run ``start``.
+
+    A parent ended by SIGKILL runs no clean-up: without this its workers (hundreds of MB
+    each) would wait on their job queue under PID 1 for good, and the resource tracker,
+    which holds on while any of them lives, with them.
+    """
+    _wake_on_parent_death()
+    own_group = _own_process_group()
+    threading.Thread(
+        target=_watch_parent, args=(parent_pid, own_group), name="parent-watch", daemon=True
+    ).start()
+    start()
+
+
+def _own_process_group() -> bool:
+    """Lead a process group of its own: what the worker starts (a compiler) ends with it,
+    and a terminal's Ctrl-C reaches the parent alone, which closes the pool. It also tells
+    the parent that the guard is set (``_guarded``)."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _wake_on_parent_death() -> None:
+    """SIGCONT when the spawning thread ends: a worker stopped through a heavy call runs no
+    code, so it would never see its parent gone. Not SIGKILL: the spawning thread may end
+    before the process does, and then the worker is to live on."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGCONT), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_parent(parent_pid: int, own_group: bool) -> None:
+    """Once the parent is gone (the worker was handed to another), end the worker's group."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    if own_group:
+        try:
+            os.killpg(0, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)
 
 
 def _ready() -> bool:
@@ -228,7 +284,8 @@ class CompilePool:
             pool = cf.ProcessPoolExecutor(
                 max_workers=self._size,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker,
+                initializer=_init_worker,
+                initargs=(_start_worker, os.getpid()),
             )
             # Start the worker now: importing TVM would otherwise delay the first compile.
             self._started = pool.submit(_ready)
@@ -368,6 +425,10 @@ class CompilePool:
         sent = []
         for proc in _processes(self._executor):
             if proc.pid is None:
+                continue
+            # A worker still starting has nothing to yield yet, and stopped before its
+            # guard is set, it would outlive a parent that dies meanwhile.
+            if sig == signal.SIGSTOP and not _guarded(proc.pid):
                 continue
             try:
                 os.kill(proc.pid, sig)
@@ -683,6 +744,14 @@ class DaemonThreadExecutor(cf.Executor):
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _guarded(pid: int) -> bool:
+    """Whether worker ``pid`` has set its parent-death guard (it leads its own group then)."""
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
+
+
 def _processes(executor: cf.Executor) -> list[Any]:
     """A process pool's worker processes (none for threads), copied: the pool's manager
     thread may change its table meanwhile."""
@@ -691,11 +760,16 @@ def _processes(executor: cf.Executor) -> list[Any]:
 
 def _terminate_processes(executor: cf.Executor) -> None:
     """A process pool's shutdown waits for a running job; a compile may never finish. A
-    worker stopped through a heavy call holds SIGTERM until continued."""
+    worker stopped through a heavy call holds SIGTERM until continued. Each worker leads
+    its own process group: ending the group ends what it started (a compiler) too."""
     for proc in _processes(executor):
         proc.terminate()
         if proc.pid is not None:
             try:
                 os.kill(proc.pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass

@@ -140,6 +140,25 @@ class NodeProcess:
             pass
 
 
+def session_members(session_id: int) -> dict[int, str]:
+    """The live (not zombie) processes of a session, and their command lines: everything a
+    process started with ``start_new_session`` left, wherever it was reparented to."""
+    members: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        state, session = fields[0], int(fields[3])
+        if session == session_id and state not in ("Z", "X"):
+            members[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return members
+
+
 def start_node(
     executable: str,
     *,

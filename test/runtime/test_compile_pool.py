@@ -98,6 +98,8 @@ def test_a_heavy_call_suspends_the_running_compile_process(tmp_path: Path) -> No
         compile_fn=stalling_compiler_fault_injector,
     )
     try:
+        # A worker still importing has set no parent-death guard and is never stopped.
+        assert pool.wait_started(60.0)
         key = Signature.of("forward", {"N": 4, "M": 4})
         assert pool.submit(request(key, tmp_path), 1.0, on_done)
         deadline = time.monotonic() + 60
@@ -127,6 +129,7 @@ def test_shutdown_while_suspended_does_not_hang(tmp_path: Path) -> None:
     pool = CompilePool(
         WEIGHTS, "x86_64", tmp_path, mode="process", compile_fn=stalling_compiler_fault_injector
     )
+    assert pool.wait_started(60.0)
     key = Signature.of("forward", {"N": 4, "M": 4})
     pool.submit(request(key, tmp_path), 1.0, lambda *a: None)
     deadline = time.monotonic() + 60
@@ -373,6 +376,7 @@ def test_the_trial_measures_how_long_process_compiles_were_stopped(cache_root: P
     pool = CompilePool(WEIGHTS, "x86_64", cache_root, mode="auto")
     done = threading.Event()
     try:
+        assert pool.wait_started(60.0)
         key = Signature.of("forward", {"N": 7, "M": 5})
         assert pool.submit(request(key, cache_root), 1.0, lambda *_: done.set())
         deadline = time.monotonic() + 60
@@ -798,3 +802,77 @@ def test_an_engine_prunes_its_cache_at_start_and_counts_it(tmp_path: Path) -> No
         assert engine.metrics.snapshot()["disk_evictions"] == 1
         assert not stale.exists()
         assert engine.cache.lookup(engine.cache.entries()[0].key) is not None
+
+
+KILLED_MID_COMPILE = """
+import sys
+import time
+from pathlib import Path
+
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime.compile_pool import CompilePool
+from dynshape_perception.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.runtime.validation import CompileRequest
+from dynshape_perception.testing.faults import stalling_compiler_fault_injector
+
+if __name__ == "__main__":
+    root, stopped = Path(sys.argv[1]), sys.argv[2] == "stopped"
+    model = model_definition("associator")
+    weights = {"associator": init_weights(parameter_shapes(model), seed=8)}
+    pool = CompilePool(
+        weights, "x86_64", root, mode="process", compile_fn=stalling_compiler_fault_injector
+    )
+    assert pool.wait_started(120.0)
+    key = Signature.of("forward", {"N": 4, "M": 4})
+    sample = sample_inputs(model, "forward", key.as_dict(), seed=1)
+    pool.submit(CompileRequest("associator", "x86_64", key, str(root), sample=sample), 1.0,
+                lambda *a: None)
+    while not pool.compiling_now():
+        time.sleep(0.01)
+    held = pool.yielding()
+    if stopped:
+        held.__enter__()
+    print("compiling", flush=True)
+    time.sleep(600)
+"""
+ORPHAN_WAIT_S = 5.0
+
+
+@pytest.mark.parametrize("state", ["running", "stopped"])
+def test_a_process_killed_mid_compile_leaves_no_process_behind(tmp_path: Path, state: str) -> None:
+    """SIGKILL runs no clean-up: the workers and the resource tracker must end by themselves,
+    a worker stopped through a heavy call included."""
+    from dynshape_perception.testing.processes import session_members
+
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_MID_COMPILE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "cache"), state],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "compiling\n"
+        members = session_members(proc.pid)
+        workers = [p for p, cmd in members.items() if "spawn_main" in cmd]
+        assert workers and any("resource_tracker" in cmd for cmd in members.values()), members
+        if state == "stopped":
+            assert all(settles_to(p, "T") for p in workers)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=ORPHAN_WAIT_S)
+        deadline = time.monotonic() + ORPHAN_WAIT_S
+        while session_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session_members(proc.pid) == {}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in session_members(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
