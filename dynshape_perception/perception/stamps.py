@@ -49,21 +49,40 @@ class Screened:
 class StampScreen:
     """Screens one input's stamps against its newest accepted one and the node's clock.
 
-    A stamp that is not positive (unset, or a year-2100 time wrapped on the 32-bit wire), or
-    more than the jump tolerances away from the newest one, is an outlier: dropped, so that
-    it moves no state. It starts a run; once ``jump_confirm_frames`` stamps in a row follow
-    it (each after the one before, within the ahead tolerance), the run is a new timeline:
-    a jump back restarts the state (a looped bag, a reset clock), a jump ahead (a gap in
-    the input) simply goes on. A stamp back on the old timeline ends the run.
+    A stamp that is not positive (unset, or a year-2100 time wrapped on the 32-bit wire) is
+    an outlier: dropped, so that it moves no state. So is one more than
+    ``jump_back_tolerance_s`` before the newest stamp, or one that ran ahead of it by more
+    than ``jump_ahead_tolerance_s`` beyond what the node's clock advanced meanwhile: a gap
+    in the input (the clock ran on too) is no jump, a stray stamp seconds ahead is. Without
+    a clock every step ahead counts. An outlier starts a run; once ``jump_confirm_frames``
+    stamps in a row follow it (each after the one before, within the ahead tolerance), the
+    run is a new timeline: a jump back restarts the state (a looped bag, a reset clock), a
+    jump ahead simply goes on. A stamp back on the old timeline ends the run.
     """
 
     def __init__(self, policy: StampPolicy) -> None:
         self.policy = policy
         self._run: list[float] = []
+        # The newest stamp taken and the clock when it was: how far the clock ran since.
+        self._taken: tuple[float, float] | None = None
 
     def clear(self) -> None:
         """Forget a run under way (the state restarted for another input's jump)."""
         self._run.clear()
+        self._taken = None
+
+    def _ahead_s(self, stamp_s: float, newest_s: float, now_s: float) -> float:
+        """How far ``stamp_s`` ran ahead of ``newest_s``, less what the clock ran since."""
+        step = stamp_s - newest_s
+        taken = self._taken
+        if now_s > 0.0 and taken is not None and taken[0] == newest_s and taken[1] > 0.0:
+            step -= now_s - taken[1]
+        return step
+
+    def _take(self, stamp_s: float, now_s: float, screened: Screened) -> Screened:
+        if self._taken is None or stamp_s > self._taken[0]:
+            self._taken = (stamp_s, now_s)
+        return screened
 
     def check(self, stamp_s: float, newest_s: float | None, now_s: float) -> Screened:
         """The verdict on ``stamp_s``, given the newest accepted stamp and the node's clock
@@ -77,10 +96,14 @@ class StampScreen:
                 f"stamp {stamp_s:.6f} s is {stamp_s - now_s:.3f} s ahead of the node's clock "
                 f"(stamps.future_tolerance_s {policy.future_tolerance_s})",
             )
-        step = None if newest_s is None else stamp_s - newest_s
-        if step is None or -policy.jump_back_tolerance_s <= step <= policy.jump_ahead_tolerance_s:
+        if newest_s is None:
             self._run.clear()
-            return Screened(ACCEPT)
+            return self._take(stamp_s, now_s, Screened(ACCEPT))
+        step = stamp_s - newest_s
+        ahead = self._ahead_s(stamp_s, newest_s, now_s)
+        if -policy.jump_back_tolerance_s <= step and ahead <= policy.jump_ahead_tolerance_s:
+            self._run.clear()
+            return self._take(stamp_s, now_s, Screened(ACCEPT))
         run = self._run
         if run and 0.0 < stamp_s - run[-1] <= policy.jump_ahead_tolerance_s:
             run.append(stamp_s)
@@ -89,17 +112,27 @@ class StampScreen:
         direction = "back" if step < 0.0 else "ahead"
         if len(run) >= policy.jump_confirm_frames:
             run.clear()
-            return Screened(
-                RESTART if step < 0.0 else ACCEPT,
-                f"time jumped {direction} {abs(step):.3f} s (from {newest_s:.6f} s to "
-                f"{stamp_s:.6f} s) for {policy.jump_confirm_frames} input(s) in a row",
+            if step < 0.0:
+                self._taken = None
+            return self._take(
+                stamp_s,
+                now_s,
+                Screened(
+                    RESTART if step < 0.0 else ACCEPT,
+                    f"time jumped {direction} {abs(step):.3f} s (from {newest_s:.6f} s to "
+                    f"{stamp_s:.6f} s) for {policy.jump_confirm_frames} input(s) in a row",
+                ),
             )
         tolerance = (
             policy.jump_back_tolerance_s if step < 0.0 else policy.jump_ahead_tolerance_s
         )
+        where = (
+            f"lies {-step:.3f} s before the newest {newest_s:.6f} s"
+            if step < 0.0
+            else f"ran {ahead:.3f} s further ahead of the newest {newest_s:.6f} s than the clock"
+        )
         return Screened(
             OUTLIER_STAMP,
-            f"stamp {stamp_s:.6f} s lies {abs(step):.3f} s {direction} of the newest "
-            f"{newest_s:.6f} s (tolerance {tolerance} s): {len(run)} of "
+            f"stamp {stamp_s:.6f} s {where} (tolerance {tolerance} s): {len(run)} of "
             f"{policy.jump_confirm_frames} input(s) in a row needed to take the jump",
         )

@@ -56,6 +56,10 @@ def node_overrides(
         # test/scheduling and test/nodes/test_tiered.py.
         "tiers.shed_expired": False,
         "tiers.shed_infeasible": False,
+        # The tests stamp frames on a timeline of their own, seconds apart between tests and
+        # unrelated to the nodes' clock: each jump is taken at once. Held-back jumps are
+        # tested in test/nodes/test_node_inputs.py and test/perception/test_stamps.py.
+        "stamps.jump_confirm_frames": 1,
     }
 
 

@@ -70,6 +70,22 @@ def test_a_run_must_be_consecutive_and_in_order() -> None:
     assert verdicts == [OUTLIER_STAMP] * 2 + [ACCEPT] + [OUTLIER_STAMP] * 2 + [RESTART]
 
 
+def test_a_gap_the_clock_ran_through_is_no_jump_but_a_stray_stamp_is() -> None:
+    """Live: stamps follow the node's clock. A sensor silent for 30 s comes back on time; a
+    stamp 4.9 s ahead of a clock that ran 0.5 s is a glitch."""
+    screen = StampScreen(StampPolicy(jump_ahead_tolerance_s=2.0))
+    latency = 0.02
+    clock = 1000.0
+    assert screen.check(clock - latency, None, clock).verdict == ACCEPT
+    clock += 30.0
+    assert screen.check(clock - latency, 1000.0 - latency, clock).verdict == ACCEPT
+    clock += 0.5
+    stray = screen.check(clock + 4.9 - latency, 1030.0 - latency, clock)
+    assert stray.verdict == OUTLIER_STAMP and "4.900 s further ahead" in stray.reason
+    clock += 0.5
+    assert screen.check(clock - latency, 1030.0 - latency, clock).verdict == ACCEPT
+
+
 def test_one_confirm_frame_takes_every_jump_at_once() -> None:
     screen = StampScreen(StampPolicy(jump_confirm_frames=1))
     assert feed(screen, [100.0, 200.0, 50.0]) == [ACCEPT, ACCEPT, RESTART]
