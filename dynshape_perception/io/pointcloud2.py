@@ -161,19 +161,26 @@ def _field_dtype(field: Any, point_step: int, endian: str) -> np.dtype:
     return np.dtype(endian + kind)
 
 
-def _check_fields(msg: CloudLike, endian: str) -> dict[str, Any]:
+def _check_fields(msg: CloudLike, endian: str, float32: Sequence[str]) -> dict[str, Any]:
     """Every field, read or not: a known datatype, inside ``point_step``, its name and its
-    bytes its own. A layout that breaks one of these is a broken driver or a corrupt message,
-    whose named fields cannot be trusted either."""
-    by_name: dict[str, Any] = {}
+    bytes its own; those named in ``float32`` FLOAT32. A layout that breaks one of these is a
+    broken driver or a corrupt message, whose named fields cannot be trusted either."""
     spans: list[tuple[int, int, str]] = []
+    for field in msg.fields:
+        size = _field_dtype(field, int(msg.point_step), endian).itemsize * int(field.count)
+        spans.append((int(field.offset), int(field.offset) + size, str(field.name)))
+    for field in msg.fields:
+        if str(field.name) in float32 and int(field.datatype) != FLOAT32:
+            kind = DATATYPES[int(field.datatype)]
+            raise CloudError(
+                UNSUPPORTED_DATATYPE, f"field {field.name!r} must be FLOAT32, got {kind}"
+            )
+    by_name: dict[str, Any] = {}
     for field in msg.fields:
         name = str(field.name)
         if name in by_name:
             raise CloudError(DUPLICATE_FIELDS, f"the cloud has two fields named {name!r}")
         by_name[name] = field
-        size = _field_dtype(field, int(msg.point_step), endian).itemsize * int(field.count)
-        spans.append((int(field.offset), int(field.offset) + size, name))
     spans.sort()
     for (_, end, first), (start, _, second) in itertools.pairwise(spans):
         if start < end:
@@ -184,11 +191,14 @@ def _check_fields(msg: CloudLike, endian: str) -> dict[str, Any]:
     return by_name
 
 
-def field_columns(msg: CloudLike, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Zero-copy strided views ``[height, width]`` of the named fields."""
+def field_columns(
+    msg: CloudLike, names: Sequence[str], float32: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """Zero-copy strided views ``[height, width]`` of the named fields; those in ``float32``
+    must be FLOAT32."""
     data, _ = _check_shape(msg)
     endian = ">" if msg.is_bigendian else "<"
-    by_name = _check_fields(msg, endian)
+    by_name = _check_fields(msg, endian, float32)
     formats = {}
     for name in names:
         field = by_name.get(name)
@@ -219,7 +229,7 @@ def cloud_to_points(msg: CloudLike) -> Points:
     Organised clouds are flattened row by row. A dense cloud (``is_dense``) holding
     NaN or Inf is refused; a non-dense one loses its non-finite points.
     """
-    columns = field_columns(msg, (*XYZ, INTENSITY))
+    columns = field_columns(msg, (*XYZ, INTENSITY), float32=XYZ)
     missing = [name for name in XYZ if name not in columns]
     if missing:
         names = [str(f.name) for f in msg.fields]

@@ -248,10 +248,11 @@ def test_bad_table_stale_stamp_and_odometry_going_back(
     session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
     # A points cloud where the tracker expects the obstacle table.
     probe.obstacles_pub.publish(table_msg(np.zeros(2, TRACK_DTYPE), header(time_msg(ns), "lidar")))
-    # The same stamp again: the tracker must not step back.
-    probe.obstacles_pub.publish(
-        table_msg(np.zeros(1, OBSTACLE_DTYPE), header(time_msg(ns), "lidar"))
-    )
+    # The same stamp again: the tracker must not step back. (A box of some size: one of
+    # none is a bad_box_size drop, whatever its stamp.)
+    valid = np.zeros(1, OBSTACLE_DTYPE)
+    valid["length"] = valid["width"] = valid["height"] = 1.0
+    probe.obstacles_pub.publish(table_msg(valid, header(time_msg(ns), "lidar")))
     probe.publish_odometry(ns - 5_000_000_000, 0.0, 0.0, 0.0)
     assert wait_counter(session, "tracker_node", "drops.table_layout", layout_before + 1) == (
         layout_before + 1
