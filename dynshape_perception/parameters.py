@@ -463,9 +463,11 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ParamSpec(
             "stamps.jump_ahead_tolerance_s",
             _STAMPS.jump_ahead_tolerance_s,
-            "an input stamped further than this after the newest one jumps ahead: dropped as "
-            "outlier_stamp until stamps.jump_confirm_frames in a row follow it (a gap in the "
-            "input), so that one stray stamp cannot make the inputs after it stale",
+            "an input stamped further than this after the newest one, beyond how far the "
+            "node's clock ran meanwhile, jumps ahead: dropped as outlier_stamp until "
+            "stamps.jump_confirm_frames in a row follow it, so that one stray stamp cannot "
+            "make the inputs after it stale (a pause of the input, the clock running on, is "
+            "no jump)",
             low=_MIN_STAMP_TOLERANCE_S,
             high=_MAX_STAMP_TOLERANCE_S,
         ),
