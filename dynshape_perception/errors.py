@@ -43,6 +43,10 @@ class MessageError(DynshapeError):
     """A ROS message cannot be converted (bad layout, lengths, or datatypes)."""
 
 
+class TransformError(DynshapeError):
+    """A coordinate transform is unknown, out of its time range, or degenerate."""
+
+
 class SchedulingError(DynshapeError):
     """Work cannot be admitted or scheduled."""
 

@@ -8,12 +8,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dynshape_perception.config import Bounds, default_bounds, predictor_history_steps
+from dynshape_perception.config import Bounds, Roi, default_bounds, predictor_history_steps
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.perception.clustering import ClusterParams
+from dynshape_perception.perception.localization import FrameParams
+from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.scan import SURROUND_ROI, Box, ScanParams
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.tracking import TrackerParams
+from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import COMPILE_MODES, MODES, JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.streaming import NearField
@@ -21,6 +25,7 @@ from dynshape_perception.scheduling.tiers import TierConfig
 
 Value = bool | int | float | str
 
+TRACKER_INPUT_OBJECTS = "detected_objects"
 TRACKER_INPUT_TABLE = "table"
 TRACKER_INPUT_VISION = "vision_msgs"
 
@@ -84,6 +89,16 @@ _MAX_INTENSITY_SCALE = 1e9
 # Executor options that take None (leave the thread or interpreter as it is) are 0 here:
 # a ROS parameter has one fixed type.
 _OFF = 0
+_FRAMES = FrameParams()
+_OBJECTS = ObjectParams()
+_SCAN = ScanParams()
+_MAX_MOUNT_M = 100.0
+_MAX_STD = 100.0
+_MAX_RATE_HZ = 10_000.0
+_MAX_WINDOW = 1000
+# A passenger car around base_link (rear axle on the ground), for the ego crop.
+_EGO_BOX_M = {"x": (-1.0, 4.0), "y": (-1.0, 1.0), "z": (-0.5, 2.0)}
+_AXES = ("x", "y", "z")
 
 
 def _engine_group() -> tuple[ParamSpec, ...]:
@@ -202,7 +217,7 @@ def _near_field_group() -> tuple[ParamSpec, ...]:
         ParamSpec(
             "near_field.ahead_m",
             _NEAR.ahead_m,
-            "tier-1 collision corridor: its length ahead of the sensor (+x)",
+            "tier-1 collision corridor (frames.base_frame): its length ahead (+x)",
             low=_MIN_CORRIDOR_M,
             high=_MAX_RANGE_M,
         ),
@@ -216,21 +231,21 @@ def _near_field_group() -> tuple[ParamSpec, ...]:
         ParamSpec(
             "near_field.behind_m",
             _NEAR.behind_m,
-            "tier-1 collision corridor: its length behind the sensor (-x)",
+            "tier-1 collision corridor (frames.base_frame): its length behind (-x)",
             low=0.0,
             high=_MAX_RANGE_M,
         ),
         ParamSpec(
             "near_field.min_z_m",
             _NEAR.min_z_m,
-            "tier-1 collision corridor: lowest point height in the sensor frame",
+            "tier-1 collision corridor: lowest point height in frames.base_frame",
             low=-_MAX_RANGE_M,
             high=_MAX_RANGE_M,
         ),
         ParamSpec(
             "near_field.max_z_m",
             _NEAR.max_z_m,
-            "tier-1 collision corridor: highest point height in the sensor frame",
+            "tier-1 collision corridor: highest point height in frames.base_frame",
             low=-_MAX_RANGE_M,
             high=_MAX_RANGE_M,
         ),
@@ -249,6 +264,158 @@ def _near_field_group() -> tuple[ParamSpec, ...]:
             "keeps them",
             low=0.0,
             high=_MAX_GROUND_BAND_M,
+        ),
+    )
+
+
+def _mount_group() -> tuple[ParamSpec, ...]:
+    fallback = "where TF has no transform from the cloud's frame to frames.base_frame"
+    return (
+        *(
+            ParamSpec(
+                f"frames.mount_{axis}_m",
+                0.0,
+                f"sensor position along {axis} in frames.base_frame, {fallback}",
+                True,
+                low=-_MAX_MOUNT_M,
+                high=_MAX_MOUNT_M,
+            )
+            for axis in _AXES
+        ),
+        ParamSpec(
+            "frames.mount_yaw_rad",
+            0.0,
+            f"sensor yaw in frames.base_frame, {fallback}",
+            True,
+            low=-math.pi,
+            high=math.pi,
+        ),
+    )
+
+
+def _scan_group() -> tuple[ParamSpec, ...]:
+    roi = tuple(
+        ParamSpec(
+            f"scan.roi_{axis}_{end}_m",
+            getattr(SURROUND_ROI, f"{axis}_m")[i],
+            f"region of interest in frames.base_frame: {end}imum {axis}; points outside are "
+            "left out before segmentation (live)",
+            low=-_MAX_RANGE_M,
+            high=_MAX_RANGE_M,
+        )
+        for axis in _AXES
+        for i, end in enumerate(("min", "max"))
+    )
+    ego = tuple(
+        ParamSpec(
+            f"scan.ego_{axis}_{end}_m",
+            _EGO_BOX_M[axis][i],
+            f"ego crop box in frames.base_frame: {end}imum {axis} (live)",
+            low=-_MAX_RANGE_M,
+            high=_MAX_RANGE_M,
+        )
+        for axis in _AXES
+        for i, end in enumerate(("min", "max"))
+    )
+    return (
+        *roi,
+        ParamSpec(
+            "scan.crop_ego",
+            False,
+            "leave out the points inside the ego crop box (the vehicle's own body)",
+        ),
+        *ego,
+        ParamSpec(
+            "scan.min_range_m",
+            0.5,
+            "points nearer the sensor than this are left out (housing, rain, dust); points "
+            "at exactly (0, 0, 0) are no-returns and always left out",
+            low=0.0,
+            high=_MAX_RANGE_M,
+        ),
+    )
+
+
+def _objects_group() -> tuple[ParamSpec, ...]:
+    what = {
+        "position_std_m": "standard deviation of a track's position (x, y)",
+        "height_std_m": "standard deviation of a track's height (z)",
+        "yaw_std_rad": "standard deviation of a track's heading",
+        "velocity_std_mps": "standard deviation of a track's velocity (x, y)",
+    }
+    return (
+        *(
+            ParamSpec(
+                f"objects.{name}",
+                float(getattr(_OBJECTS, name)),
+                f"{text} in the published covariance; it grows with each frame the track "
+                "coasts without a detection",
+                low=1e-6,
+                high=_MAX_STD,
+            )
+            for name, text in what.items()
+        ),
+        ParamSpec(
+            "objects.stationary_speed_mps",
+            _OBJECTS.stationary_speed_mps,
+            "tracks slower than this are published as stationary",
+            low=1e-6,
+            high=_MAX_STD,
+        ),
+    )
+
+
+def _diagnostics_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "diagnostics.min_rate_hz",
+            5.0,
+            "input and output topics below this rate (less diagnostics.rate_tolerance) are "
+            "reported as WARN; no message in a window as ERROR",
+            True,
+            low=0.0,
+            high=_MAX_RATE_HZ,
+        ),
+        ParamSpec(
+            "diagnostics.max_rate_hz",
+            30.0,
+            "input and output topics above this rate (plus diagnostics.rate_tolerance) are "
+            "reported as WARN",
+            True,
+            low=0.0,
+            high=_MAX_RATE_HZ,
+        ),
+        ParamSpec(
+            "diagnostics.rate_tolerance",
+            0.1,
+            "relative slack of the rate bounds",
+            True,
+            low=0.0,
+            high=1.0,
+        ),
+        ParamSpec(
+            "diagnostics.rate_window",
+            5,
+            "diagnostics periods the topic rates are measured over",
+            True,
+            low=1,
+            high=_MAX_WINDOW,
+        ),
+        ParamSpec(
+            "diagnostics.max_stamp_delay_s",
+            1.0,
+            "a message stamped further than this before the node's clock is late (ERROR)",
+            True,
+            low=0.0,
+            high=_MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "diagnostics.min_stamp_delay_s",
+            -0.1,
+            "a message stamped further than -this ahead of the node's clock is early (ERROR)",
+            True,
+            low=-_MAX_STAMP_TOLERANCE_S,
+            high=0.0,
         ),
     )
 
@@ -314,14 +481,6 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ),
     ),
     "io": (
-        ParamSpec(
-            "diagnostics_period_s",
-            1.0,
-            "period of /diagnostics messages",
-            True,
-            low=0.05,
-            high=60.0,
-        ),
         ParamSpec(
             "warn_throttle_s",
             5.0,
@@ -407,30 +566,6 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             True,
             low=2,
             high=_MAX_COUNT,
-        ),
-        ParamSpec(
-            "odometry.sensor_x_m",
-            0.0,
-            "lidar position along x in the odometry child frame",
-            True,
-            low=-100.0,
-            high=100.0,
-        ),
-        ParamSpec(
-            "odometry.sensor_y_m",
-            0.0,
-            "lidar position along y in the odometry child frame",
-            True,
-            low=-100.0,
-            high=100.0,
-        ),
-        ParamSpec(
-            "odometry.sensor_yaw_rad",
-            0.0,
-            "lidar yaw in the odometry child frame",
-            True,
-            low=-math.pi,
-            high=math.pi,
         ),
         ParamSpec(
             "odometry.max_extrapolation_s",
@@ -525,10 +660,12 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
     "tracker_input": (
         ParamSpec(
             "tracker.input_type",
-            TRACKER_INPUT_TABLE,
-            "obstacles input: the obstacle table (PointCloud2) or vision_msgs/Detection3DArray",
+            TRACKER_INPUT_OBJECTS,
+            "detections input: autoware_perception_msgs/DetectedObjects on 'detected_objects', "
+            "vision_msgs/Detection3DArray on 'detections', or the obstacle table (PointCloud2) "
+            "on 'obstacles'",
             True,
-            choices=(TRACKER_INPUT_TABLE, TRACKER_INPUT_VISION),
+            choices=(TRACKER_INPUT_OBJECTS, TRACKER_INPUT_VISION, TRACKER_INPUT_TABLE),
         ),
     ),
     "prediction": (
@@ -545,6 +682,12 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ),
     ),
     "markers": (
+        ParamSpec(
+            "debug.publish_markers",
+            True,
+            "publish RViz markers (track boxes, ids, predicted paths) on 'markers'",
+            True,
+        ),
         ParamSpec("markers.box_alpha", 0.5, "opacity of the track boxes", low=0.0, high=1.0),
         ParamSpec("markers.text_size_m", 1.0, "height of the track id labels", low=0.01, high=10.0),
         ParamSpec(
@@ -558,31 +701,97 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
     "tiers": _tiers_group(),
     "executor": _executor_group(),
     "near_field": _near_field_group(),
+    "base_frame": (
+        ParamSpec(
+            "frames.base_frame",
+            _FRAMES.base_frame,
+            "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
+            "segmentation; region of interest, ego crop and collision corridor lie in it",
+            True,
+        ),
+    ),
+    "mount": _mount_group(),
+    "fixed_frame": (
+        ParamSpec(
+            "frames.fixed_frame",
+            _FRAMES.fixed_frame,
+            "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
+            "each input's stamp, else from odometry on 'odom'; without either the vehicle "
+            "stands still in the input's frame",
+            True,
+        ),
+    ),
+    "scan": _scan_group(),
+    "objects": _objects_group(),
+    "tables": (
+        ParamSpec(
+            "debug.publish_tables",
+            False,
+            "also publish the PointCloud2 tables (near_obstacles, obstacles, tracks, "
+            "predictions) of the README",
+            True,
+        ),
+    ),
+    "diagnostics": _diagnostics_group(),
 }
 
 _TIERED = ("tiers", "executor", "near_field")
+_COMMON = ("engine", "jit", "io", "diagnostics", "tables")
 
 NODE_GROUPS: dict[str, tuple[str, ...]] = {
-    "pointcloud_node": ("engine", "jit", "io", "points", "segmentation", *_TIERED),
-    "tracker_node": ("engine", "jit", "io", "odometry", "stamps", "tracking", "tracker_input"),
-    "prediction_node": ("engine", "jit", "io", "odometry", "stamps", "prediction", "markers"),
-    "perception_pipeline": (
-        "engine",
-        "jit",
-        "io",
+    "pointcloud_node": (
+        *_COMMON,
         "points",
+        "base_frame",
+        "mount",
+        "scan",
+        "segmentation",
+        *_TIERED,
+    ),
+    "tracker_node": (
+        *_COMMON,
+        "base_frame",
+        "mount",
+        "fixed_frame",
+        "odometry",
+        "stamps",
+        "tracking",
+        "objects",
+        "tracker_input",
+    ),
+    "prediction_node": (
+        *_COMMON,
+        "base_frame",
+        "fixed_frame",
+        "odometry",
+        "stamps",
+        "objects",
+        "prediction",
+        "markers",
+    ),
+    "perception_pipeline": (
+        *_COMMON,
+        "points",
+        "base_frame",
+        "mount",
+        "fixed_frame",
+        "scan",
         "segmentation",
         "odometry",
         "stamps",
         "tracking",
+        "objects",
         "prediction",
         "markers",
         *_TIERED,
     ),
 }
 
-# Parameters rclpy declares on every node by itself.
+# Parameters rclpy declares on every node by itself, and those diagnostic_updater declares
+# (its publishing period and whether statuses carry the node's namespace).
 BUILTIN_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
+UPDATER_PERIOD = "diagnostic_updater.period"
+LIBRARY_PARAMETERS = frozenset({UPDATER_PERIOD, "diagnostic_updater.use_fqn"})
 
 
 def node_specs(node: str) -> dict[str, ParamSpec]:
@@ -622,16 +831,56 @@ def tracker_params(values: Mapping[str, Value], base: TrackerParams = _TRACKER) 
     return replace(base, **_pick(values, "tracking", names))
 
 
+def _interval(values: Mapping[str, Value], prefix: str, axis: str) -> tuple[float, float]:
+    return float(values[f"{prefix}_{axis}_min_m"]), float(values[f"{prefix}_{axis}_max_m"])
+
+
+def scan_params(values: Mapping[str, Value]) -> ScanParams | None:
+    """The crop of the lidar nodes (None where a node declares no ``scan.*``)."""
+    if "scan.min_range_m" not in values:
+        return None
+    roi = Roi(*(_interval(values, "scan.roi", axis) for axis in _AXES))
+    ego = Box(*(_interval(values, "scan.ego", axis) for axis in _AXES))
+    return ScanParams(
+        roi=roi,
+        ego=ego if values["scan.crop_ego"] else None,
+        min_range_m=float(values["scan.min_range_m"]),
+    )
+
+
+def object_params(values: Mapping[str, Value]) -> ObjectParams:
+    names = ("position_std_m", "height_std_m", "yaw_std_rad", "velocity_std_mps")
+    return replace(_OBJECTS, **_pick(values, "objects", (*names, "stationary_speed_mps")))
+
+
+def frame_params(values: Mapping[str, Value]) -> FrameParams:
+    picked = _pick(values, "frames", ("base_frame", "fixed_frame"))
+    mount = _pick(values, "frames", ("mount_x_m", "mount_y_m", "mount_z_m", "mount_yaw_rad"))
+    fallback = planar(
+        float(mount.get("mount_x_m", 0.0)),
+        float(mount.get("mount_y_m", 0.0)),
+        float(mount.get("mount_yaw_rad", 0.0)),
+        float(mount.get("mount_z_m", 0.0)),
+    )
+    return replace(_FRAMES, fallback_mount=fallback, **picked)
+
+
 def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
     extra: dict[str, Any] = {}
     if "points.subsample_over_bound" in values:
         extra["subsample_over_bound"] = values["points.subsample_over_bound"]
     if "prediction.min_history_steps" in values:
         extra["min_history_steps"] = values["prediction.min_history_steps"]
+    scan = scan_params(values)
+    cluster = cluster_params(values)
+    if scan is not None:
+        cluster = replace(cluster, roi=scan.roi)
     return replace(
         _PIPELINE,
-        cluster=cluster_params(values),
+        cluster=cluster,
         tracker=tracker_params(values),
+        scan=scan,
+        objects=object_params(values),
         **extra,
     )
 
@@ -727,6 +976,7 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
     executor_options(values)
     near_field(values)
     stamp_policy(values)
+    frame_params(values)
     pipeline = pipeline_params(values)
     # Only where the node predicts: the others would refuse to start over a value they
     # never use (bounds.max_history_steps: 1 with the default minimum of 2).

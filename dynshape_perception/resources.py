@@ -35,6 +35,13 @@ def share_dir() -> Path:
         ) from err
 
 
+def ament_prefixes() -> list[Path]:
+    """Install prefixes to search for other packages' share files: ``AMENT_PREFIX_PATH``, as
+    a sourced ROS sets it, then this Python's prefix (a venv holding the ROS wheels)."""
+    listed = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    return list(dict.fromkeys([*listed, Path(sys.prefix)]))
+
+
 def config_path(name: str) -> Path:
     return share_dir() / "config" / name
 

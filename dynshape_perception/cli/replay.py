@@ -110,8 +110,12 @@ def settings_from_values(
     ignored = tuple(sorted(n for n in values if n not in specs and not is_tier_parameter(n)))
     jit = node_params.jit_config(known)
     mode = jit_mode or ("frozen" if jit.mode == "frozen" else "off")
+    # A replay crops and transforms its scans as the lidar nodes do.
+    lidar = {n: s.default for n, s in node_params.node_specs("perception_pipeline").items()}
+    lidar.update(known)
     return ReplaySettings(
-        pipeline=node_params.pipeline_params(known),
+        pipeline=node_params.pipeline_params(lidar),
+        frames=node_params.frame_params(lidar),
         jit=replace(jit, mode=mode),
         bounds=node_params.bounds_from(known),
         target=target or str(known.get("target_profile", "x86_64")),

@@ -35,9 +35,12 @@ from rosbags.typesys import (
 )
 from rosbags.typesys.store import Typestore
 
-from dynshape_perception.errors import DataError, MessageError
+from dynshape_perception.errors import DataError, DynshapeError, MessageError
+from dynshape_perception.io.classes import name_of
+from dynshape_perception.io.objects import OBJECT_TYPES, yaw_of_quaternion
 from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud, points_to_cloud
-from dynshape_perception.io.tables import LABEL_PEDESTRIAN, OBSTACLE_DTYPE
+from dynshape_perception.perception.transforms import Matrix, matrix, quaternion_of
+from dynshape_perception.resources import ament_prefixes
 
 if sys.version_info >= (3, 14):
     from compression.zstd import ZstdError
@@ -48,6 +51,11 @@ POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
 ODOMETRY = "nav_msgs/msg/Odometry"
 CLOCK = "rosgraph_msgs/msg/Clock"
 DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
+TF_MESSAGE = "tf2_msgs/msg/TFMessage"
+TF_TOPIC = "/tf"
+TF_STATIC_TOPIC = "/tf_static"
+# Message packages whose definitions are read from their installed .msg files.
+INSTALLED_MSG_PACKAGES = ("autoware_perception_msgs",)
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 BAG_VERSION: Literal[9] = 9
 
@@ -106,15 +114,54 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 
+def installed_definitions(package: str) -> dict[str, str]:
+    """``pkg/msg/Name`` -> .msg text of an installed message package (first prefix that has
+    it); empty where none has."""
+    for prefix in ament_prefixes():
+        folder = prefix / "share" / package / "msg"
+        if folder.is_dir():
+            return {
+                f"{package}/msg/{path.stem}": path.read_text()
+                for path in sorted(folder.glob("*.msg"))
+            }
+    return {}
+
+
 @lru_cache(maxsize=1)
 def typestore() -> Typestore:
-    """The ROS 2 Jazzy typestore with the vision_msgs definitions added."""
+    """The ROS 2 Jazzy typestore with the vision_msgs definitions and the installed ones of
+    ``INSTALLED_MSG_PACKAGES`` added, so that bags carry their exact definitions and hashes."""
     store = get_typestore(Stores.ROS2_JAZZY)
     types: dict[str, Any] = {}
-    for name, text in VISION_MSGS.items():
+    texts = dict(VISION_MSGS)
+    for package in INSTALLED_MSG_PACKAGES:
+        texts.update(installed_definitions(package))
+    for name, text in texts.items():
         types.update(get_types_from_msg(text, name))
     store.register(types)
     return store
+
+
+def has_type(msgtype: str) -> bool:
+    return msgtype in typestore().types
+
+
+def message(msgtype: str, /, **fields: Any) -> Any:
+    """A rosbags message of ``msgtype`` (the message factory of ``io.objects``)."""
+    try:
+        cls = typestore().types[msgtype]
+    except KeyError as err:
+        package = msgtype.split("/")[0]
+        raise DataError(
+            f"{msgtype} is not known here: install {package} (apt install "
+            f"ros-$ROS_DISTRO-{package.replace('_', '-')}) for its message definitions"
+        ) from err
+    return cls(**fields)
+
+
+def object_types() -> tuple[str, ...]:
+    """The standard object message types this installation can write."""
+    return tuple(t for t in OBJECT_TYPES if has_type(t))
 
 
 def stamp_ns(stamp: Any) -> int:
@@ -164,7 +211,40 @@ def points_message(points: np.ndarray, ns: int, frame_id: str) -> Any:
 
 
 def quaternion_yaw(q: Any) -> float:
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+    """The heading of a message quaternion (normalised; MessageError if degenerate)."""
+    return yaw_of_quaternion(q)
+
+
+def transform_message(parent: str, child: str, ns: int, m: Matrix) -> Any:
+    """A geometry_msgs/TransformStamped of ``child`` in ``parent``."""
+    types = typestore().types
+    x, y, z = (float(v) for v in m[:3, 3])
+    qx, qy, qz, qw = quaternion_of(m)
+    return types["geometry_msgs/msg/TransformStamped"](
+        header=header(ns, parent),
+        child_frame_id=child,
+        transform=types["geometry_msgs/msg/Transform"](
+            translation=types["geometry_msgs/msg/Vector3"](x=x, y=y, z=z),
+            rotation=types["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw),
+        ),
+    )
+
+
+def tf_message(transforms: Sequence[Any]) -> Any:
+    return typestore().types[TF_MESSAGE](transforms=list(transforms))
+
+
+def transforms_of(msg: Any) -> list[tuple[str, str, int, Matrix]]:
+    """(parent, child, stamp ns, matrix) of each transform of a TFMessage."""
+    out = []
+    for t in msg.transforms:
+        tr, rot = t.transform.translation, t.transform.rotation
+        try:
+            m = matrix((tr.x, tr.y, tr.z), (rot.x, rot.y, rot.z, rot.w))
+        except DynshapeError as err:
+            raise MessageError(f"transform {t.child_frame_id!r}: {err}") from err
+        out.append((str(t.header.frame_id), str(t.child_frame_id), stamp_ns(t.header.stamp), m))
+    return out
 
 
 def odometry_message(
@@ -215,7 +295,7 @@ def clock_message(ns: int) -> Any:
 
 
 def detections_message(obstacles: np.ndarray, ns: int, frame_id: str) -> Any:
-    """Obstacle rows as a vision_msgs/Detection3DArray (class ids are the table's labels)."""
+    """Obstacle rows as a vision_msgs/Detection3DArray (class ids: the class names)."""
     types = typestore().types
     detections = []
     for row in obstacles:
@@ -230,7 +310,7 @@ def detections_message(obstacles: np.ndarray, ns: int, frame_id: str) -> Any:
         )
         hypothesis = types["vision_msgs/msg/ObjectHypothesisWithPose"](
             hypothesis=types["vision_msgs/msg/ObjectHypothesis"](
-                class_id=str(int(row["label"])), score=float(row["score"])
+                class_id=name_of(int(row["label"])), score=float(row["score"])
             ),
             pose=types["geometry_msgs/msg/PoseWithCovariance"](
                 pose=pose, covariance=np.zeros(36, dtype=np.float64)
@@ -248,30 +328,6 @@ def detections_message(obstacles: np.ndarray, ns: int, frame_id: str) -> Any:
             )
         )
     return types[DETECTION3D_ARRAY](header=header(ns, frame_id), detections=detections)
-
-
-def obstacles_from_detections(msg: Any) -> np.ndarray:
-    """A vision_msgs/Detection3DArray as an obstacle table (the best hypothesis gives the label)."""
-    table = np.zeros(len(msg.detections), dtype=OBSTACLE_DTYPE)
-    for i, det in enumerate(msg.detections):
-        centre, size = det.bbox.center, det.bbox.size
-        table[i]["x"], table[i]["y"], table[i]["z"] = (
-            centre.position.x,
-            centre.position.y,
-            centre.position.z,
-        )
-        table[i]["length"], table[i]["width"], table[i]["height"] = size.x, size.y, size.z
-        table[i]["yaw"] = quaternion_yaw(centre.orientation)
-        if det.results:
-            best = max(det.results, key=lambda r: r.hypothesis.score)
-            table[i]["score"] = best.hypothesis.score
-            try:
-                table[i]["label"] = int(best.hypothesis.class_id)
-            except ValueError:
-                table[i]["label"] = (
-                    LABEL_PEDESTRIAN if "ped" in best.hypothesis.class_id.lower() else 0
-                )
-    return table
 
 
 class BagWriter:

@@ -17,20 +17,31 @@ from dynshape_perception.config import (
     predictor_history_steps,
 )
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
-from dynshape_perception.io.tables import PREDICTION_DTYPE
 from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
-from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+from dynshape_perception.perception.ground import (
+    DEFAULT_SENSOR_HEIGHT_M,
+    GroundPlane,
+    fit_ground_plane,
+)
 from dynshape_perception.perception.history import resample_history
+from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.prediction import (
+    PredictedPaths,
+    PredictionStage,
+    prediction_table,
+)
+from dynshape_perception.perception.scan import ScanParams, prepare_scan
 from dynshape_perception.perception.tracking import Tracker, TrackerParams
-from dynshape_perception.runtime.batching import HistoryBatcher
+from dynshape_perception.perception.transforms import Matrix, planar, yaw_of
 
 ModelFn = Callable[..., list[np.ndarray]]
 STAGES = ("segment", "cluster", "track", "predict")
+__all__ = ["PredictedPaths", "prediction_table"]
 
 
 @dataclass(frozen=True)
 class Pose2D:
-    """The sensor's pose in the fixed (odometry) frame."""
+    """A planar pose in the fixed (odometry) frame."""
 
     x: float = 0.0
     y: float = 0.0
@@ -40,11 +51,22 @@ class Pose2D:
         c, s = math.cos(self.yaw), math.sin(self.yaw)
         return self.x + c * x - s * y, self.y + s * x + c * y
 
+    def matrix(self) -> Matrix:
+        return planar(self.x, self.y, self.yaw)
+
+    @classmethod
+    def of(cls, m: Matrix) -> Pose2D:
+        """The planar part of a transform: its origin's x, y and its heading."""
+        return cls(float(m[0, 3]), float(m[1, 3]), yaw_of(m))
+
 
 @dataclass(frozen=True)
 class PipelineParams:
     cluster: ClusterParams = field(default_factory=ClusterParams)
     tracker: TrackerParams = field(default_factory=TrackerParams)
+    # The crop of each scan; its ROI is also the clustering's (``cluster.roi``).
+    scan: ScanParams | None = None
+    objects: ObjectParams = field(default_factory=ObjectParams)
     subsample_over_bound: bool = False
     subsample_seed: int = 0
     ground_seed: int = 0
@@ -73,6 +95,7 @@ class FrameResult:
     predictions: np.ndarray
     latency_ms: dict[str, float]
     counts: dict[str, int]
+    paths: PredictedPaths | None = None
 
 
 def _check_points(points: np.ndarray) -> np.ndarray:
@@ -106,13 +129,30 @@ class Pipeline:
         self.step_s = float(pred.get("step_s", 0.4))
         self.history_steps = predictor_history_steps(self.bounds)
         self.tracker = Tracker(self._affinity, self.params.tracker, self.bounds)
-        self.batcher = HistoryBatcher(predictor)
+        self.prediction = PredictionStage(predictor, self.step_s)
+        self.batcher = self.prediction.batcher
         self.dropped_detections = 0
         self.dropped_agents = 0
         self.subsampled_frames = 0
+        # Height of the scan frame's origin above the road where no plane fits: the sensor's
+        # nominal height, less how far the mount raised the points.
+        self.origin_height_m = DEFAULT_SENSOR_HEIGHT_M
 
     def _affinity(self, det: np.ndarray, trk: np.ndarray) -> np.ndarray:
         return self._associator("forward", det, trk)[0]
+
+    def prepare(
+        self, points: np.ndarray, mount: Matrix | None = None
+    ) -> tuple[np.ndarray, dict[str, int]]:
+        """Sensor-frame points into the cropped vehicle-frame scan (``scan`` params; without
+        them the points pass as they are), then the P bound."""
+        removed: dict[str, int] = {}
+        if self.params.scan is not None:
+            mount = np.eye(4) if mount is None else mount
+            scan = prepare_scan(points, mount, self.params.scan)
+            points, removed = scan.points, scan.removed
+            self.origin_height_m = DEFAULT_SENSOR_HEIGHT_M - float(mount[2, 3])
+        return self.bound_points(points), removed
 
     def bound_points(self, points: np.ndarray) -> np.ndarray:
         """Enforce the P bound: subsample (seeded) if configured, else raise BoundError."""
@@ -126,9 +166,17 @@ class Pipeline:
         return points[keep]
 
     def segment(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, GroundPlane]:
-        ground = fit_ground_plane(points[:, :3], seed=self.params.ground_seed)
+        ground = self.fit_ground(points)
         scores, pooled = self._segmenter("forward", points, ground.as_array())
         return scores, pooled, ground
+
+    def fit_ground(self, points: np.ndarray) -> GroundPlane:
+        return fit_ground_plane(
+            points[:, :3], seed=self.params.ground_seed, default_height_m=self.origin_height_m
+        )
+
+    def default_ground(self) -> GroundPlane:
+        return GroundPlane.default(self.origin_height_m)
 
     def detect(self, points: np.ndarray, scores: np.ndarray, ground: GroundPlane) -> np.ndarray:
         obstacles = cluster_obstacles(points, scores, self.params.cluster, ground)
@@ -138,11 +186,15 @@ class Pipeline:
             obstacles = obstacles[: self.bounds.N]
         return obstacles
 
-    def to_fixed_frame(self, obstacles: np.ndarray, pose: Pose2D) -> np.ndarray:
+    def to_fixed_frame(self, obstacles: np.ndarray, pose: Pose2D | Matrix) -> np.ndarray:
+        """Boxes moved by ``pose`` (the transform from their frame to the fixed one): centres
+        in 3-D, headings by the transform's yaw."""
+        m = pose.matrix() if isinstance(pose, Pose2D) else np.asarray(pose, dtype=np.float64)
         out = obstacles.copy()
-        x, y = pose.apply(obstacles["x"].astype(np.float64), obstacles["y"].astype(np.float64))
-        out["x"], out["y"] = x, y
-        out["yaw"] = np.angle(np.exp(1j * (obstacles["yaw"] + pose.yaw)))
+        centres = np.stack([obstacles[k].astype(np.float64) for k in ("x", "y", "z")], axis=1)
+        moved = centres @ m[:3, :3].T + m[:3, 3]
+        out["x"], out["y"], out["z"] = moved[:, 0], moved[:, 1], moved[:, 2]
+        out["yaw"] = np.angle(np.exp(1j * (obstacles["yaw"] + yaw_of(m))))
         return out
 
     def track(self, obstacles_fixed: np.ndarray, stamp_s: float) -> np.ndarray:
@@ -170,28 +222,35 @@ class Pipeline:
             ids, histories = ids[: self.bounds.A], histories[: self.bounds.A]
         return np.asarray(ids, dtype=np.uint32), histories
 
-    def predict(self, tracks: np.ndarray, ego: Pose2D) -> np.ndarray:
+    def predict_paths(self, tracks: np.ndarray, ego: Pose2D) -> PredictedPaths:
         ids, histories = self.agent_histories(tracks, ego)
-        if ids.size == 0:
-            return np.zeros(0, dtype=PREDICTION_DTYPE)
-        state = self.batcher.encode(histories)
-        traj, probs = self._predictor("decode", *state)
-        return prediction_table(ids, traj, probs)
+        return self.prediction.predict(ids, histories)
+
+    def predict(self, tracks: np.ndarray, ego: Pose2D) -> np.ndarray:
+        return self.predict_paths(tracks, ego).table()
 
     def process(
-        self, points: np.ndarray, stamp_s: float, pose: Pose2D | None = None
+        self,
+        points: np.ndarray,
+        stamp_s: float,
+        pose: Pose2D | Matrix | None = None,
+        mount: Matrix | None = None,
     ) -> FrameResult:
-        pose = pose or Pose2D()
-        points = self.bound_points(_check_points(points))
+        """One scan: ``mount`` takes its points into the vehicle frame, ``pose`` the vehicle
+        into the fixed frame at ``stamp_s``."""
+        fixed = Pose2D().matrix() if pose is None else pose
+        ego = fixed if isinstance(fixed, Pose2D) else Pose2D.of(fixed)
+        points, removed = self.prepare(_check_points(points), mount)
         latency: dict[str, float] = {}
         t0 = time.perf_counter()
         scores, pooled, ground = self.segment(points)
         t1 = time.perf_counter()
         obstacles = self.detect(points, scores, ground)
         t2 = time.perf_counter()
-        tracks = self.track(self.to_fixed_frame(obstacles, pose), stamp_s)
+        tracks = self.track(self.to_fixed_frame(obstacles, fixed), stamp_s)
         t3 = time.perf_counter()
-        predictions = self.predict(tracks, pose)
+        paths = self.predict_paths(tracks, ego)
+        predictions = paths.table()
         t4 = time.perf_counter()
         for name, (a, b) in zip(STAGES, ((t0, t1), (t1, t2), (t2, t3), (t3, t4)), strict=True):
             latency[name] = (b - a) * 1000.0
@@ -206,7 +265,9 @@ class Pipeline:
             tracks=tracks,
             predictions=predictions,
             latency_ms=latency,
+            paths=paths,
             counts={
+                **removed,
                 "points": int(points.shape[0]),
                 "obstacles": int(obstacles.shape[0]),
                 "tracks": int(tracks.shape[0]),
@@ -214,19 +275,3 @@ class Pipeline:
                 "predictions": int(predictions.shape[0]),
             },
         )
-
-
-def prediction_table(ids: np.ndarray, traj: np.ndarray, probs: np.ndarray) -> np.ndarray:
-    """Rows (id, k, step, x, y, prob) for every agent, hypothesis and step."""
-    a_n, k_n, h_n, _ = traj.shape
-    table = np.zeros(a_n * k_n * h_n, dtype=PREDICTION_DTYPE)
-    grid_a, grid_k, grid_s = np.meshgrid(
-        np.arange(a_n), np.arange(k_n), np.arange(h_n), indexing="ij"
-    )
-    table["id"] = ids[grid_a.ravel()]
-    table["k"] = grid_k.ravel()
-    table["step"] = grid_s.ravel()
-    table["x"] = traj[..., 0].ravel()
-    table["y"] = traj[..., 1].ravel()
-    table["prob"] = probs[grid_a.ravel(), grid_k.ravel()]
-    return table

@@ -65,6 +65,16 @@ class TrackHistories:
         self, tracks: np.ndarray, ego: Pose2D, min_steps: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Ids, ``[A, T, 2]`` histories and lengths of the agents to predict, nearest first."""
+        ids, histories = self.agent_histories(tracks, ego, min_steps)
+        longest = max((len(h) for h in histories), default=1)
+        batch, lengths = pack_histories(histories, longest)
+        return ids, batch, lengths
+
+    def agent_histories(
+        self, tracks: np.ndarray, ego: Pose2D, min_steps: int
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Ids and histories (at the predictor's step) of the agents to predict, nearest
+        first, at most ``bounds.A`` (the farthest are counted in ``dropped_agents``)."""
         ids: list[int] = []
         histories: list[np.ndarray] = []
         order = np.argsort(np.hypot(tracks["x"] - ego.x, tracks["y"] - ego.y), kind="stable")
@@ -86,6 +96,4 @@ class TrackHistories:
         if len(ids) > self.bounds.A:
             self.dropped_agents += len(ids) - self.bounds.A
             ids, histories = ids[: self.bounds.A], histories[: self.bounds.A]
-        longest = max((len(h) for h in histories), default=1)
-        batch, lengths = pack_histories(histories, longest)
-        return np.asarray(ids, dtype=np.uint32), batch, lengths
+        return np.asarray(ids, dtype=np.uint32), histories

@@ -123,6 +123,8 @@ class Tracker:
         self._stamp_s: float | None = None
         self._dead_ids: list[int] = []
         self.dropped_tracks = 0
+        self.hits = np.zeros(0, dtype=np.uint32)
+        self.missed = np.zeros(0, dtype=np.uint32)
 
     def live_ids(self, confirmed_only: bool = False) -> list[int]:
         state = self._state
@@ -303,6 +305,8 @@ class Tracker:
         if not self.params.publish_coasting:
             keep &= state["missed"] == 0
         state = state[keep]
+        # Row by row with the output: what the published existence and covariance come from.
+        self.hits, self.missed = state["hits"].copy(), state["missed"].copy()
         out = np.zeros(state.shape[0], dtype=TRACK_DTYPE)
         for name in TRACK_DTYPE.names or ():
             out[name] = state[name]

@@ -12,7 +12,7 @@ import numpy as np
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.perception.clustering import cluster_obstacles
-from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline
 from dynshape_perception.scheduling.executor import COST_SMOOTHING, DROP_REASONS
 from dynshape_perception.scheduling.streaming import NearField, subsample_far_field
@@ -123,7 +123,7 @@ class Segmentation:
         def job() -> NearResult:
             start = time.perf_counter()
             fitted = self.plane
-            ground = fitted or GroundPlane.default()
+            ground = fitted or self.pipeline.default_ground()
             selected = points[near.select(points, fitted)]
             dropped = 0
             if selected.shape[0] == 0:
@@ -148,7 +148,7 @@ class Segmentation:
         keep = self.executor.far_field_keep_fraction()
         cloud = subsample_far_field(points, self.near, keep, seed=seed)
         yield
-        ground = fit_ground_plane(cloud[:, :3], seed=self.pipeline.params.ground_seed)
+        ground = self.pipeline.fit_ground(cloud)
         self.plane = ground
         plane = ground.as_array()
         yield

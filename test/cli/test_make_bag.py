@@ -11,6 +11,7 @@ from dynshape_perception.cli.main import main
 from dynshape_perception.io import bags
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.tools.sim.drive import DriveConfig
 
 
 def _topics(bag: Path) -> dict[str, tuple[str, int]]:
@@ -30,6 +31,8 @@ def test_generated_drive(tmp_path: Path, storage: str, capsys: pytest.CaptureFix
     assert _topics(bag) == {
         "/points": (bags.POINTCLOUD2, 4),
         "/odom": (bags.ODOMETRY, 9),
+        "/tf": (bags.TF_MESSAGE, 9),
+        "/tf_static": (bags.TF_MESSAGE, 1),
         "/ground_truth": (bags.POINTCLOUD2, 4),
         "/detections": (bags.DETECTION3D_ARRAY, 4),
     }
@@ -37,6 +40,13 @@ def test_generated_drive(tmp_path: Path, storage: str, capsys: pytest.CaptureFix
         odom = [bags.odometry_pose(reader.deserialize(m)) for m in reader.messages(["/odom"])]
         scans = [reader.deserialize(m) for m in reader.messages(["/points"])]
         truth = [reader.deserialize(m) for m in reader.messages(["/ground_truth"])]
+        tf = [bags.transforms_of(reader.deserialize(m)) for m in reader.messages(["/tf"])]
+        (mount,) = bags.transforms_of(reader.deserialize(next(reader.messages(["/tf_static"]))))
+    # The lidar above base_link; /tf moves base_link in odom as the odometry does.
+    assert mount[:2] == ("base_link", "lidar")
+    np.testing.assert_allclose(mount[3][:3, 3], [0.0, 0.0, DriveConfig().sensor_height_m])
+    assert [(t[0][0], t[0][1], t[0][2]) for t in tf] == [("odom", "base_link", o[0]) for o in odom]
+    np.testing.assert_allclose([t[0][3][0, 3] for t in tf], [o[1] for o in odom], atol=1e-9)
     stamps = [bags.stamp_ns(s.header.stamp) for s in scans]
     assert all(o[0] < s < p[0] for o, s, p in zip(odom[::2], stamps, odom[2::2], strict=False))
     assert [s.header.frame_id for s in scans] == ["lidar"] * 4

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from dynshape_perception.config import Bounds
-from dynshape_perception.errors import ConfigError, MessageError
+from dynshape_perception.errors import MessageError
+from dynshape_perception.io.objects import detections_to_obstacles
 from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
 from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import (
@@ -22,7 +23,6 @@ from dynshape_perception.nodes.messages import (
     table_msg,
     time_msg,
 )
-from dynshape_perception.nodes.vision_input import detection3d_array_type, detections_to_obstacles
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.odometry import PoseBuffer, yaw_from_quaternion
 from dynshape_perception.perception.pipeline import Pose2D, prediction_table
@@ -131,11 +131,6 @@ def test_table_message_carries_the_header() -> None:
     assert [f.name for f in msg.fields][-2:] == ["label", "num_points"]
 
 
-def test_vision_msgs_is_not_installed_here_and_says_what_to_install() -> None:
-    with pytest.raises(ConfigError, match="vision_msgs package is not installed"):
-        detection3d_array_type()
-
-
 def _detection(x: float, score: float, class_id: str) -> SimpleNamespace:
     ns = SimpleNamespace
     return ns(
@@ -148,10 +143,12 @@ def _detection(x: float, score: float, class_id: str) -> SimpleNamespace:
 
 
 def test_detections_to_obstacles() -> None:
-    msg = SimpleNamespace(detections=[_detection(3.0, 0.9, "car"), _detection(7.0, 0.4, "2")])
+    # Class names, or ObjectClassification labels (7: PEDESTRIAN), through the one class map.
+    msg = SimpleNamespace(detections=[_detection(3.0, 0.9, "car"), _detection(7.0, 0.4, "7")])
     rows = detections_to_obstacles(msg)
     assert rows.dtype == OBSTACLE_DTYPE
-    assert rows["x"].tolist() == [3.0, 7.0] and rows["label"].tolist() == [LABEL_CAR, 2]
+    assert rows["x"].tolist() == [3.0, 7.0]
+    assert rows["label"].tolist() == [LABEL_CAR, LABEL_PEDESTRIAN]
     assert rows["score"].tolist() == pytest.approx([0.9, 0.4])
     msg.detections.append(_detection(math.nan, 0.5, "car"))
     with pytest.raises(MessageError, match="NaN"):
@@ -195,8 +192,9 @@ def test_track_histories_skip_a_repeated_stamp_and_refuse_an_older_one() -> None
 @pytest.mark.parametrize(
     ("class_id", "match"),
     [
-        ("99999999999", "uint32"),
-        (str(2**32), "uint32"),
+        ("99999999999", "uint8"),
+        (str(2**32), "uint8"),
+        ("256", "uint8"),
         ("\u00b2", "unsigned ASCII number"),
         ("\u0663", "unsigned ASCII number"),
         ("-3", "unsigned ASCII number"),
@@ -208,11 +206,15 @@ def test_detections_with_a_bad_numeric_class_id_are_refused(class_id: str, match
         detections_to_obstacles(msg)
 
 
-def test_detection_labels_at_the_uint32_edge_and_unknown_names() -> None:
+def test_detection_labels_at_the_uint8_edge_and_unknown_names() -> None:
     msg = SimpleNamespace(
-        detections=[_detection(3.0, 0.9, str(2**32 - 1)), _detection(4.0, 0.9, "bicycle")]
+        detections=[
+            _detection(3.0, 0.9, "255"),
+            _detection(4.0, 0.9, "bicycle"),
+            _detection(5.0, 0.9, "Truck"),
+        ]
     )
-    assert detections_to_obstacles(msg)["label"].tolist() == [2**32 - 1, 0]
+    assert detections_to_obstacles(msg)["label"].tolist() == [0, 0, LABEL_CAR]
 
 
 @pytest.mark.parametrize("size", [(-5.0, 2.0, 1.5), (4.0, 0.0, 1.5), (4.0, 2.0, -1.0)])

@@ -30,9 +30,12 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _yaml_params(path: Path) -> dict[str, Any]:
+    """The file's parameters of the package (diagnostic_updater declares its own)."""
     doc = yaml.safe_load(path.read_text())
     assert list(doc) == ["/**"], f"{path.name} must configure every node with /**"
-    return _flatten(doc["/**"]["ros__parameters"])
+    values = _flatten(doc["/**"]["ros__parameters"])
+    assert set(values) >= parameters.LIBRARY_PARAMETERS - {"diagnostic_updater.use_fqn"}
+    return {k: v for k, v in values.items() if k not in parameters.LIBRARY_PARAMETERS}
 
 
 def test_both_deployments_exist() -> None:

@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +15,33 @@ from tqdm import tqdm
 
 from dynshape_perception.errors import ConfigError, DynshapeError
 from dynshape_perception.io import bags
+from dynshape_perception.io.objects import (
+    DETECTED_OBJECTS,
+    TrackStates,
+    detections_to_obstacles,
+    obstacles_from_detected_objects,
+)
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.localization import Localizer, Located
+from dynshape_perception.perception.objects import (
+    REPLAY_NAMESPACE,
+    TrackUuids,
+    existence_probability,
+)
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
+from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.transforms import Matrix, TransformTree
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
-from dynshape_perception.tools.replay.rundir import RunRecorder
+from dynshape_perception.tools.replay.rundir import FrameOutputs, RunRecorder
 from dynshape_perception.tools.replay.scoring import PredictionScore, TruthIndex
 from dynshape_perception.tools.replay.settings import ReplaySettings
 from dynshape_perception.tools.replay.topics import (
     ODOM,
     POINTS,
+    TF,
+    TF_STATIC,
     TRUTH,
     TopicPlan,
     plan_topics,
@@ -108,6 +124,19 @@ class _Frame:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class _Outputs:
+    """One processed frame: tables, the frames they are in, what the messages add."""
+
+    obstacles: np.ndarray
+    tracks: np.ndarray
+    predictions: np.ndarray
+    paths: PredictedPaths
+    states: TrackStates
+    obstacle_frame: str
+    fixed_frame: str
+
+
 class InProcessReplay:
     """Replays one bag through a fresh pipeline on an engine in a deterministic JIT mode.
 
@@ -120,6 +149,7 @@ class InProcessReplay:
         self.engine = engine
         self.settings = settings
         self._jit_prev = (engine.metrics.calls, engine.metrics.hits)
+        self._uuids = TrackUuids(REPLAY_NAMESPACE)
 
     def _pipeline(self) -> Pipeline:
         return Pipeline(
@@ -153,9 +183,17 @@ class InProcessReplay:
             driver = plan.driver
             if driver is None:
                 return result
-            poses, fixed_frame = self._read_odometry(reader, plan)
+            poses, odom_frame = self._read_odometry(reader, plan)
+            tree = self._read_transforms(reader, plan)
+            localizer = Localizer(
+                tree,
+                self.settings.frames,
+                lambda stamp_s: (poses.at(stamp_s).matrix(), odom_frame),
+                lambda: len(poses) > 0,
+            )
             truth = self._read_truth(reader, plan)
             pipeline = self._pipeline()
+            self._uuids = TrackUuids(REPLAY_NAMESPACE)
             score = PredictionScore(
                 pipeline.step_s, options.match_radius_m, options.unpredicted_penalty_m
             )
@@ -196,22 +234,25 @@ class InProcessReplay:
                             t_s=round((stamp_ns - first_t) * 1e-9, 6),
                             wall_s=0.0,
                         )
-                        outputs = self._process(pipeline, frame, stamp_ns, poses, record)
+                        outputs = self._process(pipeline, frame, stamp_ns, localizer, record)
                         if outputs is not None:
-                            obstacles, tracks, predictions = outputs
                             if recorder is not None:
                                 recorder.write_frame(
                                     frame.log_ns + shift_ns,
                                     stamp_ns,
-                                    frame.frame_id,
-                                    fixed_frame or frame.frame_id,
-                                    obstacles,
-                                    tracks,
-                                    predictions,
+                                    FrameOutputs(
+                                        outputs.obstacle_frame,
+                                        outputs.fixed_frame,
+                                        outputs.obstacles,
+                                        outputs.states,
+                                        outputs.predictions,
+                                        outputs.paths,
+                                        self.settings.pipeline.objects,
+                                    ),
                                 )
                             if len(truth):
                                 matched, missed, err = score.add(
-                                    truth, frame.stamp_ns, tracks, predictions
+                                    truth, frame.stamp_ns, outputs.tracks, outputs.predictions
                                 )
                                 record.prediction = {
                                     "matched": matched,
@@ -239,6 +280,7 @@ class InProcessReplay:
             if len(truth):
                 metrics.summary_extra["prediction"] = score.summary()
             metrics.summary_extra["no_odometry"] = not len(poses)
+            metrics.summary_extra["fixed_frame_source"] = localizer.fixed_source()
             return result
 
     # -- reading --------------------------------------------------------------------------
@@ -263,6 +305,23 @@ class InProcessReplay:
                 samples.append(bags.odometry_pose(msg))
                 frame_id = frame_id or str(msg.header.frame_id)
         return PoseTrack(samples), frame_id
+
+    @staticmethod
+    def _read_transforms(reader: bags.BagReader, plan: TopicPlan) -> TransformTree:
+        """Every transform of the bag's /tf and /tf_static (static ones hold at all stamps)."""
+        tree = TransformTree()
+        for role in (TF_STATIC, TF):
+            used = plan.used.get(role)
+            if used is None:
+                continue
+            for message in reader.messages([used.topic]):
+                try:
+                    transforms = bags.transforms_of(reader.deserialize(message))
+                    for parent, child, ns, m in transforms:
+                        tree.set(parent, child, ns * 1e-9, m, static=role == TF_STATIC)
+                except DynshapeError as err:
+                    log.warning("skipping a transform of %s: %s", used.topic, err)
+        return tree
 
     @staticmethod
     def _read_truth(reader: bags.BagReader, plan: TopicPlan) -> TruthIndex:
@@ -295,7 +354,9 @@ class InProcessReplay:
                 if driver.role == POINTS:
                     frame.points = cloud_to_points(msg).xyzi
                 elif driver.msgtype == bags.DETECTION3D_ARRAY:
-                    frame.obstacles = bags.obstacles_from_detections(msg)
+                    frame.obstacles = detections_to_obstacles(msg)
+                elif driver.msgtype == DETECTED_OBJECTS:
+                    frame.obstacles = obstacles_from_detected_objects(msg)
                 else:
                     frame.obstacles = cloud_to_table(msg, OBSTACLE_DTYPE)
             except DynshapeError as err:
@@ -308,28 +369,41 @@ class InProcessReplay:
         pipeline: Pipeline,
         frame: _Frame,
         stamp_ns: int,
-        poses: PoseTrack,
+        localizer: Localizer,
         record: FrameRecord,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    ) -> _Outputs | None:
         before = (pipeline.dropped_detections, pipeline.dropped_agents)
+        outputs: _Outputs | None = None
         if frame.error is None:
-            pose = poses.at(frame.stamp_ns * 1e-9)
             stamp_s = stamp_ns * 1e-9
+            bag_s = frame.stamp_ns * 1e-9
+            base = self.settings.frames.base_frame
             try:
                 if frame.points is not None:
-                    result = pipeline.process(frame.points, stamp_s, pose)
+                    mount = localizer.mount(frame.frame_id, bag_s)
+                    located = self._locate(localizer, base, bag_s)
+                    result = pipeline.process(frame.points, stamp_s, located.to_fixed, mount)
                     record.latency_ms = dict(result.latency_ms)
                     record.counts = dict(result.counts)
-                    outputs = (result.obstacles, result.tracks, result.predictions)
+                    assert result.paths is not None
+                    outputs = self._outputs(pipeline, result.obstacles, result.tracks, result.paths)
+                    outputs = replace(outputs, obstacle_frame=base, fixed_frame=located.fixed_frame)
                 else:
                     assert frame.obstacles is not None
-                    *tables, record.latency_ms, record.counts = self._track_and_predict(
-                        pipeline, frame.obstacles, stamp_s, pose
+                    located = self._locate(localizer, frame.frame_id, bag_s)
+                    obstacles, tracks, paths, record.latency_ms, record.counts = (
+                        self._track_and_predict(
+                            pipeline, frame.obstacles, stamp_s, located.to_fixed, located.vehicle
+                        )
                     )
-                    outputs = (tables[0], tables[1], tables[2])
+                    outputs = replace(
+                        self._outputs(pipeline, obstacles, tracks, paths),
+                        obstacle_frame=frame.frame_id,
+                        fixed_frame=located.fixed_frame,
+                    )
             except DynshapeError as err:
                 frame.error = str(err)
-        if frame.error is not None:
+        if frame.error is not None or outputs is None:
             record.drop_reason = frame.error
             record.dropped = {"1": 1}
             return None
@@ -340,25 +414,48 @@ class InProcessReplay:
         return outputs
 
     @staticmethod
+    def _locate(localizer: Localizer, frame_id: str, stamp_s: float) -> Located:
+        located = localizer.locate(frame_id, stamp_s)
+        if located is None:
+            raise ConfigError(f"no pose of {frame_id!r} at {stamp_s:.6f} s")
+        return located
+
+    def _outputs(
+        self, pipeline: Pipeline, obstacles: np.ndarray, tracks: np.ndarray, paths: PredictedPaths
+    ) -> _Outputs:
+        tracker = pipeline.tracker
+        states = TrackStates(
+            tracks,
+            self._uuids.of(tracks["id"]),
+            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
+            tracker.missed,
+        )
+        return _Outputs(obstacles, tracks, paths.table(), paths, states, "", "")
+
+    @staticmethod
     def _track_and_predict(
-        pipeline: Pipeline, obstacles: np.ndarray, stamp_s: float, pose: Pose2D
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, float], dict[str, int]]:
+        pipeline: Pipeline,
+        obstacles: np.ndarray,
+        stamp_s: float,
+        to_fixed: Matrix,
+        vehicle: Matrix,
+    ) -> tuple[np.ndarray, np.ndarray, PredictedPaths, dict[str, float], dict[str, int]]:
         if obstacles.shape[0] > pipeline.bounds.N:
             pipeline.dropped_detections += obstacles.shape[0] - pipeline.bounds.N
             obstacles = obstacles[: pipeline.bounds.N]
         t0 = time.perf_counter()
-        tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, pose), stamp_s)
+        tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, to_fixed), stamp_s)
         t1 = time.perf_counter()
-        predictions = pipeline.predict(tracks, pose)
+        paths = pipeline.predict_paths(tracks, Pose2D.of(vehicle))
         t2 = time.perf_counter()
         latency = {"track": (t1 - t0) * 1e3, "predict": (t2 - t1) * 1e3, "total": (t2 - t0) * 1e3}
         counts = {
             "obstacles": int(obstacles.shape[0]),
             "tracks": int(tracks.shape[0]),
-            "agents": int(np.unique(predictions["id"]).size),
-            "predictions": int(predictions.shape[0]),
+            "agents": int(paths.ids.size),
+            "predictions": int(paths.ids.size * paths.paths.shape[1] * paths.paths.shape[2]),
         }
-        return obstacles, tracks, predictions, latency, counts
+        return obstacles, tracks, paths, latency, counts
 
     def _jit_state(self, record: FrameRecord) -> None:
         m = self.engine.metrics

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -17,11 +18,41 @@ import numpy as np
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
+from dynshape_perception.io.objects import (
+    DETECTED_OBJECTS,
+    PREDICTED_OBJECTS,
+    TRACKED_OBJECTS,
+    TrackStates,
+    detected_objects,
+    predicted_objects,
+    tracked_objects,
+)
+from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.prediction import PredictedPaths
 
 OUTPUT_BAG = "output"
 METRICS_FILE = "metrics.json"
 PARAMS_FILE = "params.yaml"
+# The debug tables (what golden checks compare) and the standard object messages.
 OUTPUT_TOPICS = ("/obstacles", "/tracks", "/predictions")
+OBJECT_TOPICS = {
+    "/detected_objects": DETECTED_OBJECTS,
+    "/tracked_objects": TRACKED_OBJECTS,
+    "/predicted_objects": PREDICTED_OBJECTS,
+}
+
+
+@dataclass(frozen=True)
+class FrameOutputs:
+    """What one replayed frame put out, and the frames its outputs are in."""
+
+    obstacle_frame: str
+    fixed_frame: str
+    obstacles: np.ndarray
+    states: TrackStates
+    predictions: np.ndarray
+    paths: PredictedPaths
+    params: ObjectParams
 
 
 # What the report and the replay summary read from metrics.json, with the type each must have.
@@ -117,6 +148,7 @@ class RunRecorder:
         self.force = force
         self._tmp: Path | None = None
         self._bag: bags.BagWriter | None = None
+        self.object_topics: dict[str, str] = {}
 
     def __enter__(self) -> RunRecorder:
         if self.run_dir.exists() and not self.force:
@@ -127,29 +159,37 @@ class RunRecorder:
             self._bag = bags.BagWriter(self._tmp / OUTPUT_BAG, self.storage).__enter__()
             for topic in OUTPUT_TOPICS:
                 self._bag.add_topic(topic, bags.POINTCLOUD2)
+            # Written where this installation has the message definitions.
+            self.object_topics = {
+                t: m for t, m in OBJECT_TOPICS.items() if m in bags.object_types()
+            }
+            for topic, msgtype in self.object_topics.items():
+                self._bag.add_topic(topic, msgtype)
         except BaseException:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
         return self
 
-    def write_frame(
-        self,
-        log_ns: int,
-        stamp_ns: int,
-        sensor_frame: str,
-        fixed_frame: str,
-        obstacles: np.ndarray,
-        tracks: np.ndarray,
-        predictions: np.ndarray,
-    ) -> None:
+    def write_frame(self, log_ns: int, stamp_ns: int, out: FrameOutputs) -> None:
         assert self._bag is not None
-        for topic, table, frame in zip(
-            OUTPUT_TOPICS,
-            (obstacles, tracks, predictions),
-            (sensor_frame, fixed_frame, fixed_frame),
-            strict=True,
-        ):
+        tables = (out.obstacles, out.states.tracks, out.predictions)
+        frames = (out.obstacle_frame, out.fixed_frame, out.fixed_frame)
+        for topic, table, frame in zip(OUTPUT_TOPICS, tables, frames, strict=True):
             self._bag.write(topic, log_ns, bags.table_message(table, stamp_ns, frame))
+        make = bags.message
+        messages = {
+            "/detected_objects": lambda: detected_objects(
+                make, stamp_ns, out.obstacle_frame, out.obstacles
+            ),
+            "/tracked_objects": lambda: tracked_objects(
+                make, stamp_ns, out.fixed_frame, out.states, out.params
+            ),
+            "/predicted_objects": lambda: predicted_objects(
+                make, stamp_ns, out.fixed_frame, out.states, out.paths, out.params
+            ),
+        }
+        for topic in self.object_topics:
+            self._bag.write(topic, log_ns, messages[topic]())
 
     def write_raw(self, topic: str, log_ns: int, data: bytes) -> None:
         """A serialised output table as received over DDS."""

@@ -5,13 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dynshape_perception.config import Bounds, default_bounds
+from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.tools.replay.params import DEFAULT_DEADLINES_MS, Value, is_tier_parameter
 
 # Parameter groups that change what an in-process replay computes (markers, QoS and the
 # like only matter to the nodes), besides the tier deadlines.
-REPLAY_GROUPS = ("segmentation.", "tracking.", "prediction.", "points.", "bounds.")
+REPLAY_GROUPS = (
+    "segmentation.",
+    "tracking.",
+    "prediction.",
+    "points.",
+    "bounds.",
+    "scan.",
+    "frames.",
+    "objects.",
+)
 
 
 def is_replay_parameter(name: str) -> bool:
@@ -23,6 +33,7 @@ class ReplaySettings:
     """Everything a replay takes from its parameters; ``values`` are the parameters as given."""
 
     pipeline: PipelineParams = field(default_factory=PipelineParams)
+    frames: FrameParams = field(default_factory=FrameParams)
     jit: JitConfig = field(default_factory=lambda: JitConfig(mode="off"))
     bounds: Bounds = field(default_factory=default_bounds)
     target: str = "x86_64"

@@ -14,6 +14,8 @@ from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.io import bags
 from dynshape_perception.io.datasets import ETH_UCY_STEP_S, read_eth_ucy, read_kitti_bin
 from dynshape_perception.io.tables import LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.ground import DEFAULT_SENSOR_HEIGHT_M
+from dynshape_perception.perception.transforms import planar
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames, ego_pose
 from dynshape_perception.tools.sim.scenes import PEDESTRIAN_SIZE_M, pedestrian_scene
 
@@ -23,7 +25,10 @@ ODOM_TOPIC = "/odom"
 OBSTACLES_TOPIC = "/obstacles"
 TRUTH_TOPIC = "/ground_truth"
 DETECTIONS_TOPIC = "/detections"
+TF_TOPIC = bags.TF_TOPIC
+TF_STATIC_TOPIC = bags.TF_STATIC_TOPIC
 LIDAR_FRAME = "lidar"
+BASE_FRAME = "base_link"
 ODOM_FRAME = "odom"
 WORLD_FRAME = "world"
 # Every generated bag starts at the same instant (2023-11-14T22:13:20Z): bags are byte-identical.
@@ -80,6 +85,25 @@ def occlusion_gaps(visible: dict[int, list[bool]], min_frames: int) -> int:
     return count
 
 
+def write_mount(writer: bags.BagWriter, ns: int, height_m: float) -> None:
+    """/tf_static: the lidar ``height_m`` above base_link (on the ground, under the lidar)."""
+    mount = bags.transform_message(BASE_FRAME, LIDAR_FRAME, ns, planar(z=height_m))
+    writer.write(TF_STATIC_TOPIC, ns, bags.tf_message([mount]))
+
+
+def _write_ego(writer: bags.BagWriter, config: DriveConfig, t_s: float) -> None:
+    """Odometry and /tf (odom -> base_link) of the ego at ``t_s``."""
+    ns = _ns(t_s)
+    x, y, yaw, speed, yaw_rate = ego_pose(config, t_s)
+    writer.write(
+        ODOM_TOPIC,
+        ns,
+        bags.odometry_message(ns, x, y, yaw, speed, yaw_rate, ODOM_FRAME, BASE_FRAME),
+    )
+    moved = bags.transform_message(ODOM_FRAME, BASE_FRAME, ns, planar(x, y, yaw))
+    writer.write(TF_TOPIC, ns, bags.tf_message([moved]))
+
+
 def write_generated(
     out: Path,
     storage: str,
@@ -88,29 +112,25 @@ def write_generated(
     hidden_frames: int = 6,
     progress: Callable[[int], None] | None = None,
 ) -> BagSummary:
-    """The generated drive: points, odometry at twice the scan rate, and the ground truth."""
+    """The generated drive: points, the lidar mount on /tf_static, odometry and /tf at twice
+    the scan rate, and the ground truth (odometry frame, base_link on the ground)."""
     points, objects, agents = [], [], []
     visible: dict[int, list[bool]] = {}
     odom_dt = config.period_s / ODOM_PER_FRAME
     # Scans are stamped between odometry samples, so replay must interpolate the pose.
     scan_offset_s = odom_dt / 2.0
     with bags.BagWriter(out, storage) as writer:
+        write_mount(writer, _ns(0.0), config.sensor_height_m)
         for frame in drive_frames(config):
             t = frame.stamp_s + scan_offset_s
             for j in range(ODOM_PER_FRAME):
-                t_odom = frame.stamp_s + j * odom_dt
-                x, y, yaw, speed, yaw_rate = ego_pose(config, t_odom)
-                writer.write(
-                    ODOM_TOPIC,
-                    _ns(t_odom),
-                    bags.odometry_message(
-                        _ns(t_odom), x, y, yaw, speed, yaw_rate, ODOM_FRAME, LIDAR_FRAME
-                    ),
-                )
+                _write_ego(writer, config, frame.stamp_s + j * odom_dt)
             writer.write(
                 POINTS_TOPIC, _ns(t), bags.points_message(frame.points, _ns(t), LIDAR_FRAME)
             )
-            writer.write(TRUTH_TOPIC, _ns(t), bags.table_message(frame.truth, _ns(t), ODOM_FRAME))
+            truth = frame.truth.copy()
+            truth["z"] += config.sensor_height_m
+            writer.write(TRUTH_TOPIC, _ns(t), bags.table_message(truth, _ns(t), ODOM_FRAME))
             if vision_msgs:
                 writer.write(
                     DETECTIONS_TOPIC,
@@ -127,12 +147,7 @@ def write_generated(
             if progress is not None:
                 progress(1)
         t_end = config.frames * config.period_s
-        x, y, yaw, speed, yaw_rate = ego_pose(config, t_end)
-        writer.write(
-            ODOM_TOPIC,
-            _ns(t_end),
-            bags.odometry_message(_ns(t_end), x, y, yaw, speed, yaw_rate, ODOM_FRAME, LIDAR_FRAME),
-        )
+        _write_ego(writer, config, t_end)
     gaps = occlusion_gaps(visible, hidden_frames)
     return BagSummary(
         path=out,
@@ -150,11 +165,13 @@ def write_generated(
 
 
 def write_kitti(out: Path, storage: str, scan: Path, frames: int) -> BagSummary:
-    """The real KITTI scan, repeated ``frames`` times at 10 Hz from a standing vehicle."""
+    """The real KITTI scan, repeated ``frames`` times at 10 Hz from a standing vehicle, with
+    the lidar mount on /tf_static and odometry (no /tf: replay falls back to it)."""
     if frames < 1:
         raise ConfigError(f"frames must be >= 1, got {frames}")
     points = read_kitti_bin(scan, allow_empty=False)
     with bags.BagWriter(out, storage) as writer:
+        write_mount(writer, _ns(0.0), DEFAULT_SENSOR_HEIGHT_M)
         for k in range(frames):
             t = _ns(k * LIDAR_PERIOD_S)
             writer.write(
@@ -169,7 +186,10 @@ def write_kitti(out: Path, storage: str, scan: Path, frames: int) -> BagSummary:
         frames=frames,
         duration_s=(frames - 1) * LIDAR_PERIOD_S,
         ranges={"points": (points.shape[0], points.shape[0])},
-        notes=["the vehicle stands still: the same real scan is replayed at 10 Hz"],
+        notes=[
+            "the vehicle stands still: the same real scan is replayed at 10 Hz",
+            f"the lidar {DEFAULT_SENSOR_HEIGHT_M} m above base_link on /tf_static",
+        ],
     )
 
 

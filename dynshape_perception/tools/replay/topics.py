@@ -10,18 +10,23 @@ from dynshape_perception.io.bags import (
     DETECTION3D_ARRAY,
     ODOMETRY,
     POINTCLOUD2,
+    TF_MESSAGE,
     TopicInfo,
 )
+from dynshape_perception.io.objects import DETECTED_OBJECTS
 
 POINTS, OBSTACLES, ODOM, TRUTH = "points", "obstacles", "odom", "ground_truth"
+TF, TF_STATIC = "tf", "tf_static"
 # Input names (after remapping, without the leading slash) and the types each accepts.
 ROLES: dict[str, tuple[str, ...]] = {
     POINTS: (POINTCLOUD2,),
-    OBSTACLES: (POINTCLOUD2, DETECTION3D_ARRAY),
+    OBSTACLES: (POINTCLOUD2, DETECTED_OBJECTS, DETECTION3D_ARRAY),
     ODOM: (ODOMETRY,),
     TRUTH: (POINTCLOUD2,),
+    TF: (TF_MESSAGE,),
+    TF_STATIC: (TF_MESSAGE,),
 }
-ALIASES = {"detections": OBSTACLES}
+ALIASES = {"detections": OBSTACLES, "detected_objects": OBSTACLES}
 
 
 def parse_remaps(items: Sequence[str]) -> dict[str, str]:
@@ -94,7 +99,9 @@ def plan_topics(
         role = ALIASES.get(base, base)
         accepted = ROLES.get(role)
         if accepted is None:
-            fits = [r for r, types in ROLES.items() if info.msgtype in types and r != TRUTH]
+            fits = [
+                r for r, types in ROLES.items() if info.msgtype in types and r not in (TRUTH, TF)
+            ]
             hint = (
                 f"no input named {name} (--remap {info.name}:={fits[0]} would feed it)"
                 if fits
@@ -112,7 +119,7 @@ def plan_topics(
         else:
             used = Used(info.name, info.msgtype, name, role, info.count)
             candidates.append((accepted.index(info.msgtype), info.name, used))
-    # The package's own table types come before vision_msgs; then names decide.
+    # The package's own table types come before the standard messages; then names decide.
     for _, _, used in sorted(candidates, key=lambda c: (c[0], c[1])):
         if used.role in plan.used:
             owner = plan.used[used.role].topic

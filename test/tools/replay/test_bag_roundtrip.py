@@ -10,6 +10,8 @@ import pytest
 
 from dynshape_perception.errors import DataError
 from dynshape_perception.io import bags
+from dynshape_perception.io.classes import CLASSES
+from dynshape_perception.io.objects import detections_to_obstacles
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 
@@ -27,7 +29,12 @@ def _tables(rng: np.random.Generator) -> dict[str, np.ndarray]:
         for field in dtype.names or ():
             kind = dtype.fields[field][0].kind  # type: ignore[index]
             table[field] = rng.integers(0, 99, rows) if kind == "u" else rng.normal(size=rows)
+        if "length" in (dtype.names or ()):
+            for field in ("length", "width", "height"):
+                table[field] = np.abs(table[field]) + 0.1
         out[name] = table
+    # Labels the class map names (a detection's class id is the name).
+    out["obstacles"]["label"] = rng.choice(sorted(CLASSES), 7)
     return out
 
 
@@ -78,7 +85,7 @@ def test_round_trip(tmp_path: Path, storage: str) -> None:
                 assert x == pytest.approx(1.0 + (ns - T0) / 100_000_000)
                 assert yaw == pytest.approx(0.25)
             elif message.topic == "/detections":
-                got = bags.obstacles_from_detections(msg)
+                got = detections_to_obstacles(msg)
                 want = written["obstacles"]
                 assert isinstance(want, np.ndarray)
                 for field in ("x", "y", "z", "length", "width", "height", "score", "label"):

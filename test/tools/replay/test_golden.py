@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.objects import TrackStates
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.objects import REPLAY_NAMESPACE, ObjectParams, TrackUuids
+from dynshape_perception.perception.prediction import PredictedPaths
 from dynshape_perception.tools.replay import golden
 from dynshape_perception.tools.replay.golden import Tolerances
-from dynshape_perception.tools.replay.rundir import RunRecorder
+from dynshape_perception.tools.replay.rundir import FrameOutputs, RunRecorder
 
 T0 = 1_700_000_000 * 1_000_000_000
 Frames = list[list[np.ndarray]]
@@ -36,11 +39,24 @@ def _frames() -> Frames:
     return out
 
 
+def _outputs(obstacles: np.ndarray, tracks: np.ndarray, predictions: np.ndarray) -> FrameOutputs:
+    """The tables as a frame's outputs; the messages' extras (UUIDs, paths) made up."""
+    n = tracks.shape[0]
+    states = TrackStates(
+        tracks,
+        TrackUuids(REPLAY_NAMESPACE).of(tracks["id"]),
+        np.ones(n, np.float32),
+        np.zeros(n, np.uint32),
+    )
+    paths = PredictedPaths.empty(0.4)
+    return FrameOutputs("base_link", "odom", obstacles, states, predictions, paths, ObjectParams())
+
+
 def _record(run_dir: Path, frames: Frames) -> Path:
     with RunRecorder(run_dir) as recorder:
         for k, (obstacles, tracks, predictions) in enumerate(frames):
             ns = T0 + k * 100_000_000
-            recorder.write_frame(ns, ns, "lidar", "odom", obstacles, tracks, predictions)
+            recorder.write_frame(ns, ns, _outputs(obstacles, tracks, predictions))
         recorder.finish({"frames": []}, "")
     return golden.output_bag_of(run_dir)
 

@@ -9,6 +9,7 @@ import pytest
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
+from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.tools.replay.player import (
     header_stamp,
     plan_tracks,
@@ -35,7 +36,7 @@ def _bag(path: Path) -> Path:
             writer.write(
                 "/detections",
                 ns,
-                bags.detections_message(np.zeros(0, bags.OBSTACLE_DTYPE), ns, "x"),
+                bags.detections_message(np.zeros(0, OBSTACLE_DTYPE), ns, "x"),
             )
     return path
 

@@ -1,0 +1,131 @@
+"""Where an input lies: its sensor's mount on the vehicle, and the vehicle in the fixed frame.
+
+TF first (static transforms for mounts, dynamic ones for the fixed frame), odometry when no
+TF carries the fixed frame, and a standing vehicle when neither exists. The nodes look TF up
+in tf2's buffer, in-process replay in ``transforms.TransformTree``: the decisions are these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError, TransformError
+from dynshape_perception.perception.transforms import Matrix
+
+TF = "tf"
+ODOMETRY = "odometry"
+STATIC = "static"
+
+
+class TransformLookup(Protocol):
+    def lookup(self, target: str, source: str, stamp_s: float) -> Matrix:
+        """Points of ``source`` into ``target`` at ``stamp_s``; TransformError if unknown."""
+        ...
+
+    def connected(self, target: str, source: str) -> bool:
+        """Whether any transform links the two frames (at any stamp)."""
+        ...
+
+
+# The odometry pose of the vehicle at a stamp and the odometry's frame; None: no pose for
+# this stamp (the source counted why); the source is inactive until its first message.
+OdometryPose = Callable[[float], tuple[Matrix, str] | None]
+
+
+@dataclass(frozen=True)
+class FrameParams:
+    """The vehicle frame, the fixed frame, and the sensor mount to use where TF has none."""
+
+    base_frame: str = "base_link"
+    fixed_frame: str = "odom"
+    fallback_mount: Matrix = field(default_factory=lambda: np.eye(4))
+
+    def __post_init__(self) -> None:
+        for name in ("base_frame", "fixed_frame"):
+            value = getattr(self, name)
+            if not value or value.startswith("/") or value != value.strip():
+                raise ConfigError(f"{name} must be a frame name (no leading '/'), got {value!r}")
+        if self.base_frame == self.fixed_frame:
+            raise ConfigError(f"base_frame and fixed_frame must differ, got {self.base_frame!r}")
+
+
+@dataclass(frozen=True)
+class Located:
+    """``to_fixed`` takes the input's frame into ``fixed_frame``; ``vehicle`` is the base
+    frame's pose there; ``source`` says where the fixed frame came from."""
+
+    to_fixed: Matrix
+    fixed_frame: str
+    vehicle: Matrix
+    source: str
+
+
+class Localizer:
+    def __init__(
+        self,
+        tf: TransformLookup,
+        params: FrameParams,
+        odometry: OdometryPose | None = None,
+        odometry_active: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.tf = tf
+        self.params = params
+        self.odometry = odometry
+        self.odometry_active = odometry_active
+        self.mount_source = ""
+
+    def mount(self, sensor_frame: str, stamp_s: float) -> Matrix:
+        """Sensor frame -> base frame: TF, else the fallback mount (``mount_source`` says)."""
+        base = self.params.base_frame
+        if sensor_frame == base:
+            self.mount_source = TF
+            return np.eye(4)
+        try:
+            m = self.tf.lookup(base, sensor_frame, stamp_s)
+        except TransformError:
+            self.mount_source = "parameters"
+            return self.params.fallback_mount
+        self.mount_source = TF
+        return m
+
+    def fixed_source(self) -> str:
+        if self.tf.connected(self.params.fixed_frame, self.params.base_frame):
+            return TF
+        if self.odometry is not None and self.odometry_active():
+            return ODOMETRY
+        return STATIC
+
+    def locate(self, frame_id: str, stamp_s: float) -> Located | None:
+        """Where ``frame_id`` lies in the fixed frame at ``stamp_s``.
+
+        TransformError when TF carries the fixed frame but not at this stamp; None when the
+        odometry has no pose for it (it counted why). Without either, the vehicle stands
+        still and the input's own frame is the fixed one.
+        """
+        params = self.params
+        source = self.fixed_source()
+        if source == TF:
+            vehicle = self.tf.lookup(params.fixed_frame, params.base_frame, stamp_s)
+            if frame_id == params.base_frame:
+                return Located(vehicle, params.fixed_frame, vehicle, TF)
+            if frame_id == params.fixed_frame:
+                return Located(np.eye(4), params.fixed_frame, vehicle, TF)
+            try:
+                to_fixed = self.tf.lookup(params.fixed_frame, frame_id, stamp_s)
+            except TransformError:
+                to_fixed = vehicle @ self.mount(frame_id, stamp_s)
+            return Located(to_fixed, params.fixed_frame, vehicle, TF)
+        if source == ODOMETRY:
+            assert self.odometry is not None
+            pose = self.odometry(stamp_s)
+            if pose is None:
+                return None
+            vehicle, fixed = pose
+            if frame_id == fixed:
+                return Located(np.eye(4), fixed, vehicle, ODOMETRY)
+            return Located(vehicle @ self.mount(frame_id, stamp_s), fixed, vehicle, ODOMETRY)
+        return Located(np.eye(4), frame_id, np.eye(4), STATIC)

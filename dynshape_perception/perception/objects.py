@@ -1,0 +1,135 @@
+"""What the standard object messages add to the tables: UUIDs, covariances, existence."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError, MessageError
+
+UUID_BYTES = 16
+# Row-major 6x6 covariance of (x, y, z, roll, pitch, yaw), as geometry_msgs carries it.
+COVARIANCE_SIZE = 36
+_X, _Y, _Z, _ROLL, _PITCH, _YAW = (i * 7 for i in range(6))
+# A deterministic namespace for replays; live nodes draw a random one per process.
+REPLAY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "dynshape_perception/replay")
+
+
+@dataclass(frozen=True)
+class ObjectParams:
+    """Uncertainty of the published objects (standard deviations; they grow with each frame
+    a track coasts without a detection) and the speed below which a track is stationary."""
+
+    position_std_m: float = 0.3
+    height_std_m: float = 0.3
+    yaw_std_rad: float = 0.2
+    velocity_std_mps: float = 1.0
+    stationary_speed_mps: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in (
+            "position_std_m",
+            "height_std_m",
+            "yaw_std_rad",
+            "velocity_std_mps",
+            "stationary_speed_mps",
+        ):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def existence_probability(hits: np.ndarray, missed: np.ndarray, max_missed: int) -> np.ndarray:
+    """float32 in (0, 1): more detections raise it, each frame missed lowers it towards 0.
+
+    ``hits / (hits + 1)`` is the share of frames a track would keep if the next one missed;
+    the missed frames scale it down linearly to the tracker's ``max_missed_frames``.
+    """
+    hits = np.asarray(hits, dtype=np.float64)
+    missed = np.asarray(missed, dtype=np.float64)
+    seen = hits / (hits + 1.0)
+    fading = 1.0 - missed / (max(int(max_missed), 0) + 1.0)
+    return np.clip(seen * fading, 0.0, 1.0).astype(np.float32)
+
+
+def pose_covariance(missed: np.ndarray, params: ObjectParams) -> np.ndarray:
+    """``[n, 36]`` float64 pose covariances; roll and pitch are not estimated (0)."""
+    grow = (1.0 + np.asarray(missed, dtype=np.float64)) ** 2
+    out = np.zeros((grow.size, COVARIANCE_SIZE))
+    out[:, _X] = out[:, _Y] = params.position_std_m**2 * grow
+    out[:, _Z] = params.height_std_m**2
+    out[:, _YAW] = params.yaw_std_rad**2 * grow
+    return out
+
+
+def twist_covariance(missed: np.ndarray, params: ObjectParams) -> np.ndarray:
+    """``[n, 36]`` float64 twist covariances: linear x and y only."""
+    grow = (1.0 + np.asarray(missed, dtype=np.float64)) ** 2
+    out = np.zeros((grow.size, COVARIANCE_SIZE))
+    out[:, _X] = out[:, _Y] = params.velocity_std_mps**2 * grow
+    return out
+
+
+class TrackUuids:
+    """A UUID per track id, the same for the track's whole life and never given again.
+
+    Ids restart when the tracker does (a frame change, a time jump), so each restart opens
+    a new generation; the namespace separates runs (random per live process, fixed in
+    replays so that their outputs are reproducible).
+    """
+
+    def __init__(self, namespace: uuid.UUID | None = None) -> None:
+        self.namespace = namespace or uuid.uuid4()
+        self.generation = 0
+
+    def reset(self) -> None:
+        self.generation += 1
+
+    def of(self, ids: np.ndarray) -> np.ndarray:
+        """``[n, 16]`` uint8 UUIDs of track ids."""
+        out = np.zeros((len(ids), UUID_BYTES), dtype=np.uint8)
+        for i, track_id in enumerate(np.asarray(ids).tolist()):
+            name = f"{self.generation}/{int(track_id)}"
+            out[i] = np.frombuffer(uuid.uuid5(self.namespace, name).bytes, dtype=np.uint8)
+        return out
+
+
+class UuidIndex:
+    """Small integer ids for the UUIDs of received tracks (the predictor's histories are
+    keyed by integers); an id is forgotten once its UUID is no longer received."""
+
+    def __init__(self) -> None:
+        self._ids: dict[bytes, int] = {}
+        self._uuids: dict[int, bytes] = {}
+        self._next = 1
+
+    def reset(self) -> None:
+        self._ids.clear()
+        self._uuids.clear()
+
+    def update(self, uuids: np.ndarray) -> np.ndarray:
+        """uint32 ids of this message's UUIDs; ids of UUIDs no longer present are dropped."""
+        keys = [bytes(np.asarray(u, dtype=np.uint8)) for u in uuids]
+        if any(len(k) != UUID_BYTES for k in keys):
+            raise MessageError(f"a UUID must have {UUID_BYTES} bytes")
+        if len(set(keys)) != len(keys):
+            raise MessageError("a UUID is repeated in one message")
+        for gone in set(self._ids) - set(keys):
+            del self._uuids[self._ids.pop(gone)]
+        out = np.zeros(len(keys), dtype=np.uint32)
+        for i, key in enumerate(keys):
+            if key not in self._ids:
+                self._ids[key] = self._next
+                self._uuids[self._next] = key
+                self._next += 1
+            out[i] = self._ids[key]
+        return out
+
+    def uuids(self, ids: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(ids), UUID_BYTES), dtype=np.uint8)
+        for i, track_id in enumerate(np.asarray(ids).tolist()):
+            out[i] = np.frombuffer(self._uuids[int(track_id)], dtype=np.uint8)
+        return out

@@ -1,0 +1,96 @@
+"""A scan in vehicle coordinates: no-return and too-near points out, the mount applied, the
+ego vehicle cropped, the region of interest kept."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dynshape_perception.config import Roi
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.perception.transforms import Matrix, transform_points
+
+# Whole scans: 60 m all around the vehicle.
+SURROUND_ROI = Roi(x_m=(-60.0, 60.0), y_m=(-60.0, 60.0), z_m=(-3.0, 3.0))
+COUNTERS = (
+    "points_no_return_removed",
+    "points_too_near_removed",
+    "points_ego_removed",
+    "points_outside_roi",
+)
+
+
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned box in the vehicle frame; ``lo < hi`` on every axis."""
+
+    x_m: tuple[float, float]
+    y_m: tuple[float, float]
+    z_m: tuple[float, float]
+
+    def __post_init__(self) -> None:
+        for name in ("x_m", "y_m", "z_m"):
+            lo, hi = getattr(self, name)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ConfigError(f"box {name} must be finite with min < max, got {(lo, hi)}")
+
+    def contains(self, xyz: np.ndarray) -> np.ndarray:
+        inside = np.ones(xyz.shape[0], dtype=bool)
+        for axis, (lo, hi) in enumerate((self.x_m, self.y_m, self.z_m)):
+            inside &= (xyz[:, axis] >= lo) & (xyz[:, axis] <= hi)
+        return inside
+
+
+@dataclass(frozen=True)
+class ScanParams:
+    """The crop of a scan: ``roi`` and ``ego`` (None: no crop) in the vehicle frame, and the
+    smallest range from the sensor that is a return rather than the sensor's own housing."""
+
+    roi: Roi = field(default_factory=lambda: SURROUND_ROI)
+    ego: Box | None = None
+    min_range_m: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_range_m) and self.min_range_m >= 0.0):
+            raise ConfigError(f"min_range_m must be finite and >= 0, got {self.min_range_m!r}")
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Points ``[P, 4]`` float32 in the vehicle frame, and how many each step removed."""
+
+    points: np.ndarray
+    removed: dict[str, int]
+
+
+def prepare_scan(points: np.ndarray, mount: Matrix, params: ScanParams) -> Scan:
+    """From the sensor frame (``mount``: sensor to vehicle) to the cropped vehicle-frame scan.
+
+    A no-return is a point at exactly (0, 0, 0), where organised clouds (Ouster, Hesai) keep
+    the place of a beam that saw nothing; the minimum range is measured from the sensor.
+    """
+    xyz = points[:, :3]
+    no_return = (xyz == 0.0).all(axis=1)
+    keep = ~no_return
+    too_near = np.zeros_like(keep)
+    if params.min_range_m > 0.0:
+        range_sq = np.einsum("ij,ij->i", xyz, xyz, dtype=np.float64)
+        too_near = keep & (range_sq < params.min_range_m**2)
+        keep &= ~too_near
+    moved = transform_points(mount, points[keep] if not keep.all() else points)
+    ego = np.zeros(moved.shape[0], dtype=bool)
+    if params.ego is not None:
+        ego = params.ego.contains(moved[:, :3])
+    roi = params.roi
+    inside = Box(roi.x_m, roi.y_m, roi.z_m).contains(moved[:, :3]) & ~ego
+    return Scan(
+        np.ascontiguousarray(moved[inside], dtype=np.float32),
+        {
+            "points_no_return_removed": int(no_return.sum()),
+            "points_too_near_removed": int(too_near.sum()),
+            "points_ego_removed": int(ego.sum()),
+            "points_outside_roi": int((~inside).sum() - ego.sum()),
+        },
+    )
