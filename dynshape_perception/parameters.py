@@ -571,7 +571,8 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             "odometry.max_extrapolation_s",
             0.5,
             "a frame stamped further than this outside the buffered odometry (odometry "
-            "stopped or lagging) is dropped as odom_stale instead of using the end pose",
+            "stopped or lagging) is dropped as odom_stale instead of using the end pose; "
+            "likewise past the newest /tf of the fixed frame (tf_unavailable)",
             low=0.0,
             high=_MAX_STAMP_TOLERANCE_S,
         ),
@@ -854,7 +855,9 @@ def object_params(values: Mapping[str, Value]) -> ObjectParams:
 
 
 def frame_params(values: Mapping[str, Value]) -> FrameParams:
-    picked = _pick(values, "frames", ("base_frame", "fixed_frame"))
+    picked: dict[str, Any] = _pick(values, "frames", ("base_frame", "fixed_frame"))
+    if "odometry.max_extrapolation_s" in values:
+        picked["max_extrapolation_s"] = float(values["odometry.max_extrapolation_s"])
     mount = _pick(values, "frames", ("mount_x_m", "mount_y_m", "mount_z_m", "mount_yaw_rad"))
     fallback = planar(
         float(mount.get("mount_x_m", 0.0)),

@@ -18,6 +18,8 @@ EGO_SPEED_MPS = 5.0
 FRAME_PERIOD_S = 0.1
 COLUMNS = ("segment", "cluster", "track", "predict", "total")
 DDS_COLUMNS = ("to_obstacles_ms", "to_tracks_ms", "to_predict_ms", "e2e_ms")
+# The nodes' standard outputs (testing.session's names; it imports rclpy, so only in --dds).
+DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 DDS_FIRST_STAMP_NS = 1_000_000_000
 # Long enough for one /diagnostics report at the default period.
 DIAGNOSTICS_WAIT_S = 1.5
@@ -103,11 +105,12 @@ def run_dds(args: argparse.Namespace) -> int:
             arrive = t.after_publish_ms
             c = t.counts
             stages = _stage_ms(arrive)
-            if arrive["predictions"] is not None:
-                e2e.append(arrive["predictions"])
+            predicted_ms = arrive[PREDICTED]
+            if predicted_ms is not None:
+                e2e.append(predicted_ms)
             print(
-                f"{k:>5} {cloud.shape[0]:>7} {c.get('obstacles', '-'):>5} "
-                f"{c.get('tracks', '-'):>6} {c.get('agents', '-'):>6}"
+                f"{k:>5} {cloud.shape[0]:>7} {c.get(DETECTED, '-'):>5} "
+                f"{c.get(TRACKED, '-'):>6} {c.get('agents', '-'):>6}"
                 + "".join(f" {_fmt(stages[s]):>13}" for s in DDS_COLUMNS)
             )
         session.probe.spin_for(DIAGNOSTICS_WAIT_S)
@@ -134,13 +137,13 @@ def run_dds(args: argparse.Namespace) -> int:
 
 def _stage_ms(arrive: dict[str, float | None]) -> dict[str, float | None]:
     """Scan->obstacles, obstacles->tracks, tracks->predictions and scan->predictions."""
-    chain = ("obstacles", "tracks", "predictions")
-    starts: list[float | None] = [0.0, arrive["obstacles"], arrive["tracks"]]
+    chain = (DETECTED, TRACKED, PREDICTED)
+    starts: list[float | None] = [0.0, arrive[DETECTED], arrive[TRACKED]]
     out: dict[str, float | None] = {}
     for column, start, topic in zip(DDS_COLUMNS, starts, chain, strict=False):
         end = arrive[topic]
         out[column] = None if start is None or end is None else end - start
-    out["e2e_ms"] = arrive["predictions"]
+    out["e2e_ms"] = arrive[PREDICTED]
     return out
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dynshape_perception.tools.replay.settings import ReplaySettings
 
 EXIT_GOLDEN_FAILED = 1
-DDS_STAGES = ("obstacles", "tracks", "predictions")
+DDS_STAGES = ("detected_objects", "tracked_objects", "predicted_objects")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -339,7 +339,14 @@ def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[st
         result = bag_player.replay_dds(args.bag, options, driver_name, None, show)
     else:
         with RunRecorder(args.record, args.storage, args.force) as recorder:
-            result = bag_player.replay_dds(args.bag, options, driver_name, recorder.write_raw, show)
+            result = bag_player.replay_dds(
+                args.bag,
+                options,
+                driver_name,
+                recorder.write_raw,
+                show,
+                object_topics=tuple(recorder.object_topics),
+            )
             info = _run_info(args, None, None, ())
             metrics = _dds_metrics(result, deadlines_from(values), info)
             recorder.finish(
@@ -358,7 +365,7 @@ def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[st
 def _dds_metrics(
     result: Any, deadlines_ms: dict[int, float | None], info: dict[str, Any]
 ) -> RunMetrics:
-    """End-to-end latencies per output topic, by the input frame of the same stamp."""
+    """End-to-end latencies per standard output, by the input frame of the same stamp."""
     metrics = RunMetrics(deadlines_ms, info, stages=DDS_STAGES)
     metrics.topics = {
         "used": [vars(t) for t in result.tracks],
@@ -367,7 +374,9 @@ def _dds_metrics(
     stamps = sorted(result.latency_s)
     for index, stamp in enumerate(stamps):
         latency = {
-            topic.strip("/"): seconds * 1e3 for topic, seconds in result.latency_s[stamp].items()
+            topic.strip("/"): seconds * 1e3
+            for topic, seconds in result.latency_s[stamp].items()
+            if topic.strip("/") in DDS_STAGES
         }
         if latency:
             latency["total"] = max(latency.values())

@@ -30,12 +30,14 @@ from dynshape_perception.tools.replay.player import (
     plan_tracks,
     timetable,
 )
-from dynshape_perception.tools.replay.rundir import OUTPUT_TOPICS
+from dynshape_perception.tools.replay.rundir import OBJECT_TOPICS, OUTPUT_TOPICS
 from dynshape_perception.tools.replay.topics import Skipped
 
 NODE_NAME = "dynshape_bag_player"
 DEFAULT_CLOCK_HZ = 100.0
 QOS_DEPTH = 10
+# Static transforms are latched (transient local), as tf2's listeners ask for them.
+STATIC_TF_DEPTH = 100
 DISCOVERY_SETTLE_S = 0.5
 FLUSH_TIMEOUT_S = 5.0
 
@@ -95,20 +97,26 @@ class PlayResult:
 
 
 class OutputListener:
-    """Receives the nodes' output tables raw (no decoding) and hands them to a sink."""
+    """Receives the nodes' standard outputs and debug tables raw (no decoding) for a sink."""
 
     def __init__(
         self,
         node: Node,
         sink: Callable[[str, int, bytes], None],
         on_stamp: Callable[[str, int], None],
+        object_topics: Sequence[str] = (),
     ) -> None:
         qos = QoSProfile(depth=QOS_DEPTH, reliability=ReliabilityPolicy.RELIABLE)
+        types = {t: PointCloud2 for t in OUTPUT_TOPICS}
+        for topic in object_topics:
+            cls = message_class(OBJECT_TOPICS[topic])
+            if cls is not None:
+                types[topic] = cls
         self._subs = [
             node.create_subscription(
-                PointCloud2, topic, self._callback(topic, sink, on_stamp), qos, raw=True
+                cls, topic, self._callback(topic, sink, on_stamp), qos, raw=True
             )
-            for topic in OUTPUT_TOPICS
+            for topic, cls in types.items()
         ]
 
     @staticmethod
@@ -136,6 +144,12 @@ class BagPlayer:
             durability=DurabilityPolicy.VOLATILE,
         )
         self._data_qos = data_qos
+        self._static_qos = QoSProfile(
+            depth=STATIC_TF_DEPTH,
+            history=HistoryPolicy.KEEP_LAST,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
         self._clock = node.create_publisher(Clock, CLOCK_TOPIC, data_qos)
         self._publishers: dict[str, Any] = {}
 
@@ -150,7 +164,9 @@ class BagPlayer:
             cls = message_class(track.msgtype)
             if cls is None:
                 raise ConfigError(f"{track.msgtype} is not installed in this ROS 2")
-            pub = self.node.create_publisher(cls, track.name, self._data_qos)
+            static = track.name.rstrip("/").endswith(bags.TF_STATIC_TOPIC)
+            qos = self._static_qos if static else self._data_qos
+            pub = self.node.create_publisher(cls, track.name, qos)
             self._publishers[track.name] = pub
         return pub
 
@@ -242,8 +258,10 @@ def replay_dds(
     sink: Callable[[str, int, bytes], None] | None = None,
     on_plan: Callable[[list[Track], list[Skipped]], None] | None = None,
     on_item: Callable[[PlayItem, float], None] | None = None,
+    object_topics: Sequence[str] = (),
 ) -> PlayResult:
-    """Play ``bag`` to the running nodes; with ``sink``, also receive their output tables.
+    """Play ``bag`` to the running nodes; with ``sink``, also receive their outputs (the
+    tables, and ``object_topics``, the standard messages the recorder can write).
 
     ``driver_topic`` (the published name of the points or detections) pairs each output
     with the input frame of the same header stamp, for end-to-end latencies.
@@ -279,7 +297,7 @@ def replay_dds(
                     on_item(item, at)
 
             if sink is not None:
-                OutputListener(node, sink, on_stamp)
+                OutputListener(node, sink, on_stamp, object_topics)
                 executor = SingleThreadedExecutor(context=context)
                 executor.add_node(node)
                 spinner = threading.Thread(target=executor.spin, daemon=True)

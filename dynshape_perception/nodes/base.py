@@ -8,11 +8,10 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -28,16 +27,14 @@ from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
 from dynshape_perception import parameters
-from dynshape_perception.errors import BoundError, ConfigError, DynshapeError
+from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
 from dynshape_perception.interrupts import startup_done
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, cloud_to_points
-from dynshape_perception.nodes.messages import (
-    NS_PER_S,
-    MarkerStyle,
-    diagnostic_array,
-    odometry_pose,
-)
+from dynshape_perception.nodes import diagnostics as diag
+from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, odometry_pose, stamp_s
+from dynshape_perception.perception import scan
 from dynshape_perception.perception.drops import DropCounter
+from dynshape_perception.perception.localization import Located
 from dynshape_perception.perception.odometry import PoseBuffer
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline, Pose2D
 from dynshape_perception.perception.stamps import (
@@ -46,6 +43,7 @@ from dynshape_perception.perception.stamps import (
     RESTART,
     StampScreen,
 )
+from dynshape_perception.perception.transforms import DegenerateQuaternion, Matrix
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.metrics import LatencyStats
 from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
@@ -58,22 +56,38 @@ PROCESSING_ERROR = "processing_error"
 INTERNAL_ERROR = "internal_error"
 ODOM_BACKWARDS = "odom_time_backwards"
 ODOM_NON_FINITE = "odom_non_finite"
+ODOM_BAD_QUATERNION = "odom_bad_quaternion"
 ODOM_STALE = "odom_stale"
+TF_UNAVAILABLE = "tf_unavailable"
+# A message that decodes but holds what it must not (a NaN, a degenerate quaternion).
+BAD_MESSAGE = "bad_message"
 TIME_JUMP_RESET = "time_jump_reset"
+ODOM_FRAME_CHANGES = "odom_frame_changes"
 INTENSITY_OUT_OF_RANGE = "intensity_out_of_range"
 POINT_REASONS = (*REASONS, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
 # The reasons of the nodes that take odometry and keep state in a fixed frame.
-ODOM_REASONS = (ODOM_BACKWARDS, ODOM_NON_FINITE, ODOM_STALE, FUTURE_STAMP, OUTLIER_STAMP)
+ODOM_REASONS = (
+    ODOM_BACKWARDS,
+    ODOM_NON_FINITE,
+    ODOM_BAD_QUATERNION,
+    ODOM_STALE,
+    FUTURE_STAMP,
+    OUTLIER_STAMP,
+    TF_UNAVAILABLE,
+)
+# Pose drops, reported by the pose task; the input task reports the rest.
+POSE_REASONS = frozenset(ODOM_REASONS) - {FUTURE_STAMP, OUTLIER_STAMP}
 POINT_COUNTERS = {
     "points_non_finite_removed": 0,
     "frames_subsampled": 0,
     INTENSITY_OUT_OF_RANGE: 0,
+    **dict.fromkeys(scan.COUNTERS, 0),
 }
 NO_ODOMETRY = "absent: static sensor assumed"
+# Notes the pose task reports; the input task reports the others.
+POSE_NOTES = frozenset({"odometry", "pose", "mount"})
 # Tier-1 work runs on an engine of its own (see nodes/tiered.py).
 TIER1_MODELS = ("segmenter",)
-# diagnostic_status levels 0, 1, 2 as DiagnosticStatus levels.
-LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)
 T = TypeVar("T")
 
 
@@ -174,10 +188,13 @@ class PerceptionNode(Node):
                 self._say_lanes()
             self.bounds = parameters.bounds_from(self.values)
             on_parameters(self, self._on_set, self._after_set)
-            self._diagnostics = self.create_publisher(
-                DiagnosticArray, "/diagnostics", self.output_qos
+            self.diagnostics = diag.NodeDiagnostics(
+                self, str(self.values["target_profile"]), self.values
             )
-            self.create_timer(float(self.values["diagnostics_period_s"]), self.publish_diagnostics)
+            self.diagnostics.add_task(diag.INPUT, self._report_input)
+            self.diagnostics.add_task(diag.JIT, self._report_jit)
+            if self.deadline_executor is not None:
+                self.diagnostics.add_task(diag.TIERS, self._report_tiers)
         except BaseException:
             self._stop_workers()
             raise
@@ -317,6 +334,21 @@ class PerceptionNode(Node):
         self._stop_workers()
         self.destroy_node()
 
+    # -- topics -------------------------------------------------------------------------
+    def subscribe(self, msg_type: Any, topic: str, callback: Callable[[Any], None]) -> None:
+        """A sensor-data subscription whose rate and stamps the diagnostics check."""
+        name = self.resolve_topic_name(topic)
+        self.diagnostics.topic(name)
+
+        def receive(msg: Any) -> None:
+            self.diagnostics.tick(name, stamp_s(msg.header.stamp))
+            callback(msg)
+
+        self.create_subscription(msg_type, topic, receive, self.input_qos)
+
+    def output(self, msg_type: Any, topic: str, stamped: bool = True) -> Output:
+        return Output(self, msg_type, topic, stamped)
+
     # -- input handling -----------------------------------------------------------------
     @contextmanager
     def handling(self, what: str) -> Iterator[None]:
@@ -330,6 +362,8 @@ class PerceptionNode(Node):
     def count_failure(self, what: str, err: Exception) -> None:
         if isinstance(err, CloudError):
             self.drops.drop(err.reason, f"{what}: {err}")
+        elif isinstance(err, MessageError) and BAD_MESSAGE in self.drops.counts:
+            self.drops.drop(BAD_MESSAGE, f"{what}: {err}")
         elif isinstance(err, BoundError):
             self.drops.drop(OVER_BOUND, f"{what}: {err}")
         elif isinstance(err, DynshapeError):
@@ -375,13 +409,19 @@ class PerceptionNode(Node):
 
         return done
 
-    def points_of(self, msg: PointCloud2, pipeline: Pipeline) -> np.ndarray:
-        """Vectorised conversion, then the point bound (drop, or subsample if configured)."""
+    def points_of(
+        self, msg: PointCloud2, pipeline: Pipeline, mount: Matrix | None = None
+    ) -> np.ndarray:
+        """Vectorised conversion; into the vehicle frame by ``mount``, cropped (no-returns,
+        too near, the ego box, outside the ROI: each counted); then the point bound (drop,
+        or subsample if configured)."""
         points = cloud_to_points(msg)
         self.count("points_non_finite_removed", points.removed_non_finite)
         if points.has_intensity:
             self._scale_intensity(points.xyzi[:, 3])
-        bounded = pipeline.bound_points(points.xyzi)
+        bounded, removed = pipeline.prepare(points.xyzi, mount)
+        for key, n in removed.items():
+            self.count(key, n)
         self.set_counter("frames_subsampled", pipeline.subsampled_frames)
         return bounded
 
@@ -426,121 +466,148 @@ class PerceptionNode(Node):
             self._warn_notes.discard(key)
 
     # -- diagnostics --------------------------------------------------------------------
-    def diagnostic_values(self) -> dict[str, object]:
-        with self._stats_lock:
-            values: dict[str, object] = dict(self.counters)
-            for stage, stats in self.latency.items():
-                values[f"latency_ms.{stage}.last"] = round(self.last_latency_ms[stage], 3)
-                values[f"latency_ms.{stage}.mean"] = round(stats.mean_ms, 3)
-                values[f"latency_ms.{stage}.max"] = round(stats.max_ms, 3)
-        values.update({f"drops.{reason}": n for reason, n in self.drops.snapshot().items()})
-        values.update(self.notes)
-        values.update({f"jit.{k}": v for k, v in self.engine.metrics.snapshot().items()})
+    def _values(self, drops: bool, pose: bool) -> dict[str, object]:
+        """Counters, latencies and notes; the drops of the pose task's reasons or the rest."""
+        values: dict[str, object] = {}
+        if not pose:
+            with self._stats_lock:
+                values.update(self.counters)
+                for stage, stats in self.latency.items():
+                    values[f"latency_ms.{stage}.last"] = round(self.last_latency_ms[stage], 3)
+                    values[f"latency_ms.{stage}.mean"] = round(stats.mean_ms, 3)
+                    values[f"latency_ms.{stage}.max"] = round(stats.max_ms, 3)
+        if drops:
+            values.update(
+                {
+                    f"drops.{reason}": n
+                    for reason, n in self.drops.snapshot().items()
+                    if (reason in POSE_REASONS) == pose
+                }
+            )
+        values.update({k: v for k, v in self.notes.items() if (k in POSE_NOTES) == pose})
+        return values
+
+    def _new_drops(self) -> int:
+        total = self.drops.total
+        new, self._drops_seen = total - self._drops_seen, total
+        return new
+
+    def _report_input(self) -> diag.Report:
+        """WARN on new drops (pose drops included: they lose frames too) or notes."""
+        problems = [self.notes[k] for k in sorted(self._warn_notes) if k not in POSE_NOTES]
+        new_drops = self._new_drops()
+        if new_drops:
+            problems.append(f"{new_drops} input(s) dropped since the last report")
+        return int(bool(problems)), problems, self._values(drops=True, pose=False)
+
+    def report_pose(self) -> diag.Report:
+        problems = [self.notes[k] for k in sorted(self._warn_notes) if k in POSE_NOTES]
+        return int(bool(problems)), problems, self._values(drops=True, pose=True)
+
+    def _report_jit(self) -> diag.Report:
+        snapshot = self.engine.metrics.snapshot()
+        values: dict[str, object] = {f"jit.{k}": v for k, v in snapshot.items()}
         if self.fast_engine is not None:
             values.update(
                 {f"jit_tier1.{k}": v for k, v in self.fast_engine.metrics.snapshot().items()}
             )
-        return values
-
-    def publish_diagnostics(self) -> None:
-        """One status a period: WARN on drops, notes, a paused JIT, lower-tier losses or
-        degraded mode; ERROR on a tier-1 miss or a starved tier. Drops and losses count in this
-        period only.
-        """
-        values = self.diagnostic_values()
-        total_drops = self.drops.total
-        new_drops = total_drops - self._drops_seen
-        self._drops_seen = total_drops
-        problems = [self.notes[k] for k in sorted(self._warn_notes)]
-        if new_drops:
-            problems.append(f"{new_drops} input(s) dropped since the last report")
         if any(engine.metrics.degraded for engine in self.engines()):
-            problems.append("JIT specialisation paused (auto-degrade)")
-        severity = max(int(bool(problems)), self._report_tiers(values, problems))
-        self._diagnostics.publish(
-            diagnostic_array(
-                self.get_clock().now().to_msg(),
-                f"{self.get_fully_qualified_name()}: perception",
-                str(self.values["target_profile"]),
-                LEVELS[severity],
-                "; ".join(problems) or "ok",
-                values,
-            )
-        )
+            return 1, ["JIT specialisation paused (auto-degrade)"], values
+        return 0, [], values
 
-    def _report_tiers(self, values: dict[str, object], problems: list[str]) -> int:
-        """Add the executor's counters to ``values``; the level (0-2) of this period."""
-        if self.deadline_executor is None:
-            return 0
+    def _report_tiers(self) -> diag.Report:
+        """The executor's counters; ERROR on a tier-1 miss, WARN on lower-tier losses or
+        degraded mode, in this period only (the counts stay cumulative)."""
+        assert self.deadline_executor is not None
         snapshot = self.deadline_executor.snapshot()
         period = since(snapshot, self._reported)
         self._reported = snapshot
         degraded = bool(period.pop("degraded", False))
         level, message, _ = diagnostic_status(period)
-        values.update(diagnostic_status(snapshot)[2])
+        values: dict[str, object] = dict(diagnostic_status(snapshot)[2])
         values.update(executor_values(snapshot, self.deadline_executor.config))
-        if level:
-            problems.append(f"{message} since the last report")
+        problems = [f"{message} since the last report"] if level else []
         if degraded:
             problems.append("overload: degraded mode (far field subsampled)")
-        return max(level, int(degraded))
+        return max(level, int(degraded)), problems, values
 
 
 class OdometryInput:
-    """Subscribes to ``odom``; gives the lidar pose at a stamp, or the static-sensor fallback."""
+    """Subscribes to ``odom``: the vehicle's (odometry child frame's) pose at a stamp.
+
+    Quaternions are normalised (a degenerate one drops the message, counted); a change of
+    the odometry's frame clears the buffer (logged and counted), so that no pose is ever
+    interpolated between two frames.
+    """
 
     def __init__(self, node: PerceptionNode) -> None:
         self.node = node
         values = node.values
-        mount = Pose2D(
-            float(values["odometry.sensor_x_m"]),
-            float(values["odometry.sensor_y_m"]),
-            float(values["odometry.sensor_yaw_rad"]),
-        )
-        self.buffer = PoseBuffer(int(values["odometry.buffer_size"]), mount)
+        self.buffer = PoseBuffer(int(values["odometry.buffer_size"]))
         self.stamps = StampScreen(parameters.stamp_policy(values))
         self.frame_id: str | None = None
         self._stale = False
         node.on_time_jump(self._restart)
+        node.counters.setdefault(ODOM_FRAME_CHANGES, 0)
         node.note("odometry", "none received yet")
         node.create_subscription(Odometry, "odom", self._on_odom, node.input_qos)
 
+    @property
+    def active(self) -> bool:
+        return self.frame_id is not None
+
     def _on_odom(self, msg: Odometry) -> None:
-        stamp, x, y, yaw = odometry_pose(msg)
+        try:
+            stamp, x, y, yaw = odometry_pose(msg)
+        except DegenerateQuaternion as err:
+            self.node.drops.drop(ODOM_BAD_QUATERNION, f"odometry: {err}")
+            return
         if not np.isfinite((stamp, x, y, yaw)).all():
             self.node.drops.drop(ODOM_NON_FINITE, "odometry holds NaN or Inf")
             return
         if not self.node.screen_stamp(self.stamps, stamp, self.buffer.newest_stamp_s, "odometry"):
             return
+        frame_id = str(msg.header.frame_id)
+        if self.frame_id is not None and frame_id != self.frame_id:
+            self.node.get_logger().warning(
+                f"odometry frame changed from {self.frame_id!r} to {frame_id!r}: its "
+                f"{len(self.buffer)} buffered pose(s) cleared"
+            )
+            self.node.count(ODOM_FRAME_CHANGES)
+            self.buffer.clear()
         newest = self.buffer.newest_stamp_s
         if not self.buffer.add(stamp, x, y, yaw):
             self.node.drops.drop(
                 ODOM_BACKWARDS, f"odometry stamp {stamp:.6f} s is not after {newest:.6f} s"
             )
             return
-        if self.frame_id != msg.header.frame_id:
-            self.frame_id = msg.header.frame_id
-            self.node.get_logger().info(f"odometry received: tracking in frame {self.frame_id!r}")
-            self.node.note("odometry", f"ok (frame {self.frame_id})")
+        if self.frame_id != frame_id:
+            self.frame_id = frame_id
+            self.node.get_logger().info(f"odometry received: tracking in frame {frame_id!r}")
+            self.node.note("odometry", f"ok (frame {frame_id})")
 
     def _restart(self) -> None:
         self.buffer.clear()
         self.stamps.clear()
 
+    def note_static(self, frame: str) -> None:
+        """Say once that neither TF nor odometry places the vehicle: it stands still."""
+        if self.node.drops.once(
+            "no_odometry",
+            f"no odometry on {self.node.resolve_topic_name('odom')!r} and no TF to the fixed "
+            f"frame: static sensor assumed, tracking in the input frame {frame!r}",
+        ):
+            self.node.note("odometry", NO_ODOMETRY, warn=True)
+
     def pose_at(self, stamp_s: float, sensor_frame: str) -> tuple[Pose2D, str] | None:
-        """The lidar pose and the fixed frame; without odometry the sensor frame is fixed.
+        """The vehicle pose and the fixed frame; without odometry the input frame is fixed.
 
         None (a counted ``odom_stale`` drop) once odometry was received but none lies within
         ``odometry.max_extrapolation_s`` of the stamp: the end pose would put the frame in
         the wrong place.
         """
         if self.frame_id is None:
-            if self.node.drops.once(
-                "no_odometry",
-                f"no odometry on {self.node.resolve_topic_name('odom')!r}: static sensor "
-                f"assumed, tracking in the sensor frame {sensor_frame!r}",
-            ):
-                self.node.note("odometry", NO_ODOMETRY, warn=True)
+            self.note_static(sensor_frame)
             return Pose2D(), sensor_frame
         pose = self.buffer.pose_at(stamp_s)
         gap_s = self.buffer.gap_s(stamp_s)
@@ -560,6 +627,11 @@ class OdometryInput:
             self._stale = False
             self.node.note("odometry", f"ok (frame {self.frame_id})")
         return pose, self.frame_id
+
+    def vehicle_at(self, stamp_s: float) -> tuple[Matrix, str] | None:
+        """``pose_at`` as a transform (the localizer's odometry source)."""
+        located = self.pose_at(stamp_s, "")
+        return None if located is None else (located[0].matrix(), located[1])
 
 
 class FixedFrame:
@@ -585,14 +657,12 @@ class FixedFrame:
         """
         return self.node.screen_stamp(self.stamps, stamp_s, self.last_stamp_s, "frame")
 
-    def locate(
-        self, odometry: OdometryInput, stamp_s: float, sensor_frame: str
-    ) -> tuple[Pose2D, str] | None:
-        """The screened stamp's pose and fixed frame, or None (a counted drop): screened
-        first, so that a far-future stamp never reaches the odometry's staleness check."""
+    def place(self, pose: PoseSource, frame_id: str, stamp_s: float) -> Located | None:
+        """The screened stamp's place in the fixed frame, or None (a counted drop): screened
+        first, so that an outlier stamp never reaches the pose's staleness check."""
         if not self.screen(stamp_s):
             return None
-        return odometry.pose_at(stamp_s, sensor_frame)
+        return pose.locate(frame_id, stamp_s)
 
     def admit(self, frame_id: str, stamp_s: float) -> bool:
         if frame_id != self.frame_id:
@@ -611,6 +681,25 @@ class FixedFrame:
             return False
         self.last_stamp_s = stamp_s
         return True
+
+
+class Output:
+    """A reliable publisher whose rate (and stamps, if ``stamped``) the diagnostics check."""
+
+    def __init__(self, node: PerceptionNode, msg_type: Any, topic: str, stamped: bool) -> None:
+        self.publisher = node.create_publisher(msg_type, topic, node.output_qos)
+        self.name = self.publisher.topic_name
+        self.stamped = stamped
+        self.diagnostics = node.diagnostics
+        self.diagnostics.topic(self.name, stamped)
+
+    def publish(self, msg: Any) -> None:
+        self.publisher.publish(msg)
+        self.diagnostics.tick(self.name, stamp_s(msg.header.stamp) if self.stamped else None)
+
+
+class PoseSource(Protocol):
+    def locate(self, frame_id: str, stamp_s: float) -> Located | None: ...
 
 
 def output_header(stamp: Any, frame_id: str) -> Header:

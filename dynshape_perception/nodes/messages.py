@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point, Quaternion
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import PointCloud2, PointField
@@ -22,7 +23,7 @@ from dynshape_perception.io.tables import (
     LABEL_POLE,
     LABEL_UNKNOWN,
 )
-from dynshape_perception.perception.odometry import yaw_from_quaternion
+from dynshape_perception.perception.transforms import normalised_quaternion
 
 NS_PER_S = 1_000_000_000
 
@@ -75,14 +76,28 @@ def table_msg(table: np.ndarray, head: Header) -> PointCloud2:
 
 
 def odometry_pose(msg: Odometry) -> tuple[float, float, float, float]:
-    """(stamp s, x m, y m, yaw rad) of the child frame in the odometry frame."""
+    """(stamp s, x m, y m, yaw rad) of the child frame in the odometry frame; the quaternion
+    is normalised first (DegenerateQuaternion for a zero or non-finite one)."""
     p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    x, y, z, w = normalised_quaternion(q.x, q.y, q.z, q.w)
     return (
         stamp_s(msg.header.stamp),
         float(p.x),
         float(p.y),
-        yaw_from_quaternion(q.x, q.y, q.z, q.w),
+        math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)),
     )
+
+
+@cache
+def message_class(msgtype: str) -> Any:
+    """The rclpy class of ``pkg/msg/Name``."""
+    package, kind, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{package}.{kind}"), name)
+
+
+def ros_message(msgtype: str, /, **fields: Any) -> Any:
+    """An rclpy message of ``msgtype`` (the message factory of ``io.objects``)."""
+    return message_class(msgtype)(**fields)
 
 
 def yaw_quaternion(yaw: float) -> Quaternion:
@@ -142,21 +157,3 @@ def marker_array(
     for marker in markers:
         marker.lifetime = Duration()
     return MarkerArray(markers=markers)
-
-
-def diagnostic_array(
-    stamp: Time,
-    name: str,
-    hardware_id: str,
-    level: bytes,
-    message: str,
-    values: Mapping[str, object],
-) -> DiagnosticArray:
-    status = DiagnosticStatus(
-        level=level,
-        name=name,
-        message=message,
-        hardware_id=hardware_id,
-        values=[KeyValue(key=k, value=str(v)) for k, v in values.items()],
-    )
-    return DiagnosticArray(header=Header(stamp=stamp), status=[status])

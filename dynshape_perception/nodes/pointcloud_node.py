@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from functools import partial
 
+from autoware_perception_msgs.msg import DetectedObjects
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
@@ -15,7 +16,7 @@ from dynshape_perception.nodes.base import (
     model_not_loaded,
     run_node,
 )
-from dynshape_perception.nodes.messages import stamp_s, table_msg
+from dynshape_perception.nodes.messages import stamp_s
 from dynshape_perception.nodes.segmenting import SegmentingNode
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.scheduling.lidar_tiers import FULL_CLOUD, MS_PER_S, FullCloud
@@ -34,26 +35,27 @@ class PointcloudNode(SegmentingNode):
         )
         self.setup_segmentation(pipeline)
         self.counters.update(POINT_COUNTERS)
-        self.obstacles = self.create_publisher(PointCloud2, "obstacles", self.output_qos)
-        self.create_subscription(PointCloud2, "points", self.on_points, self.input_qos)
+        self.detected = self.output(DetectedObjects, "detected_objects")
+        self.obstacles = self.output(PointCloud2, "obstacles") if self.tables else None
+        self.subscribe(PointCloud2, "points", self.on_points)
 
     def on_points(self, msg: PointCloud2) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
-            points = self.points_of(msg, self.pipeline)
+            points, head = self.vehicle_points(msg)
             arrival = self.scheduler.arrive("points", stamp_s(msg.header.stamp))
             self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})
-            self.submit_near_field(points, msg.header, arrival)
+            self.submit_near_field(points, head, arrival)
             self.scheduler.submit(
                 partial(self.segmentation.full_cloud, points, self.next_seed()),
                 Tier.PLANNING,
                 arrival=arrival,
                 name=FULL_CLOUD,
                 size=points.shape[0],
-            ).add_done_callback(self.deliver("full cloud", partial(self._publish, msg.header, t0)))
+            ).add_done_callback(self.deliver("full cloud", partial(self._publish, head, t0)))
 
     def _publish(self, head: Header, t0: float, cloud: FullCloud) -> None:
-        self.obstacles.publish(table_msg(cloud.obstacles, head))
+        self.publish_obstacles(self.detected, self.obstacles, head, cloud.obstacles)
         self.count_full_cloud(cloud)
         self.count("frames_out")
         self.record_latency({**cloud.latency_ms, "total": (time.perf_counter() - t0) * MS_PER_S})

@@ -1,32 +1,47 @@
-"""``prediction_node``: track table in, K hypotheses per agent (table) and RViz markers out."""
+"""``prediction_node``: tracked objects in; K predicted paths per agent (and markers) out."""
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
+from autoware_perception_msgs.msg import PredictedObjects, TrackedObjects
 from sensor_msgs.msg import PointCloud2
 from visualization_msgs.msg import MarkerArray
 
+from dynshape_perception import parameters
 from dynshape_perception.config import default_config
-from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
-from dynshape_perception.io.tables import PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.io.objects import (
+    TrackStates,
+    predicted_objects,
+    tracks_from_tracked_objects,
+)
+from dynshape_perception.io.pointcloud2 import REASONS
 from dynshape_perception.nodes.base import (
+    BAD_MESSAGE,
     INTERNAL_ERROR,
     ODOM_REASONS,
     OVER_BOUND,
     PROCESSING_ERROR,
     STALE_STAMP,
     FixedFrame,
-    OdometryInput,
     PerceptionNode,
     output_header,
     run_node,
 )
-from dynshape_perception.nodes.messages import marker_array, stamp_s, table_msg
+from dynshape_perception.nodes.frames import PoseInput
+from dynshape_perception.nodes.messages import (
+    marker_array,
+    ros_message,
+    stamp_ns,
+    stamp_s,
+    table_msg,
+)
 from dynshape_perception.perception.history import PREDICTOR_STEP_S
-from dynshape_perception.perception.pipeline import prediction_table
+from dynshape_perception.perception.objects import UuidIndex
+from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction import PredictionStage
 from dynshape_perception.perception.track_histories import TrackHistories
+from dynshape_perception.perception.transforms import inverse
 
 MS_PER_S = 1000.0
 AGENTS_DROPPED = "agents_dropped"
@@ -37,41 +52,68 @@ class PredictionNode(PerceptionNode):
         super().__init__(
             "prediction_node",
             ("predictor",),
-            (*REASONS, OVER_BOUND, STALE_STAMP, PROCESSING_ERROR, INTERNAL_ERROR, *ODOM_REASONS),
+            (
+                *REASONS,
+                BAD_MESSAGE,
+                OVER_BOUND,
+                STALE_STAMP,
+                PROCESSING_ERROR,
+                INTERNAL_ERROR,
+                *ODOM_REASONS,
+            ),
         )
         step_s = float(default_config().section("predictor").get("step_s", PREDICTOR_STEP_S))
         self.histories = TrackHistories(self.bounds, step_s)
-        self.frame = FixedFrame(self, self.histories.reset)
-        self.odometry = OdometryInput(self)
+        self.prediction = PredictionStage(self.engine["predictor"], step_s)
+        self.ids = UuidIndex()
+        self.frame = FixedFrame(self, self._reset)
+        self.pose = PoseInput(self)
         self.counters[AGENTS_DROPPED] = 0
-        self.predictions = self.create_publisher(PointCloud2, "predictions", self.output_qos)
-        self.markers = self.create_publisher(MarkerArray, "markers", self.output_qos)
-        self.create_subscription(PointCloud2, "tracks", self.on_tracks, self.input_qos)
+        self.predicted = self.output(PredictedObjects, "predicted_objects")
+        tables = bool(self.values["debug.publish_tables"])
+        self.predictions = self.output(PointCloud2, "predictions") if tables else None
+        markers = bool(self.values["debug.publish_markers"])
+        self.markers = self.output(MarkerArray, "markers", stamped=False) if markers else None
+        self.subscribe(TrackedObjects, "tracked_objects", self.on_tracks)
 
-    def on_tracks(self, msg: PointCloud2) -> None:
-        with self.handling("tracks"):
+    def _reset(self) -> None:
+        self.histories.reset()
+        self.ids.reset()
+
+    def on_tracks(self, msg: TrackedObjects) -> None:
+        with self.handling("tracked_objects"):
             t0 = time.perf_counter()
-            tracks = cloud_to_table(msg, TRACK_DTYPE)
-            self.bounds.check("M", tracks.shape[0], "tracks")
+            received = tracks_from_tracked_objects(msg)
+            self.bounds.check("M", received.tracks.shape[0], "tracks")
             stamp = stamp_s(msg.header.stamp)
-            located = self.frame.locate(self.odometry, stamp, msg.header.frame_id)
-            if located is None or not self.frame.admit(msg.header.frame_id, stamp):
+            frame_id = msg.header.frame_id
+            located = self.frame.place(self.pose, frame_id, stamp)
+            if located is None or not self.frame.admit(frame_id, stamp):
                 return
+            tracks = received.tracks.copy()
+            tracks["id"] = self.ids.update(received.uuids)
+            states = TrackStates(tracks, received.uuids, received.existence, received.missed)
             self.histories.update(tracks, stamp)
-            ego = located[0]
-            ids, batch, lengths = self.histories.batch(
+            # The vehicle in the tracks' frame: the nearest agents are predicted first.
+            ego = Pose2D.of(inverse(located.to_fixed) @ located.vehicle)
+            ids, histories = self.histories.agent_histories(
                 tracks, ego, int(self.values["prediction.min_history_steps"])
             )
             t1 = time.perf_counter()
-            if ids.size:
-                traj, probs = self.engine["predictor"]("forward", batch, lengths)
-                predictions = prediction_table(ids, traj, probs)
-            else:
-                predictions = np.zeros(0, dtype=PREDICTION_DTYPE)
+            paths = self.prediction.predict(ids, histories)
             t2 = time.perf_counter()
-            head = output_header(msg.header.stamp, msg.header.frame_id)
-            self.predictions.publish(table_msg(predictions, head))
-            self.markers.publish(marker_array(tracks, predictions, head, self.marker_style()))
+            params = parameters.object_params(self.values)
+            self.predicted.publish(
+                predicted_objects(
+                    ros_message, stamp_ns(msg.header.stamp), frame_id, states, paths, params
+                )
+            )
+            head = output_header(msg.header.stamp, frame_id)
+            table = paths.table()
+            if self.predictions is not None:
+                self.predictions.publish(table_msg(table, head))
+            if self.markers is not None:
+                self.markers.publish(marker_array(tracks, table, head, self.marker_style()))
             self.count("frames_out")
             self.set_counter(AGENTS_DROPPED, self.histories.dropped_agents)
             self.record_latency(

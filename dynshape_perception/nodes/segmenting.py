@@ -1,4 +1,4 @@
-"""What the lidar nodes share: the tier-1 near field on ``near_obstacles``, the tier-2 cloud."""
+"""What the lidar nodes share: the tier-1 near field on ``near_objects``, the tier-2 cloud."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from autoware_perception_msgs.msg import DetectedObjects
 from sensor_msgs.msg import PointCloud2
+from std_msgs.msg import Header
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.nodes.base import PerceptionNode
-from dynshape_perception.nodes.messages import table_msg
+from dynshape_perception.io.objects import detected_objects
+from dynshape_perception.nodes.base import Output, PerceptionNode
+from dynshape_perception.nodes.frames import PoseInput
+from dynshape_perception.nodes.messages import ros_message, stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.scheduling.executor import Arrival, TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
@@ -38,18 +42,25 @@ SEGMENTING_COUNTERS = {
 class SegmentingNode(PerceptionNode):
     """A node whose lidar work runs through the tiered executor.
 
-    Per cloud: tier 1 segments the collision corridor on the node's second engine and
-    publishes ``near_obstacles`` as soon as it is done; tier 2 segments the whole cloud in
-    chunks and clusters it. Subclasses submit tier 2 and publish what it gives.
+    Per cloud, in the vehicle frame (``frames.base_frame``, the mount from TF): tier 1
+    segments the collision corridor on the node's second engine and publishes
+    ``near_objects`` as soon as it is done; tier 2 segments the whole cloud in chunks and
+    clusters it. Subclasses submit tier 2 and publish what it gives.
     """
 
-    def __init__(self, kind: str, models: Sequence[str], reasons: Sequence[str]) -> None:
+    def __init__(
+        self, kind: str, models: Sequence[str], reasons: Sequence[str], odometry: bool = False
+    ) -> None:
         super().__init__(kind, models, reasons)
         if self.deadline_executor is None or self.fast_engine is None:
             self._stop_workers()
             raise ConfigError(f"{kind} declares no tiers.* parameters: it needs the executor")
         self.scheduler: TieredExecutor = self.deadline_executor
-        self.near_obstacles = self.create_publisher(PointCloud2, "near_obstacles", self.output_qos)
+        self.tables = bool(self.values["debug.publish_tables"])
+        self.pose = PoseInput(self, odometry)
+        self.base_frame = self.pose.params.base_frame
+        self.near_objects = self.output(DetectedObjects, "near_objects")
+        self.near_obstacles = self.output(PointCloud2, "near_obstacles") if self.tables else None
         self._seed = 0
         self.counters.update(SEGMENTING_COUNTERS)
 
@@ -74,6 +85,21 @@ class SegmentingNode(PerceptionNode):
         self._seed += 1
         return self._seed
 
+    def vehicle_points(self, msg: PointCloud2) -> tuple[np.ndarray, Header]:
+        """The cloud in the vehicle frame, cropped and bounded; the outputs' header."""
+        mount = self.pose.mount(msg.header.frame_id, stamp_s(msg.header.stamp))
+        points = self.points_of(msg, self.pipeline, mount)
+        return points, Header(stamp=msg.header.stamp, frame_id=self.base_frame)
+
+    def publish_obstacles(
+        self, objects: Output, table: Output | None, head: Header, obstacles: np.ndarray
+    ) -> None:
+        objects.publish(
+            detected_objects(ros_message, stamp_ns(head.stamp), head.frame_id, obstacles)
+        )
+        if table is not None:
+            table.publish(table_msg(obstacles, head))
+
     def submit_near_field(self, points: np.ndarray, head: Any, arrival: Arrival) -> None:
         future = self.scheduler.submit(
             self.segmentation.near_field(points),
@@ -85,7 +111,7 @@ class SegmentingNode(PerceptionNode):
         future.add_done_callback(self.deliver("near field", partial(self._publish_near, head)))
 
     def _publish_near(self, head: Any, result: NearResult) -> None:
-        self.near_obstacles.publish(table_msg(result.obstacles, head))
+        self.publish_obstacles(self.near_objects, self.near_obstacles, head, result.obstacles)
         self.count("near_field_out")
         self.count("near_field_detections_dropped", result.dropped)
         if result.default_plane:

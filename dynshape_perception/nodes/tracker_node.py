@@ -1,46 +1,74 @@
-"""``tracker_node``: obstacle table (or opt-in Detection3DArray) in, tracks with ids out."""
+"""``tracker_node``: detections in; tracks with stable UUIDs in the fixed frame out."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from autoware_perception_msgs.msg import DetectedObjects, TrackedObjects
 from sensor_msgs.msg import PointCloud2
+from vision_msgs.msg import Detection3DArray
 
 from dynshape_perception import parameters
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.objects import (
+    TrackStates,
+    detections_to_obstacles,
+    obstacles_from_detected_objects,
+    tracked_objects,
+)
 from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, check_box_sizes
 from dynshape_perception.nodes.base import (
+    BAD_MESSAGE,
     INTERNAL_ERROR,
     ODOM_REASONS,
     OVER_BOUND,
     PROCESSING_ERROR,
     STALE_STAMP,
     FixedFrame,
-    OdometryInput,
     PerceptionNode,
     model_not_loaded,
     output_header,
     run_node,
 )
-from dynshape_perception.nodes.messages import stamp_s, table_msg
-from dynshape_perception.nodes.vision_input import detection3d_array_type, detections_to_obstacles
+from dynshape_perception.nodes.frames import PoseInput
+from dynshape_perception.nodes.messages import ros_message, stamp_ns, stamp_s, table_msg
+from dynshape_perception.perception.objects import TrackUuids, existence_probability
 from dynshape_perception.perception.pipeline import Pipeline
 
 MS_PER_S = 1000.0
 # Tracks the tracker let go at bounds.max_tracks.
 TRACKS_DROPPED = "tracks_dropped"
+TRACKER_REASONS = (
+    *REASONS,
+    BAD_MESSAGE,
+    OVER_BOUND,
+    STALE_STAMP,
+    PROCESSING_ERROR,
+    INTERNAL_ERROR,
+    *ODOM_REASONS,
+)
+# tracker.input_type -> (message type, topic, reader into obstacle rows).
+INPUTS: dict[str, tuple[Any, str, Callable[[Any], np.ndarray]]] = {
+    parameters.TRACKER_INPUT_OBJECTS: (
+        DetectedObjects,
+        "detected_objects",
+        obstacles_from_detected_objects,
+    ),
+    parameters.TRACKER_INPUT_VISION: (Detection3DArray, "detections", detections_to_obstacles),
+    parameters.TRACKER_INPUT_TABLE: (
+        PointCloud2,
+        "obstacles",
+        lambda msg: check_box_sizes(cloud_to_table(msg, OBSTACLE_DTYPE)),
+    ),
+}
 
 
 class TrackerNode(PerceptionNode):
     def __init__(self) -> None:
-        super().__init__(
-            "tracker_node",
-            ("associator",),
-            (*REASONS, OVER_BOUND, STALE_STAMP, PROCESSING_ERROR, INTERNAL_ERROR, *ODOM_REASONS),
-        )
+        super().__init__("tracker_node", ("associator",), TRACKER_REASONS)
         self.pipeline = Pipeline(
             model_not_loaded("segmenter"),
             self.engine["associator"],
@@ -48,53 +76,53 @@ class TrackerNode(PerceptionNode):
             parameters.pipeline_params(self.values),
             self.bounds,
         )
-        self.frame = FixedFrame(self, self.pipeline.tracker.reset)
-        self.odometry = OdometryInput(self)
+        self.uuids = TrackUuids()
+        self.frame = FixedFrame(self, self._reset)
+        self.pose = PoseInput(self)
         self.counters[TRACKS_DROPPED] = 0
-        self.tracks = self.create_publisher(PointCloud2, "tracks", self.output_qos)
-        self._subscribe_input(str(self.values["tracker.input_type"]))
+        self.tracked = self.output(TrackedObjects, "tracked_objects")
+        self.tables = bool(self.values["debug.publish_tables"])
+        self.tracks = self.output(PointCloud2, "tracks") if self.tables else None
+        msg_type, topic, self._read = INPUTS[str(self.values["tracker.input_type"])]
+        self.note("input", f"{msg_type.__name__} on {self.resolve_topic_name(topic)!r}")
+        self.subscribe(msg_type, topic, self.on_detections)
 
-    def _subscribe_input(self, input_type: str) -> None:
-        if input_type == parameters.TRACKER_INPUT_VISION:
-            try:
-                msg_type = detection3d_array_type()
-            except ConfigError as err:
-                self.get_logger().error(f"{err}; falling back to the obstacle table on 'obstacles'")
-                self.note("input", f"obstacle table (vision_msgs unavailable: {err})", warn=True)
-            else:
-                self.create_subscription(msg_type, "detections", self.on_detections, self.input_qos)
-                self.note("input", "vision_msgs/Detection3DArray on 'detections'")
-                return
-        else:
-            self.note("input", "obstacle table on 'obstacles'")
-        self.create_subscription(PointCloud2, "obstacles", self.on_obstacles, self.input_qos)
+    def _reset(self) -> None:
+        self.pipeline.tracker.reset()
+        self.uuids.reset()
 
     def apply_parameters(self, changed: set[str]) -> None:
         self.pipeline.params = parameters.pipeline_params(self.values)
         self.pipeline.tracker.params = self.pipeline.params.tracker
 
-    def on_obstacles(self, msg: PointCloud2) -> None:
-        with self.handling("obstacles"):
-            self._track(check_box_sizes(cloud_to_table(msg, OBSTACLE_DTYPE)), msg.header)
-
     def on_detections(self, msg: Any) -> None:
         with self.handling("detections"):
-            self._track(detections_to_obstacles(msg), msg.header)
+            self._track(self._read(msg), msg.header)
 
     def _track(self, obstacles: np.ndarray, header: Any) -> None:
         t0 = time.perf_counter()
         self.bounds.check("N", obstacles.shape[0], "obstacles")
         stamp = stamp_s(header.stamp)
-        located = self.frame.locate(self.odometry, stamp, header.frame_id)
-        if located is None:
+        located = self.frame.place(self.pose, header.frame_id, stamp)
+        if located is None or not self.frame.admit(located.fixed_frame, stamp):
             return
-        pose, frame_id = located
-        if not self.frame.admit(frame_id, stamp):
-            return
-        tracks = self.pipeline.track(self.pipeline.to_fixed_frame(obstacles, pose), stamp)
-        self.set_counter(TRACKS_DROPPED, self.pipeline.tracker.dropped_tracks)
+        pipeline = self.pipeline
+        tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, located.to_fixed), stamp)
+        tracker = pipeline.tracker
+        self.set_counter(TRACKS_DROPPED, tracker.dropped_tracks)
         t1 = time.perf_counter()
-        self.tracks.publish(table_msg(tracks, output_header(header.stamp, frame_id)))
+        states = TrackStates(
+            tracks,
+            self.uuids.of(tracks["id"]),
+            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
+            tracker.missed,
+        )
+        ns = stamp_ns(header.stamp)
+        self.tracked.publish(
+            tracked_objects(ros_message, ns, located.fixed_frame, states, pipeline.params.objects)
+        )
+        if self.tracks is not None:
+            self.tracks.publish(table_msg(tracks, output_header(header.stamp, located.fixed_frame)))
         self.count("frames_out")
         self.record_latency(
             {"track": (t1 - t0) * MS_PER_S, "total": (time.perf_counter() - t0) * MS_PER_S}

@@ -7,6 +7,7 @@ in tf2's buffer, in-process replay in ``transforms.TransformTree``: the decision
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,6 +31,10 @@ class TransformLookup(Protocol):
         """Whether any transform links the two frames (at any stamp)."""
         ...
 
+    def latest(self, target: str, source: str) -> tuple[Matrix, float]:
+        """The newest transform linking the two frames and its stamp; TransformError if none."""
+        ...
+
 
 # The odometry pose of the vehicle at a stamp and the odometry's frame; None: no pose for
 # this stamp (the source counted why); the source is inactive until its first message.
@@ -43,12 +48,19 @@ class FrameParams:
     base_frame: str = "base_link"
     fixed_frame: str = "odom"
     fallback_mount: Matrix = field(default_factory=lambda: np.eye(4))
+    # An input stamped after the newest fixed-frame transform (which often follows the
+    # scan it belongs to) takes that newest one within this much.
+    max_extrapolation_s: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("base_frame", "fixed_frame"):
             value = getattr(self, name)
             if not value or value.startswith("/") or value != value.strip():
                 raise ConfigError(f"{name} must be a frame name (no leading '/'), got {value!r}")
+        if not (math.isfinite(self.max_extrapolation_s) and self.max_extrapolation_s >= 0.0):
+            raise ConfigError(
+                f"max_extrapolation_s must be finite and >= 0, got {self.max_extrapolation_s!r}"
+            )
         if self.base_frame == self.fixed_frame:
             raise ConfigError(f"base_frame and fixed_frame must differ, got {self.base_frame!r}")
 
@@ -109,7 +121,7 @@ class Localizer:
         params = self.params
         source = self.fixed_source()
         if source == TF:
-            vehicle = self.tf.lookup(params.fixed_frame, params.base_frame, stamp_s)
+            vehicle = self._vehicle(stamp_s)
             if frame_id == params.base_frame:
                 return Located(vehicle, params.fixed_frame, vehicle, TF)
             if frame_id == params.fixed_frame:
@@ -129,3 +141,18 @@ class Localizer:
                 return Located(np.eye(4), fixed, vehicle, ODOMETRY)
             return Located(vehicle @ self.mount(frame_id, stamp_s), fixed, vehicle, ODOMETRY)
         return Located(np.eye(4), frame_id, np.eye(4), STATIC)
+
+    def _vehicle(self, stamp_s: float) -> Matrix:
+        """The base frame in the fixed frame at the stamp, or the newest pose within
+        ``max_extrapolation_s`` of it; TransformError otherwise."""
+        fixed, base = self.params.fixed_frame, self.params.base_frame
+        try:
+            return self.tf.lookup(fixed, base, stamp_s)
+        except TransformError as err:
+            newest, newest_s = self.tf.latest(fixed, base)
+            if abs(stamp_s - newest_s) <= self.params.max_extrapolation_s:
+                return newest
+            raise TransformError(
+                f"{err} (the newest, {newest_s:.6f} s, is more than max_extrapolation_s "
+                f"{self.params.max_extrapolation_s} s away)"
+            ) from err

@@ -225,6 +225,17 @@ class TransformTree:
             source, common, stamp_s
         )
 
+    def latest(self, target: str, source: str) -> tuple[Matrix, float]:
+        """The transform at the newest stamp every dynamic link between the frames has."""
+        if not self.connected(target, source):
+            raise TransformError(f"frames {source!r} and {target!r} are not connected")
+        up_source, up_target = self._chain(source), self._chain(target)
+        common = next(f for f in up_source if f in up_target)
+        links = [*up_source[: up_source.index(common)], *up_target[: up_target.index(common)]]
+        newest = [self._edges[f].stamps[-1] for f in links if self._edges[f].static is None]
+        stamp_s = min(newest, default=0.0)
+        return self.lookup(target, source, stamp_s), stamp_s
+
     def connected(self, target: str, source: str) -> bool:
         """Whether the two frames share an ancestor (at some stamp)."""
         if target == source:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import rclpy
+from autoware_perception_msgs.msg import DetectedObjects, PredictedObjects, TrackedObjects
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.context import Context
@@ -21,9 +23,15 @@ from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import PointCloud2
+from tf2_ros import StaticTransformBroadcaster, TransformBroadcaster
 from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception.errors import DynshapeError
+from dynshape_perception.io.objects import (
+    obstacles_from_detected_objects,
+    predictions_from_predicted_objects,
+    tracks_from_tracked_objects,
+)
 from dynshape_perception.io.pointcloud2 import CloudData, cloud_to_table, points_to_cloud
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import (
@@ -33,12 +41,22 @@ from dynshape_perception.nodes.messages import (
     time_msg,
     yaw_quaternion,
 )
+from dynshape_perception.perception.objects import UuidIndex
+from dynshape_perception.perception.transforms import Matrix, quaternion_of
 
 TABLE_TOPICS: dict[str, np.dtype] = {
     "near_obstacles": OBSTACLE_DTYPE,
     "obstacles": OBSTACLE_DTYPE,
     "tracks": TRACK_DTYPE,
     "predictions": PREDICTION_DTYPE,
+}
+# The standard outputs, read back into the tables (ids of tracks and predictions: small
+# integers the probe gives each UUID).
+OBJECT_TOPICS: dict[str, Any] = {
+    "near_objects": DetectedObjects,
+    "detected_objects": DetectedObjects,
+    "tracked_objects": TrackedObjects,
+    "predicted_objects": PredictedObjects,
 }
 SPIN_STEP_S = 0.02
 RECORD_DEPTH = 100
@@ -61,6 +79,10 @@ class Diagnostics:
     values: dict[str, str] = field(default_factory=dict)
 
 
+# The updater's rate and stamp tasks end in this; a node's own tasks are merged into one.
+TOPIC_TASK = " topic status"
+
+
 class Probe(Node):
     """Records outputs by stamp (ns) with their arrival time (``time.perf_counter``)."""
 
@@ -74,13 +96,22 @@ class Probe(Node):
         self.points_pub = self.create_publisher(PointCloud2, "points", qos_profile_sensor_data)
         self.odom_pub = self.create_publisher(Odometry, "odom", qos)
         self.obstacles_pub = self.create_publisher(PointCloud2, "obstacles", qos)
-        self.tracks_pub = self.create_publisher(PointCloud2, "tracks", qos)
+        self.detected_pub = self.create_publisher(DetectedObjects, "detected_objects", qos)
+        self.tf_static = StaticTransformBroadcaster(self)
+        self.tf = TransformBroadcaster(self)
         self.published: dict[int, float] = {}
-        self.received: dict[str, dict[int, Received]] = {t: {} for t in TABLE_TOPICS}
+        self.received: dict[str, dict[int, Received]] = {
+            t: {} for t in (*TABLE_TOPICS, *OBJECT_TOPICS)
+        }
         self.received["markers"] = {}
         self.diagnostics: dict[str, Diagnostics] = {}
+        self.tasks: dict[str, Diagnostics] = {}
+        self.track_ids = UuidIndex()
+        self.prediction_ids = UuidIndex()
         for topic in TABLE_TOPICS:
             self.create_subscription(PointCloud2, topic, self._table_cb(topic), qos)
+        for topic, msg_type in OBJECT_TOPICS.items():
+            self.create_subscription(msg_type, topic, self._objects_cb(topic), qos)
         self.create_subscription(MarkerArray, "markers", self._on_markers, qos)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos)
         self.executor_ = SingleThreadedExecutor(context=context)
@@ -98,6 +129,39 @@ class Probe(Node):
 
         return on_table
 
+    def _objects_cb(self, topic: str) -> Callable[[Any], None]:
+        def on_objects(msg: Any) -> None:
+            now = time.perf_counter()
+            item = Received(now, msg.header.frame_id, msg)
+            try:
+                item.table = self._object_table(topic, msg)
+            except DynshapeError as err:
+                item.error = str(err)
+            self.received[topic][stamp_ns(msg.header.stamp)] = item
+
+        return on_objects
+
+    def _object_table(self, topic: str, msg: Any) -> np.ndarray:
+        """The message as its table: obstacles, tracks, or one row per path pose."""
+        if topic == "tracked_objects":
+            states = tracks_from_tracked_objects(msg)
+            table = states.tracks
+            table["id"] = self.track_ids.update(states.uuids)
+            return table
+        if topic == "predicted_objects":
+            objects = predictions_from_predicted_objects(msg)
+            ids = self.prediction_ids.update(
+                np.array([np.frombuffer(o.uuid, np.uint8) for o in objects]).reshape(-1, 16)
+            )
+            rows = [
+                (int(agent), k, step, float(x), float(y), float(o.confidences[k]))
+                for agent, o in zip(ids.tolist(), objects, strict=True)
+                for k, path in enumerate(o.paths)
+                for step, (x, y, _) in enumerate(path.tolist())
+            ]
+            return np.array(rows, dtype=PREDICTION_DTYPE)
+        return obstacles_from_detected_objects(msg)
+
     def _on_markers(self, msg: MarkerArray) -> None:
         stamps = [stamp_ns(m.header.stamp) for m in msg.markers]
         if stamps:
@@ -106,15 +170,31 @@ class Probe(Node):
             )
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        """Every status by name; a node's own tasks (not the topic rates) also merged under
+        its name: the worst level, the problems, all values."""
+        now = time.perf_counter()
+        merged: dict[str, Diagnostics] = {}
         for status in msg.status:
-            self.diagnostics[status.name] = Diagnostics(
-                time.perf_counter(),
+            level = (
                 int.from_bytes(status.level, "little")
                 if isinstance(status.level, bytes)
-                else int(status.level),
-                status.message,
-                {kv.key: kv.value for kv in status.values},
+                else int(status.level)
             )
+            item = Diagnostics(
+                now, level, status.message, {kv.key: kv.value for kv in status.values}
+            )
+            self.tasks[status.name] = item
+            node, _, task = status.name.partition(": ")
+            if task.endswith(TOPIC_TASK):
+                continue
+            into = merged.setdefault(node, Diagnostics(now, 0, "", {}))
+            into.level = max(into.level, level)
+            if level:
+                into.message = "; ".join(m for m in (into.message, status.message) if m)
+            into.values.update(item.values)
+        for node, item in merged.items():
+            item.message = item.message or "ok"
+            self.diagnostics[node] = item
 
     # -- publishing ---------------------------------------------------------------------
     def publish_cloud(self, cloud: CloudData, ns: int, frame_id: str = "lidar") -> None:
@@ -124,6 +204,25 @@ class Probe(Node):
 
     def publish_points(self, points: np.ndarray, ns: int, frame_id: str = "lidar") -> None:
         self.publish_cloud(points_to_cloud(points), ns, frame_id)
+
+    def publish_transforms(
+        self, transforms: Sequence[tuple[str, str, Matrix]], ns: int = 0, static: bool = False
+    ) -> None:
+        """(parent, child, transform) on /tf_static (latched: one message holds them all) or
+        on /tf at stamp ``ns``."""
+        msgs = []
+        for parent, child, m in transforms:
+            t = TransformStamped()
+            t.header = header(time_msg(ns), parent)
+            t.child_frame_id = child
+            move, turn = t.transform.translation, t.transform.rotation
+            move.x, move.y, move.z = (float(v) for v in m[:3, 3])
+            turn.x, turn.y, turn.z, turn.w = quaternion_of(m)
+            msgs.append(t)
+        if static:
+            self.tf_static.sendTransform(msgs)
+        else:
+            self.tf.sendTransform(msgs)
 
     def publish_odometry(
         self,
@@ -173,8 +272,17 @@ class Probe(Node):
         )
 
     def status(self, node_name: str) -> Diagnostics | None:
+        """The node's own tasks merged (input, pose, jit, tiers)."""
         for name, diag in self.diagnostics.items():
-            if name.split(":")[0].lstrip("/").split("/")[-1] == node_name:
+            if name.lstrip("/").split("/")[-1] == node_name:
+                return diag
+        return None
+
+    def task(self, node_name: str, task: str) -> Diagnostics | None:
+        """One status of the node: a task (``pose``) or a topic's (``/points topic status``)."""
+        for name, diag in self.tasks.items():
+            node, _, rest = name.partition(": ")
+            if node.lstrip("/").split("/")[-1] == node_name and rest == task:
                 return diag
         return None
 

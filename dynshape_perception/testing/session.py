@@ -30,14 +30,21 @@ SEPARATE = ("pointcloud_node", "tracker_node", "prediction_node")
 COMPOSED = ("perception_pipeline",)
 MODES = {"separate": SEPARATE, "composed": COMPOSED}
 # Subscribers and publishers each topic has once the nodes are up; the probe subscribes
-# to every output and publishes points, odom, obstacles and tracks itself.
+# to every output and publishes points, odom and detected objects itself.
 READY_SUBSCRIBERS = {
-    "separate": {"points": 1, "obstacles": 2, "tracks": 2, "odom": 2},
+    "separate": {"points": 1, "detected_objects": 2, "tracked_objects": 2, "odom": 2},
     "composed": {"points": 1, "odom": 1},
 }
-READY_PUBLISHERS = {"obstacles": 2, "tracks": 2, "predictions": 1, "markers": 1}
+READY_PUBLISHERS = {
+    "detected_objects": 2,
+    "tracked_objects": 1,
+    "predicted_objects": 1,
+    "markers": 1,
+}
 STAMP_STEP_NS = 100_000_000
-OUTPUTS = ("obstacles", "tracks", "predictions", "markers")
+# The standard outputs, by stage: detection, tracking, prediction; and the markers.
+DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
+OUTPUTS = (DETECTED, TRACKED, PREDICTED, "markers")
 
 
 @dataclass
@@ -94,7 +101,7 @@ class NodeSession:
             timing.after_publish_ms[topic] = None if item is None else (item.t_s - sent) * 1e3
             if item is not None and item.table is not None:
                 timing.counts[topic] = int(item.table.shape[0])
-                if topic == "predictions":
+                if topic == PREDICTED:
                     timing.counts["agents"] = int(np.unique(item.table["id"]).size)
         return timing
 
@@ -102,9 +109,9 @@ class NodeSession:
         """Send frames until one comes all the way through (discovery settles); next stamp."""
         stamp = first_ns
         for _ in range(attempts):
-            timing = self.frame(cloud, stamp, Pose2D(), timeout_s, wait_for=("predictions",))
+            timing = self.frame(cloud, stamp, Pose2D(), timeout_s, wait_for=(PREDICTED,))
             stamp += STAMP_STEP_NS
-            if timing.after_publish_ms["predictions"] is not None:
+            if timing.after_publish_ms[PREDICTED] is not None:
                 return stamp
             self.check_alive()
         raise ConfigError(f"no predictions came back after {attempts} frames")

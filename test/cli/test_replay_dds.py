@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import rclpy
 from nav_msgs.msg import Odometry
@@ -49,10 +50,26 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
         yield settings
 
 
+# A type rosbags knows and this ROS 2 has no package for.
+NOT_INSTALLED = "shape_msgs/msg/Plane"
+
+
 @pytest.fixture
 def drive_bag(tmp_path: Path) -> Path:
     bag = tmp_path / "drive"
     sources.write_generated(bag, "mcap", DRIVE, vision_msgs=True)
+    return bag
+
+
+@pytest.fixture
+def bag_with_a_foreign_type(drive_bag: Path, tmp_path: Path) -> Path:
+    bag = tmp_path / "foreign"
+    plane = bags.typestore().types[NOT_INSTALLED](coef=np.array([0.0, 0.0, 1.0, 0.0]))
+    with bags.BagReader(drive_bag) as reader, bags.BagWriter(bag) as writer:
+        for message in reader.messages():
+            writer.add_topic(message.topic, message.msgtype)
+            writer.write_raw(message.topic, message.log_ns, message.raw)
+        writer.write("/plane", reader.start_ns, plane)
     return bag
 
 
@@ -69,7 +86,9 @@ def _replay(bag: Path, env: dict[str, str], *extra: str) -> subprocess.Completed
     )
 
 
-def test_player_publishes_the_bag_and_the_clock(drive_bag: Path, env: dict[str, str]) -> None:
+def test_player_publishes_the_bag_and_the_clock(
+    drive_bag: Path, bag_with_a_foreign_type: Path, env: dict[str, str]
+) -> None:
     context = rclpy.Context()
     rclpy.init(context=context)
     got: dict[str, list[int]] = {"points": [], "odom": [], "clock": []}
@@ -100,7 +119,7 @@ def test_player_publishes_the_bag_and_the_clock(drive_bag: Path, env: dict[str, 
         spinner = threading.Thread(target=executor.spin, daemon=True)
         spinner.start()
         options = ("--rate", "2", "--wait-for-subscribers", "20", "--loop")
-        proc = _replay(drive_bag, env, *options, "--max-frames", str(LOOPED))
+        proc = _replay(bag_with_a_foreign_type, env, *options, "--max-frames", str(LOOPED))
         deadline = time.monotonic() + 5.0
         while len(got["points"]) < LOOPED and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -112,9 +131,13 @@ def test_player_publishes_the_bag_and_the_clock(drive_bag: Path, env: dict[str, 
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert (
-        "skipped /detections (vision_msgs/msg/Detection3DArray): "
-        "message type not installed in this ROS 2" in proc.stdout
+        f"skipped /plane ({NOT_INSTALLED}): message type not installed in this ROS 2" in proc.stdout
     )
+    for topic, msgtype in (
+        ("/detections", bags.DETECTION3D_ARRAY),
+        ("/tf_static", bags.TF_MESSAGE),
+    ):
+        assert f"publish {topic} ({msgtype}, " in proc.stdout
     with bags.BagReader(drive_bag) as reader:
         stamps = {
             t: [bags.stamp_ns(reader.deserialize(m).header.stamp) for m in reader.messages([t])]
@@ -160,19 +183,28 @@ def test_replay_drives_a_running_pipeline_node(
         )
     finally:
         code = node.stop()
-    assert proc.returncode == 0, proc.stderr + node.log()[-2000:]
+    log = node.log()
+    assert proc.returncode == 0, proc.stderr + log[-2000:]
     assert code == 0
     with bags.BagReader(drive_bag) as reader:
         sent = [
             bags.stamp_ns(reader.deserialize(m).header.stamp) for m in reader.messages(["/points"])
         ]
     with bags.BagReader(run / "output") as reader:
-        tracks = [
-            bags.stamp_ns(reader.deserialize(m).header.stamp) for m in reader.messages(["/tracks"])
-        ]
+        tracked = [reader.deserialize(m) for m in reader.messages(["/tracked_objects"])]
+        detected = [reader.deserialize(m) for m in reader.messages(["/detected_objects"])]
+    tracks = [bags.stamp_ns(m.header.stamp) for m in tracked]
     assert tracks == sent, "the node answered every replayed scan, stamps carried through"
+    # The bag's /tf carried the fixed frame, its /tf_static (latched) the lidar mount.
+    assert {m.header.frame_id for m in tracked} == {"odom"}
+    assert {m.header.frame_id for m in detected} == {"base_link"}
+    assert "mount_* parameters" not in log and "fixed frame from TF" in log
     doc = json.loads((run / "metrics.json").read_text())
-    assert doc["run"]["mode"] == "dds" and doc["stages"] == ["obstacles", "tracks", "predictions"]
+    assert doc["run"]["mode"] == "dds" and doc["stages"] == [
+        "detected_objects",
+        "tracked_objects",
+        "predicted_objects",
+    ]
     assert len(doc["frames"]) == len(sent)
     for frame in doc["frames"]:
-        assert 0.0 < frame["latency_ms"]["tracks"] < 60_000.0
+        assert 0.0 < frame["latency_ms"]["tracked_objects"] < 60_000.0

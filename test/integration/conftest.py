@@ -46,7 +46,8 @@ def node_overrides(
     return {
         "weights_dir": weights_dir,
         "model_cache_dir": str(tmp_path_factory.mktemp("artefacts")),
-        "diagnostics_period_s": DIAGNOSTICS_PERIOD_S,
+        "diagnostic_updater.period": DIAGNOSTICS_PERIOD_S,
+        "debug.publish_tables": True,
         # A deadline missed on a busy test machine puts the executor in degraded mode,
         # which would subsample the far field of the next frames: the tests that compare
         # tracks across frames need the whole cloud whatever the timing.

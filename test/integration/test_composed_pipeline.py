@@ -19,7 +19,13 @@ from dynshape_perception.nodes.base import NO_ODOMETRY
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.scheduling.executor import DROP_REASONS
 from dynshape_perception.testing.probe import Diagnostics
-from dynshape_perception.testing.session import NodeSession, node_session
+from dynshape_perception.testing.session import (
+    DETECTED,
+    PREDICTED,
+    TRACKED,
+    NodeSession,
+    node_session,
+)
 
 TIMEOUT_S = 15.0
 EGO_SPEED_MPS = 2.0
@@ -51,8 +57,10 @@ def test_static_sensor_then_odometry(session: NodeSession, kitti_points: np.ndar
         timing = session.frame(kitti_points, ns, None, TIMEOUT_S)
         assert all(v is not None for v in timing.after_publish_ms.values()), timing
     got = session.probe.received
-    assert got["tracks"][stamps[3]].frame_id == "lidar"
-    assert got["obstacles"][stamps[3]].frame_id == "lidar"
+    # No TF and no odometry: the vehicle stands still in its own frame.
+    assert got["tracks"][stamps[3]].frame_id == "base_link"
+    assert got[TRACKED][stamps[3]].frame_id == "base_link"
+    assert got["obstacles"][stamps[3]].frame_id == "base_link"
     session.probe.spin_for(0.5)
     status = session.probe.status("perception_pipeline")
     assert status is not None and status.values["odometry"] == NO_ODOMETRY
@@ -62,10 +70,11 @@ def test_static_sensor_then_odometry(session: NodeSession, kitti_points: np.ndar
     for ns in stamps[4:]:
         t_s = ns / 1e9
         timing = session.frame(kitti_points, ns, Pose2D(EGO_SPEED_MPS * t_s), TIMEOUT_S)
-        assert timing.after_publish_ms["predictions"] is not None
+        assert timing.after_publish_ms[PREDICTED] is not None
     last = stamps[-1]
     assert got["tracks"][last].frame_id == got["predictions"][last].frame_id == "odom"
-    assert got["obstacles"][last].frame_id == "lidar"
+    assert got[TRACKED][last].frame_id == got[PREDICTED][last].frame_id == "odom"
+    assert got["obstacles"][last].frame_id == got[DETECTED][last].frame_id == "base_link"
     tracks = got["tracks"][last].table
     assert tracks is not None and tracks.shape[0] > 0
     np.testing.assert_allclose(np.median(tracks["vx"]), EGO_SPEED_MPS, atol=0.1)
@@ -87,7 +96,7 @@ def test_bad_cloud_then_valid(session: NodeSession, kitti_points: np.ndarray, re
     base = FIRST_NS + (100 if reason == "non_finite" else 200) * STEP_NS
     session.probe.publish_cloud(bad, base)
     timing = session.frame(good, base + STEP_NS, Pose2D(EGO_SPEED_MPS * base / 1e9), TIMEOUT_S)
-    assert timing.after_publish_ms["predictions"] is not None
+    assert timing.after_publish_ms[PREDICTED] is not None
     assert base not in session.probe.received["obstacles"]
     key = f"drops.{reason}"
     assert session.probe.spin_until(
@@ -130,7 +139,8 @@ def test_every_tier_reports_in_diagnostics_and_near_obstacles_come_first(
     got = session.probe.received
     for ns in stamps:
         near, full = got["near_obstacles"][ns], got["obstacles"][ns]
-        assert near.frame_id == full.frame_id == "lidar"
+        assert near.frame_id == full.frame_id == "base_link"
+        assert got["near_objects"][ns].t_s <= got[DETECTED][ns].t_s
         assert read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
         assert near.table is not None and near.table.shape[0] <= full.msg.width
         assert near.t_s <= full.t_s
@@ -160,7 +170,8 @@ def test_tier_deadlines_change_live_and_bad_values_are_refused(
 ) -> None:
     probe = session.probe
     names = set(probe.remote_parameter_names(NODE, TIMEOUT_S))
-    assert names - parameters.BUILTIN_PARAMETERS == set(parameters.node_specs(NODE))
+    library = parameters.BUILTIN_PARAMETERS | parameters.LIBRARY_PARAMETERS
+    assert names - library == set(parameters.node_specs(NODE))
     before = probe.status(NODE)
     assert before is not None
     misses = int(before.values["tier2.planning.misses"])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from itertools import count
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -15,6 +17,7 @@ import pytest
 
 from dynshape_perception import parameters
 from dynshape_perception.config import default_config
+from dynshape_perception.io.objects import detected_objects
 from dynshape_perception.io.pointcloud2 import (
     FLOAT64,
     REASONS,
@@ -26,9 +29,15 @@ from dynshape_perception.io.pointcloud2 import (
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
-from dynshape_perception.nodes.messages import header, table_msg, time_msg
+from dynshape_perception.nodes.messages import ros_message
 from dynshape_perception.perception.pipeline import Pose2D
-from dynshape_perception.testing.session import NodeSession, node_session
+from dynshape_perception.testing.session import (
+    DETECTED,
+    PREDICTED,
+    TRACKED,
+    NodeSession,
+    node_session,
+)
 
 EGO_SPEED_MPS = 1.0
 FRAME_S = 0.1
@@ -85,7 +94,8 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     last = timings[-1].stamp_ns
     obstacles, tracks = got["obstacles"][last], got["tracks"][last]
     near = got["near_obstacles"][last]
-    assert near.frame_id == "lidar" and read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
+    assert near.frame_id == "base_link"
+    assert read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
     predictions, markers = got["predictions"][last], got["markers"][last]
     # The documented layouts, read with the README's reader.
     assert read_table(obstacles.msg).dtype.names == OBSTACLE_DTYPE.names
@@ -99,8 +109,9 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     ]
     assert obstacles.table is not None and tracks.table is not None
     assert predictions.table is not None
-    # Frames: obstacles stay in the sensor frame; tracking runs in the odometry frame.
-    assert obstacles.frame_id == "lidar"
+    # Frames: obstacles in the vehicle frame (no TF mount: the sensor frame is base_link);
+    # tracking runs in the odometry frame.
+    assert obstacles.frame_id == "base_link"
     assert tracks.frame_id == predictions.frame_id == markers.frame_id == "odom"
     assert obstacles.table.shape[0] > 0
     assert tracks.table.shape[0] > 0 and np.unique(tracks.table["id"]).size == tracks.table.size
@@ -110,8 +121,10 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     np.testing.assert_allclose(np.median(tracks.table["vy"]), 0.0, atol=0.05)
     pred = predictions.table
     assert pred.shape[0] > 0
+    # The prediction node knows tracks by UUID: its table's ids are its own (the UUIDs of
+    # predicted and tracked objects are compared below).
     ids, per_agent = np.unique(pred["id"], return_counts=True)
-    assert set(ids) <= set(tracks.table["id"]) and (per_agent == K * H).all()
+    assert ids.size <= tracks.table.size and (per_agent == K * H).all()
     for agent in ids:
         rows = pred[(pred["id"] == agent) & (pred["step"] == 0)]
         assert sorted(rows["k"].tolist()) == list(range(K))
@@ -120,6 +133,60 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     paths = [m for m in markers.msg.markers if m.ns == "predicted_paths"]
     assert markers.msg.markers[0].action == 3
     assert len(boxes) == tracks.table.shape[0] and len(paths) == ids.size * K
+    _standard_messages(got, [t.stamp_ns for t in timings], tracks.table)
+
+
+def _standard_messages(got: dict[str, Any], stamps: list[int], tracks: np.ndarray) -> None:
+    """The same frames as DetectedObjects, TrackedObjects and PredictedObjects."""
+    last = stamps[-1]
+    detected = got[DETECTED][last]
+    assert detected.frame_id == "base_link" and detected.table is not None
+    np.testing.assert_allclose(
+        np.sort(detected.table["x"]), np.sort(got["obstacles"][last].table["x"]), atol=1e-5
+    )
+    # A track keeps its UUID from frame to frame.
+    previous: dict[bytes, tuple[float, float]] = {}
+    kept = 0
+    for ns in stamps[-4:]:
+        msg = got[TRACKED][ns].msg
+        assert got[TRACKED][ns].frame_id == "odom"
+        now = {
+            bytes(o.object_id.uuid): (
+                o.kinematics.pose_with_covariance.pose.position.x,
+                o.kinematics.pose_with_covariance.pose.position.y,
+            )
+            for o in msg.objects
+        }
+        for uuid, (x, y) in now.items():
+            if uuid in previous:
+                kept += 1
+                # The ego drives 0.1 m a frame past a standing scene: tracks move with it.
+                assert math.hypot(x - previous[uuid][0], y - previous[uuid][1]) < 0.5
+        previous = now
+    assert kept >= 3 * len(previous) // 2
+    tracked = got[TRACKED][last]
+    assert tracked.table is not None and tracked.table.shape[0] == tracks.shape[0]
+    objects = tracked.msg.objects
+    assert all(0.0 < o.existence_probability < 1.0 for o in objects)
+    assert all(o.kinematics.pose_with_covariance.covariance[0] > 0.0 for o in objects)
+    np.testing.assert_allclose(np.median(tracked.table["vx"]), EGO_SPEED_MPS, atol=0.05)
+    predicted = got[PREDICTED][last]
+    assert predicted.frame_id == "odom"
+    with_paths = [o for o in predicted.msg.objects if o.kinematics.predicted_paths]
+    assert {bytes(o.object_id.uuid) for o in predicted.msg.objects} == {
+        bytes(o.object_id.uuid) for o in objects
+    }
+    assert len(with_paths) == np.unique(got["predictions"][last].table["id"]).size > 0
+    z_of = {
+        bytes(o.object_id.uuid): o.kinematics.pose_with_covariance.pose.position.z for o in objects
+    }
+    for obj in with_paths:
+        paths = obj.kinematics.predicted_paths
+        assert len(paths) == K and all(len(p.path) == H for p in paths)
+        assert sum(p.confidence for p in paths) == pytest.approx(1.0, abs=1e-4)
+        assert all((p.time_step.sec, p.time_step.nanosec) == (0, 400_000_000) for p in paths)
+        z = z_of[bytes(obj.object_id.uuid)]
+        assert all(q.position.z == pytest.approx(z) for p in paths for q in p.path)
 
 
 def _ground_cloud(n: int, seed: int) -> np.ndarray:
@@ -158,8 +225,8 @@ def _layouts(points: np.ndarray) -> dict[str, CloudData]:
 def test_generated_clouds_of_varying_sizes(session: NodeSession, size: int) -> None:
     ns, t_s = next_stamp()
     timing = session.frame(_ground_cloud(size, size), ns, ego(t_s), TIMEOUT_S)
-    assert timing.after_publish_ms["obstacles"] is not None, f"{size} points never came back"
-    assert timing.after_publish_ms["predictions"] is not None
+    assert timing.after_publish_ms[DETECTED] is not None, f"{size} points never came back"
+    assert timing.after_publish_ms[PREDICTED] is not None
 
 
 @pytest.mark.parametrize("layout", ["big_endian", "organised", "driver_layout", "non_dense_nan"])
@@ -167,8 +234,8 @@ def test_cloud_layouts(session: NodeSession, layout: str) -> None:
     cloud = _layouts(_ground_cloud(4_096, 5))[layout]
     before = counter(session, "pointcloud_node", "points_non_finite_removed")
     ns, t_s = next_stamp()
-    timing = session.frame(cloud, ns, ego(t_s), TIMEOUT_S, wait_for=("obstacles",))
-    assert timing.after_publish_ms["obstacles"] is not None
+    timing = session.frame(cloud, ns, ego(t_s), TIMEOUT_S, wait_for=(DETECTED,))
+    assert timing.after_publish_ms[DETECTED] is not None
     if layout == "non_dense_nan":
         removed = wait_counter(session, "pointcloud_node", "points_non_finite_removed", 1)
         assert removed - before == len(range(0, 4_096, 7))
@@ -217,9 +284,9 @@ def test_bad_cloud_is_dropped_and_the_next_one_processed(
     bad_ns, t_s = next_stamp()
     session.probe.publish_cloud(bad, bad_ns)
     ns, t_s = next_stamp()
-    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S, wait_for=("obstacles",))
-    assert timing.after_publish_ms["obstacles"] is not None, "the next valid cloud was lost"
-    assert bad_ns not in session.probe.received["obstacles"]
+    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S, wait_for=(DETECTED,))
+    assert timing.after_publish_ms[DETECTED] is not None, "the next valid cloud was lost"
+    assert bad_ns not in session.probe.received[DETECTED]
     assert wait_counter(session, "pointcloud_node", key, before + 1) == before + 1
     assert all(p.alive() for p in session.processes)
     assert re.search(rf"dropped input \({reason}, \d+ so far\)", session.processes[0].log())
@@ -236,26 +303,29 @@ def test_warnings_are_throttled(session: NodeSession, kitti_points: np.ndarray) 
     assert log.log().count("dropped input (bad_length") - lines_before <= 1
 
 
-def test_bad_table_stale_stamp_and_odometry_going_back(
+def test_bad_objects_stale_stamp_and_odometry_going_back(
     session: NodeSession, kitti_points: np.ndarray
 ) -> None:
     probe = session.probe
-    layout_before = counter(session, "tracker_node", "drops.table_layout")
+    bad_before = counter(session, "tracker_node", "drops.bad_message")
     stale_before = counter(session, "tracker_node", "drops.stale_stamp")
     odom_before = counter(session, "tracker_node", "drops.odom_time_backwards")
     pred_odom_before = counter(session, "prediction_node", "drops.odom_time_backwards")
     ns, t_s = next_stamp()
     session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
-    # A points cloud where the tracker expects the obstacle table.
-    probe.obstacles_pub.publish(table_msg(np.zeros(2, TRACK_DTYPE), header(time_msg(ns), "lidar")))
-    # The same stamp again: the tracker must not step back. (A box of some size: one of
-    # none is a bad_box_size drop, whatever its stamp.)
-    valid = np.zeros(1, OBSTACLE_DTYPE)
-    valid["length"] = valid["width"] = valid["height"] = 1.0
-    probe.obstacles_pub.publish(table_msg(valid, header(time_msg(ns), "lidar")))
+    boxes = np.zeros(2, OBSTACLE_DTYPE)
+    boxes["length"], boxes["width"], boxes["height"] = 1.0, 1.0, 1.0
+    # An orientation that is no rotation where the tracker expects detected objects:
+    # refused, counted.
+    bad = detected_objects(ros_message, ns + 1, "base_link", boxes)
+    orientation = bad.objects[1].kinematics.pose_with_covariance.pose.orientation
+    orientation.z = orientation.w = 0.0
+    probe.detected_pub.publish(bad)
+    # The stamp of the last frame again: the tracker must not step back.
+    probe.detected_pub.publish(detected_objects(ros_message, ns, "base_link", boxes))
     probe.publish_odometry(ns - 5_000_000_000, 0.0, 0.0, 0.0)
-    assert wait_counter(session, "tracker_node", "drops.table_layout", layout_before + 1) == (
-        layout_before + 1
+    assert wait_counter(session, "tracker_node", "drops.bad_message", bad_before + 1) == (
+        bad_before + 1
     )
     assert wait_counter(session, "tracker_node", "drops.stale_stamp", stale_before + 1) == (
         stale_before + 1
@@ -269,7 +339,7 @@ def test_bad_table_stale_stamp_and_odometry_going_back(
     )
     ns, t_s = next_stamp()
     timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
-    assert timing.after_publish_ms["predictions"] is not None
+    assert timing.after_publish_ms[PREDICTED] is not None
     assert all(p.alive() for p in session.processes)
 
 
@@ -280,22 +350,26 @@ def test_an_obstacle_of_no_size_is_a_counted_drop(
     ns, t_s = next_stamp()
     session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
     table = np.zeros(2, OBSTACLE_DTYPE)
-    table["length"] = table["height"] = 1.0
-    table["width"] = [1.0, -1.0]
+    table["length"] = table["width"] = table["height"] = 1.0
     bad_ns, _ = next_stamp()
-    session.probe.obstacles_pub.publish(table_msg(table, header(time_msg(bad_ns), "lidar")))
+    bad = detected_objects(ros_message, bad_ns, "base_link", table)
+    bad.objects[1].shape.dimensions.y = -1.0  # a width of -1
+    session.probe.detected_pub.publish(bad)
     assert wait_counter(session, "tracker_node", "drops.bad_box_size", before + 1) == before + 1
     assert bad_ns not in session.probe.received["tracks"]
+    assert bad_ns not in session.probe.received[TRACKED]
     ns, t_s = next_stamp()
     timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S)
-    assert timing.after_publish_ms["tracks"] is not None
+    assert timing.after_publish_ms[TRACKED] is not None
     assert all(p.alive() for p in session.processes)
 
 
 def test_declared_parameters_are_the_yaml_keys(session: NodeSession) -> None:
     for node in ("pointcloud_node", "tracker_node", "prediction_node"):
         names = set(session.probe.remote_parameter_names(node, TIMEOUT_S))
-        assert names - parameters.BUILTIN_PARAMETERS == set(parameters.node_specs(node)), node
+        library = parameters.BUILTIN_PARAMETERS | parameters.LIBRARY_PARAMETERS
+        assert names - library == set(parameters.node_specs(node)), node
+        assert parameters.UPDATER_PERIOD in names
 
 
 def test_tunable_parameters_change_live_and_bad_values_are_refused(
@@ -307,13 +381,13 @@ def test_tunable_parameters_change_live_and_bad_values_are_refused(
     )
     assert results[0].successful
     ns, t_s = next_stamp()
-    assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts["obstacles"] == 0
+    assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts[DETECTED] == 0
     default = parameters.all_specs()["segmentation.min_points"].default
     assert probe.set_remote_parameters(
         "pointcloud_node", {"segmentation.min_points": default}, TIMEOUT_S
     )[0].successful
     ns, t_s = next_stamp()
-    assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts["obstacles"] > 0
+    assert session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S).counts[DETECTED] > 0
 
     refused = {
         ("pointcloud_node", "target_profile", "aarch64"): "read-only",

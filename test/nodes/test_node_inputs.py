@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -22,6 +23,8 @@ from dynshape_perception.nodes.base import (
     FUTURE_STAMP,
     INTENSITY_OUT_OF_RANGE,
     ODOM_BACKWARDS,
+    ODOM_BAD_QUATERNION,
+    ODOM_FRAME_CHANGES,
     ODOM_REASONS,
     ODOM_STALE,
     OUTLIER_STAMP,
@@ -244,6 +247,48 @@ def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: In
     assert tracker.notes["odometry"] == "ok (frame odom)" and "odometry" not in tracker._warn_notes
 
 
+def test_odometry_quaternions_are_normalised_and_degenerate_ones_dropped(
+    tracker: InputNode,
+) -> None:
+    odometry = OdometryInput(tracker)
+    scaled = _odom(100.0, 0.0)
+    # Twice too long, as a driver may send it: 90 degrees once normalised.
+    scaled.pose.pose.orientation.z = scaled.pose.pose.orientation.w = 1.414
+    odometry._on_odom(scaled)
+    located = odometry.pose_at(100.0, "lidar")
+    assert located is not None and located[0].yaw == pytest.approx(math.pi / 2)
+    # An obstacle 10 m ahead of the vehicle lies at (0, 10) in the odometry frame.
+    x, y = located[0].apply(np.array([10.0]), np.array([0.0]))
+    assert (float(x[0]), float(y[0])) == pytest.approx((0.0, 10.0), abs=1e-9)
+    for k, q in enumerate([(0.0, 0.0, 0.0, 0.0), (math.nan, 0.0, 0.0, 1.0)]):
+        bad = _odom(100.1 + 0.1 * k, 50.0)
+        o = bad.pose.pose.orientation
+        o.x, o.y, o.z, o.w = q
+        odometry._on_odom(bad)
+    assert tracker.drops.counts[ODOM_BAD_QUATERNION] == 2 and len(odometry.buffer) == 1
+    assert any("no rotation" in w for w in tracker.warnings)
+
+
+def test_an_odometry_frame_change_clears_the_buffer(
+    tracker: InputNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logged: list[str] = []
+    logger = SimpleNamespace(warning=logged.append, info=logged.append)
+    monkeypatch.setattr(tracker, "get_logger", lambda: logger)
+    resets = Resets()
+    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    odometry._on_odom(_odom(100.0, 0.0))
+    in_map = _odom(100.1, 1000.0)
+    in_map.header.frame_id = "map"
+    odometry._on_odom(in_map)
+    assert tracker.counters[ODOM_FRAME_CHANGES] == 1 and len(odometry.buffer) == 1
+    assert any("odometry frame changed from 'odom' to 'map'" in line for line in logged)
+    # A cloud between the two: placed in map by map's pose, not halfway between frames.
+    located = odometry.pose_at(100.05, "lidar")
+    assert located is not None and located[1] == "map" and located[0].x == 1000.0
+    assert frame.screen(100.05) and frame.admit("map", 100.05) and resets.n == 1
+
+
 def test_without_any_odometry_the_sensor_frame_is_still_used(tracker: InputNode) -> None:
     odometry = OdometryInput(tracker)
     located = odometry.pose_at(100.0, "lidar")
@@ -286,13 +331,15 @@ def test_truncations_at_the_bounds_reach_the_counters() -> None:
     node: Any = SimpleNamespace(
         counters=dict(SEGMENTING_COUNTERS),
         _stats_lock=threading.Lock(),
-        near_obstacles=SimpleNamespace(publish=lambda msg: None),
+        near_objects=SimpleNamespace(publish=lambda msg: None),
+        near_obstacles=None,
         pipeline=SimpleNamespace(dropped_detections=3),
         latency={},
         last_latency_ms={},
     )
     for name in ("count", "set_counter", "record_latency"):
         setattr(node, name, getattr(PerceptionNode, name).__get__(node))
+    node.publish_obstacles = SegmentingNode.publish_obstacles.__get__(node)
     empty = np.zeros(0, dtype=OBSTACLE_DTYPE)
     near = NearResult(empty, 0, 1.0, False, dropped=2)
     SegmentingNode._publish_near(node, header(time_msg(1), "lidar"), near)

@@ -16,6 +16,8 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.resources import shared_data_dir
 
 MODES = ("separate", "composed")
+# The standard outputs of testing.session (imported there with rclpy, only when measuring).
+DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 KITTI_SCAN = Path("lidar") / "kitti_000008.bin"
 FIRST_STAMP_NS = 1_000_000_000
 PERCENTILE = 99.0
@@ -88,7 +90,7 @@ def measure(mode: str, points: np.ndarray, args: argparse.Namespace) -> dict[str
             for topic, ms in timing.after_publish_ms.items():
                 if ms is not None:
                     per_topic[topic].append(ms)
-            lost += timing.after_publish_ms["predictions"] is None
+            lost += timing.after_publish_ms[PREDICTED] is None
         session.probe.spin_for(float(STATUS_WAIT_S))
         statuses = {proc.name: session.probe.status(proc.name) for proc in session.processes}
     return {
@@ -96,7 +98,7 @@ def measure(mode: str, points: np.ndarray, args: argparse.Namespace) -> dict[str
         "frames": args.frames,
         "lost": lost,
         "points": int(points.shape[0]),
-        "scan_to_predictions": summary(per_topic["predictions"]),
+        "scan_to_predictions": summary(per_topic[PREDICTED]),
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
         "node_status": {
             name: (status.values if status is not None else {}) for name, status in statuses.items()
@@ -127,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
         e2e, to = r["scan_to_predictions"], r["scan_to"]
         print(
             f"{mode:<10}{r['points']:>8}{r['frames']:>8}{r['lost']:>6}{e2e['median_ms']:>11.1f}"
-            f"{e2e['p99_ms']:>9.1f}{to['obstacles']['median_ms']:>14.1f}"
-            f"{to['tracks']['median_ms']:>11.1f}"
+            f"{e2e['p99_ms']:>9.1f}{to[DETECTED]['median_ms']:>14.1f}"
+            f"{to[TRACKED]['median_ms']:>11.1f}"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))

@@ -1,5 +1,6 @@
-"""tracker_node asked for vision_msgs input where it is missing: a clear error, the table input
-still works; with a warm-up profile its compile workers run and stop on SIGTERM."""
+"""tracker_node on vision_msgs/Detection3DArray input: the one parser (the class map of the
+replays), TrackedObjects with stable UUIDs; with a warm-up profile its compile workers run and
+stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import numpy as np
 import psutil
 import pytest
 import yaml
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
+from vision_msgs.msg import Detection3DArray
 
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
-from dynshape_perception.nodes.messages import header, table_msg, time_msg
+from dynshape_perception.io import bags
+from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE
+from dynshape_perception.nodes.messages import message_class
 from dynshape_perception.resources import config_path
 from dynshape_perception.testing.probe import Probe, probe_session
 from dynshape_perception.testing.processes import (
@@ -59,45 +64,64 @@ def tracker(
         )
         try:
             with probe_session(domain) as probe:
-                up = probe.wait_for_graph({"obstacles": 2}, {"tracks": 2}, STARTUP_S)
+                probe.detections_pub = probe.create_publisher(  # type: ignore[attr-defined]
+                    Detection3DArray,
+                    "detections",
+                    QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
+                )
+                up = probe.wait_for_graph({"detections": 1}, {"tracked_objects": 1}, STARTUP_S)
                 assert up, proc.log()[-2000:]
                 yield proc, probe
         finally:
             proc.stop(signal.SIGINT)
 
 
-def test_clear_error_and_fallback_to_the_table(tracker: tuple[NodeProcess, Probe]) -> None:
-    proc, probe = tracker
-    log = proc.log()
-    assert "vision_msgs package is not installed" in log
-    assert "falling back to the obstacle table on 'obstacles'" in log
+def _detections(obstacles: np.ndarray, ns: int) -> Detection3DArray:
+    """The Detection3DArray make-bag writes (class ids: names), as an rclpy message."""
+    raw = bags.typestore().serialize_cdr(
+        bags.detections_message(obstacles, ns, "lidar"), bags.DETECTION3D_ARRAY
+    )
+    return deserialize_message(bytes(raw), message_class(bags.DETECTION3D_ARRAY))
+
+
+def test_detections_in_tracks_with_stable_uuids_out(tracker: tuple[NodeProcess, Probe]) -> None:
+    _, probe = tracker
     rng = np.random.default_rng(0)
     obstacles = np.zeros(OBSTACLES, OBSTACLE_DTYPE)
     obstacles["x"] = rng.uniform(5.0, 40.0, OBSTACLES)
     obstacles["y"] = rng.uniform(-10.0, 10.0, OBSTACLES)
     obstacles["length"], obstacles["width"], obstacles["height"] = 4.0, 2.0, 1.5
+    obstacles["label"] = [LABEL_CAR, LABEL_PEDESTRIAN] * (OBSTACLES // 2)
+    obstacles["score"] = 0.8
     ns = 1_000_000_000
 
     def send() -> bool:
         obstacles["x"] += 0.1
-        probe.obstacles_pub.publish(table_msg(obstacles, header(time_msg(ns), "lidar")))
-        return probe.spin_until(lambda: ns in probe.received["tracks"], DISCOVERY_S)
+        probe.detections_pub.publish(_detections(obstacles, ns))  # type: ignore[attr-defined]
+        return probe.spin_until(lambda: ns in probe.received["tracked_objects"], DISCOVERY_S)
 
-    # The first tables may go out before the new reader is fully matched.
+    # The first messages may go out before the new reader is fully matched.
     for _ in range(int(TIMEOUT_S / DISCOVERY_S)):
         ns += STEP_NS
         if send():
             break
-    for _ in range(4):
+    uuids = []
+    for _ in range(8):
         ns += STEP_NS
         assert send(), f"no tracks for stamp {ns}"
-    stamps = [ns]
-    tracks = probe.received["tracks"][stamps[-1]].table
+        msg = probe.received["tracked_objects"][ns].msg
+        # Tracks are published once confirmed (tracking.min_hits_to_confirm).
+        if len(msg.objects) == OBSTACLES:
+            uuids.append(sorted(bytes(o.object_id.uuid) for o in msg.objects))
+    assert len(uuids) >= 4
+    tracks = probe.received["tracked_objects"][ns].table
     assert tracks is not None and tracks.shape[0] == OBSTACLES
+    # Names through the one class map: cars and pedestrians both ways.
+    assert sorted(tracks["label"].tolist()) == sorted(obstacles["label"].tolist())
+    assert all(u == uuids[0] for u in uuids) and len(set(uuids[0])) == OBSTACLES
     probe.spin_for(1.0)
     status = probe.status("tracker_node")
-    assert status is not None and "vision_msgs unavailable" in status.values["input"]
-    assert status.level == 1
+    assert status is not None and "Detection3DArray" in status.values["input"]
 
 
 def test_sigterm_stops_the_compile_workers(

@@ -1,0 +1,74 @@
+"""/diagnostics through diagnostic_updater: one task per concern, rate and stamp per topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from diagnostic_updater import (
+    DiagnosticStatusWrapper,
+    FrequencyStatusParam,
+    HeaderlessTopicDiagnostic,
+    TimeStampStatusParam,
+    TopicDiagnostic,
+    Updater,
+)
+from rclpy.node import Node
+
+# Task names: the analyzer YAML of config/ groups the statuses by them.
+INPUT, POSE, JIT, TIERS = "input", "pose", "jit", "tiers"
+# diagnostic_status levels 0, 1, 2 as DiagnosticStatus levels.
+LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)
+OK_MESSAGE = "ok"
+# A task's values and problems for this period; its level is the worst problem's.
+Report = tuple[int, list[str], Mapping[str, object]]
+
+
+class NodeDiagnostics:
+    """The node's ``diagnostic_updater.Updater``: a task per concern (each a function that
+    reports its level, problems and values), and rate and stamp checks of the topics."""
+
+    def __init__(self, node: Node, hardware_id: str, values: Mapping[str, Any]) -> None:
+        self.updater = Updater(node)
+        self.updater.setHardwareID(hardware_id)
+        self._freq = FrequencyStatusParam(
+            {
+                "min": float(values["diagnostics.min_rate_hz"]),
+                "max": float(values["diagnostics.max_rate_hz"]),
+            },
+            float(values["diagnostics.rate_tolerance"]),
+            int(values["diagnostics.rate_window"]),
+        )
+        self._stamp = TimeStampStatusParam(
+            float(values["diagnostics.min_stamp_delay_s"]),
+            float(values["diagnostics.max_stamp_delay_s"]),
+        )
+        self.topics: dict[str, HeaderlessTopicDiagnostic] = {}
+
+    def add_task(self, name: str, report: Callable[[], Report]) -> None:
+        def run(stat: DiagnosticStatusWrapper) -> DiagnosticStatusWrapper:
+            level, problems, values = report()
+            stat.summary(LEVELS[min(max(level, 0), 2)], "; ".join(problems) or OK_MESSAGE)
+            for key, value in values.items():
+                stat.add(str(key), str(value))
+            return stat
+
+        self.updater.add(name, run)
+
+    def topic(self, name: str, stamped: bool = True) -> None:
+        """Rate checks of a topic, and stamp checks if its messages carry a header."""
+        if name in self.topics:
+            return
+        if stamped:
+            self.topics[name] = TopicDiagnostic(name, self.updater, self._freq, self._stamp)
+        else:
+            self.topics[name] = HeaderlessTopicDiagnostic(name, self.updater, self._freq)
+
+    def tick(self, name: str, stamp_s: float | None = None) -> None:
+        """One message on ``name`` (with its header stamp, if it has one)."""
+        task = self.topics[name]
+        if isinstance(task, TopicDiagnostic) and stamp_s is not None:
+            task.tick(float(stamp_s))
+        else:
+            task.tick()
