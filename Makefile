@@ -7,11 +7,9 @@ STAMP := $(VENV)/.installed
 # The same package on ROS 2 Jazzy (rclpy 7.1.x); .venv holds Kilted (rclpy 9.x).
 VENV_JAZZY := .venv-jazzy
 JAZZY_STAMP := $(VENV_JAZZY)/.installed
-# Jazzy builds of ROS packages PyPI lacks (tf2, vision_msgs, ...), e.g.
-# JAZZY_WHEELS="$(wildcard ../shared/wheels/jazzy/*.whl)". None by default: .venv installs
-# none of their Kilted builds either, and both venvs must run the same tests on the same
-# packages (the tracker's vision_msgs fallback is tested where vision_msgs is absent).
-JAZZY_WHEELS ?=
+# Jazzy builds of ROS packages PyPI lacks (tf2, vision_msgs, autoware_perception_msgs,
+# diagnostic_updater), which the nodes import: as .venv takes their Kilted builds (ros-deps).
+JAZZY_WHEELS ?= $(wildcard ../shared/wheels/jazzy/*.whl)
 # What runs under both distros: everything that starts rclpy nodes.
 ROS_TESTS := test/nodes test/integration
 SYSTEM_PACKAGES := g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
@@ -25,6 +23,17 @@ export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(FASTDDS_DEFAULT_PROFILES_FILE)
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: demo test test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
+.PHONY: ros-deps
+
+# ROS 2 packages PyPI lacks (vision_msgs, tf2_ros, autoware_perception_msgs, diagnostic_updater,
+# the launch stack), from ../shared/wheels where no ROS install provides them; and the venv as
+# an ament prefix of this package (launch files, FindPackageShare).
+ROS_WHEELS ?= $(abspath ../shared/wheels)
+ROS_WHEEL_SETS ?= launch kilted
+ROS_IMPORTS := launch_testing_ros, vision_msgs, tf2_ros, autoware_perception_msgs, diagnostic_updater
+ROS_STAMP := $(VENV)/.ros-packages
+AMENT_MARKER := $(VENV)/share/ament_index/resource_index/packages/dynshape_perception
+export AMENT_PREFIX_PATH := $(abspath $(VENV))$(if $(AMENT_PREFIX_PATH),:$(AMENT_PREFIX_PATH))
 
 $(STAMP): requirements.txt requirements-dev.txt setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +56,21 @@ $(JAZZY_STAMP): requirements.txt requirements-jazzy.txt setup.py setup.cfg
 
 venv-jazzy: $(JAZZY_STAMP)
 
+$(ROS_STAMP): $(STAMP)
+	@if $(BIN)/python -c "import $(ROS_IMPORTS)" 2>/dev/null; then \
+	  echo "ROS packages: provided"; \
+	elif [ -d "$(ROS_WHEELS)" ]; then \
+	  $(BIN)/python -m pip install -q --no-deps $(foreach s,$(ROS_WHEEL_SETS),$(ROS_WHEELS)/$(s)/*.whl); \
+	else \
+	  echo "ROS packages: neither installed nor in $(ROS_WHEELS); the nodes cannot start"; \
+	fi
+	touch $@
+
+$(AMENT_MARKER): $(STAMP) setup.py package.xml resource/dynshape_perception scripts/ament_develop.py
+	$(BIN)/python scripts/ament_develop.py $(VENV)
+
+ros-deps: $(ROS_STAMP) $(AMENT_MARKER)
+
 # Cross compiler, emulator and browser used by the aarch64, CUDA and report checks.
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -55,14 +79,14 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-demo: venv
+demo: venv ros-deps
 	$(BIN)/dynshape-perception demo
 
 lint: venv
 	$(BIN)/ruff check dynshape_perception test launch
 	$(BIN)/mypy dynshape_perception
 
-test: venv system-deps lint test-jazzy
+test: venv ros-deps system-deps lint test-jazzy
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
 # The node and integration tests again, on Jazzy's rclpy.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.resources import PACKAGE, shared_data_dir
 from dynshape_perception.testing.processes import dds_settings
 
 # Fast DDS reads its transports and profile once per process, when the first participant of
@@ -17,6 +18,10 @@ from dynshape_perception.testing.processes import dds_settings
 # without the large-data transport (clouds would then never reach an in-process probe).
 for _key, _value in dds_settings().items():
     os.environ.setdefault(_key, _value)
+# The venv is an ament prefix of the package (make ros-deps): make and the venv's activate
+# export it for launch files and FindPackageShare; a bare .venv/bin/pytest gets it here.
+if (Path(sys.prefix) / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE).is_file():
+    os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
+import yaml
 
 from dynshape_perception import parameters
 from dynshape_perception.config import default_config
@@ -31,6 +32,7 @@ from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
 from dynshape_perception.nodes.messages import ros_message
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.resources import config_path
 from dynshape_perception.testing.session import (
     DETECTED,
     PREDICTED,
@@ -434,6 +436,41 @@ def test_diagnostics(session: NodeSession) -> None:
         assert int(lidar.values[key]) > 0, key
     assert int(lidar.values["tier3.comfort.completed"]) == 0
     assert not any(k.startswith("tier1.") for k in tracker.values)
+    _diagnostic_tasks(session)
+
+
+def _diagnostic_tasks(session: NodeSession) -> None:
+    """diagnostic_updater: a task per concern, a rate and stamp check per topic; each status
+    lands in exactly one group of the aggregator's analyzers (config/)."""
+    probe = session.probe
+    for node, tasks in {
+        "pointcloud_node": ("input", "pose", "jit", "tiers"),
+        "tracker_node": ("input", "pose", "jit"),
+        "prediction_node": ("input", "pose", "jit"),
+    }.items():
+        for task in tasks:
+            assert probe.task(node, task) is not None, (node, task)
+    topics = {
+        "pointcloud_node": ("/points", "/detected_objects", "/near_objects"),
+        "tracker_node": ("/detected_objects", "/tracked_objects"),
+        "prediction_node": ("/tracked_objects", "/predicted_objects", "/markers"),
+    }
+    for node, names in topics.items():
+        for name in names:
+            status = probe.task(node, f"{name} topic status")
+            assert status is not None, (node, name)
+            assert "Events since startup" in status.values, status.values
+    stamped = probe.task("tracker_node", "/tracked_objects topic status")
+    assert stamped is not None and "Latest timestamp delay:" in stamped.values
+    analyzers = yaml.safe_load((config_path("diagnostic_aggregator.yaml")).read_text())
+    groups = [
+        a["regex"]
+        for a in analyzers["analyzers"]["ros__parameters"].values()
+        if isinstance(a, dict)
+    ]
+    for name in probe.tasks:
+        matched = [g for g in groups if any(re.fullmatch(p, name) for p in g)]
+        assert len(matched) == 1, (name, matched)
 
 
 def test_sigint_and_sigterm_exit_0_and_stop_compile_workers(

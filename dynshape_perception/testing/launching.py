@@ -1,0 +1,132 @@
+"""launch_testing of the package's launch files: a private domain, a scan through, exits checked."""
+
+from __future__ import annotations
+
+import time
+import unittest
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from launch.actions import IncludeLaunchDescription, SetEnvironmentVariable
+from launch.launch_description import LaunchDescription
+from launch.launch_description_sources import AnyLaunchDescriptionSource
+from launch.substitutions import PathJoinSubstitution
+from launch_ros.substitutions import FindPackageShare
+from launch_testing.actions import ReadyToTest
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.datasets import read_kitti_bin
+from dynshape_perception.perception.transforms import planar
+from dynshape_perception.resources import PACKAGE, shared_data_dir
+from dynshape_perception.testing.probe import Received, probe_session
+from dynshape_perception.testing.processes import dds_settings, domain_lease
+
+DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
+STEP_NS = 100_000_000
+SPEED_MPS = 2.0
+MOUNT_HEIGHT_M = 1.73
+# Scans sent, the first of which may wait for the models to build (or load from the cache).
+FRAMES = 6
+STARTUP_S = 600.0
+FRAME_S = 30.0
+# Domains leased by this process; their locks go when it exits.
+_LEASES = ExitStack()
+
+
+def scan() -> np.ndarray:
+    """The real KITTI scan where ../shared/data is, else cars and a wall on flat ground."""
+    shared = shared_data_dir()
+    if shared is not None:
+        return read_kitti_bin(shared / "lidar" / "kitti_000008.bin")
+    rng = np.random.default_rng(0)
+    ground = np.c_[rng.uniform(2, 40, 20_000), rng.uniform(-15, 15, 20_000), np.zeros(20_000)]
+    boxes = []
+    for x, y, (length, width, height) in (
+        (10.0, 3.0, (4.2, 1.8, 1.5)),
+        (18.0, -4.0, (4.5, 1.9, 1.6)),
+        (25.0, 8.0, (10.0, 0.3, 2.5)),
+    ):
+        corner = rng.uniform(0.0, 1.0, (2_000, 3)) * (length, width, height)
+        boxes.append(corner + np.array([x - length / 2, y - width / 2, 0.0]))
+    xyz = np.concatenate([ground, *boxes]) - (0.0, 0.0, MOUNT_HEIGHT_M)
+    return np.c_[xyz, rng.uniform(0.0, 1.0, xyz.shape[0])].astype(np.float32)
+
+
+def launch_description(
+    launch_file: str, arguments: Mapping[str, str]
+) -> tuple[LaunchDescription, dict[str, object]]:
+    """The package's ``launch/<launch_file>`` (found through the ament index, as ``ros2 launch``
+    finds it) on a domain of its own, then ReadyToTest; the context holds the domain."""
+    domain = _LEASES.enter_context(domain_lease())
+    env = {**dds_settings(), "ROS_DOMAIN_ID": str(domain)}
+    path = PathJoinSubstitution([FindPackageShare(PACKAGE), "launch", launch_file])
+    return LaunchDescription(
+        [
+            *(SetEnvironmentVariable(key, value) for key, value in env.items()),
+            IncludeLaunchDescription(
+                AnyLaunchDescriptionSource(path), launch_arguments=list(arguments.items())
+            ),
+            ReadyToTest(),
+        ]
+    ), {"domain": domain}
+
+
+@dataclass
+class Outputs:
+    """The standard outputs of one scan, and what /diagnostics said of each node."""
+
+    stamp_ns: int
+    received: dict[str, Received]
+    nodes: set[str]
+
+
+def drive_through(
+    domain: int, points: np.ndarray, frames: int, startup_s: float, frame_s: float
+) -> Outputs:
+    """A client of the launched nodes: the lidar mount on /tf_static, the vehicle on /tf,
+    ``frames`` scans; the outputs of the last one, which must carry tracks."""
+    with probe_session(domain, name="launch_client") as probe:
+        if not probe.wait_for_graph({"points": 1}, {PREDICTED: 1}, startup_s):
+            raise ConfigError(f"the launched nodes were not up within {startup_s} s")
+        mount = planar(z=MOUNT_HEIGHT_M)
+        probe.publish_transforms([("base_link", "lidar", mount)], static=True)
+        probe.spin_for(1.0)
+        ns = time.time_ns()
+        answered = 0
+        # The first scan may wait for the models to build; a lost one is sent again.
+        deadline = time.monotonic() + startup_s + frames * frame_s
+        while answered < frames:
+            left_s = deadline - time.monotonic()
+            if left_s <= 0.0:
+                raise ConfigError(f"{answered} of {frames} scans answered in time")
+            ns += STEP_NS
+            moved = planar(SPEED_MPS * answered * STEP_NS / 1e9)
+            probe.publish_transforms([("odom", "base_link", moved)], ns=ns)
+            probe.publish_points(points, ns, "lidar")
+            wait_s = left_s if answered == 0 else min(frame_s, left_s)
+            if probe.spin_until(partial(_has, probe.received[PREDICTED], ns), wait_s):
+                answered += 1
+        probe.spin_for(2.0)
+        received = {topic: probe.received[topic][ns] for topic in (DETECTED, TRACKED, PREDICTED)}
+        return Outputs(ns, received, {name.lstrip("/") for name in probe.diagnostics})
+
+
+def _has(received: Mapping[int, Received], ns: int) -> bool:
+    return ns in received
+
+
+def check_outputs(case: unittest.TestCase, outputs: Outputs, nodes: set[str]) -> None:
+    """Objects in the vehicle frame, tracks and predictions in the fixed one (from /tf),
+    tracks with UUIDs, and a status from every node."""
+    detected, tracked, predicted = (outputs.received[t] for t in (DETECTED, TRACKED, PREDICTED))
+    case.assertEqual(detected.frame_id, "base_link")
+    case.assertEqual((tracked.frame_id, predicted.frame_id), ("odom", "odom"))
+    case.assertGreater(len(detected.msg.objects), 0)
+    case.assertGreater(len(tracked.msg.objects), 0)
+    uuids = {bytes(o.object_id.uuid) for o in tracked.msg.objects}
+    case.assertEqual(len(uuids), len(tracked.msg.objects))
+    case.assertEqual({bytes(o.object_id.uuid) for o in predicted.msg.objects}, uuids)
+    case.assertTrue(nodes <= outputs.nodes, outputs.nodes)
