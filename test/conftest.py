@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,22 @@ for _key, _value in dds_settings().items():
 # export it for launch files and FindPackageShare; a bare .venv/bin/pytest gets it here.
 if (Path(sys.prefix) / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE).is_file():
     os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+
+
+
+def _plain_loggers() -> None:
+    """Importing launch (its pytest plugin does, and launch_testing again when it runs) makes
+    every later logger a LaunchLogger that does not propagate, so the package's records would
+    reach neither the root handlers nor caplog."""
+    logging.setLoggerClass(logging.Logger)
+
+
+_plain_loggers()
+
+
+@pytest.fixture(autouse=True)
+def plain_loggers() -> None:
+    _plain_loggers()
 
 
 @pytest.fixture(scope="session")
