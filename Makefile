@@ -58,18 +58,21 @@ venv-jazzy: $(JAZZY_STAMP)
 
 $(ROS_STAMP): $(STAMP)
 	@if $(BIN)/python -c "import $(ROS_IMPORTS)" 2>/dev/null; then \
-	  echo "ROS packages: provided"; \
+	  echo "ROS packages: provided" && touch $@; \
 	elif [ -d "$(ROS_WHEELS)" ]; then \
-	  $(BIN)/python -m pip install -q --no-deps $(foreach s,$(ROS_WHEEL_SETS),$(ROS_WHEELS)/$(s)/*.whl); \
+	  $(BIN)/python -m pip install -q --no-deps $(foreach s,$(ROS_WHEEL_SETS),$(ROS_WHEELS)/$(s)/*.whl) \
+	    && touch $@; \
 	else \
 	  echo "ROS packages: neither installed nor in $(ROS_WHEELS); the nodes cannot start"; \
 	fi
-	touch $@
 
 $(AMENT_MARKER): $(STAMP) setup.py package.xml resource/dynshape_perception scripts/ament_develop.py
 	$(BIN)/python scripts/ament_develop.py $(VENV)
 
 ros-deps: $(ROS_STAMP) $(AMENT_MARKER)
+
+# The nodes need them: every target that takes the venv takes them too.
+venv: ros-deps
 
 # Cross compiler, emulator and browser used by the aarch64, CUDA and report checks.
 system-deps:
@@ -79,14 +82,14 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-demo: venv ros-deps
+demo: venv
 	$(BIN)/dynshape-perception demo
 
 lint: venv
 	$(BIN)/ruff check dynshape_perception test launch
 	$(BIN)/mypy dynshape_perception
 
-test: venv ros-deps system-deps lint test-jazzy
+test: venv system-deps lint test-jazzy
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
 # The node and integration tests again, on Jazzy's rclpy.
