@@ -119,3 +119,10 @@ def test_fastdds_profile_is_valid_xml_with_a_large_segment() -> None:
     ns = {"f": "http://www.eprosima.com"}
     segment = root.find(".//f:transport_descriptor/f:segment_size", ns)
     assert segment is not None and int(segment.text or 0) >= 16 * 1024 * 1024
+
+
+def test_test_module_names_are_unique() -> None:
+    """launch_testing's pytest plugin imports every test module by its file name alone (not
+    in importlib mode): two files of one name anywhere under test/ stop the collection."""
+    names = [p.name for p in (ROOT / "test").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
