@@ -25,18 +25,13 @@ from dynshape_perception.perception.ground import (
 )
 from dynshape_perception.perception.history import resample_history
 from dynshape_perception.perception.objects import ObjectParams
-from dynshape_perception.perception.prediction import (
-    PredictedPaths,
-    PredictionStage,
-    prediction_table,
-)
+from dynshape_perception.perception.prediction import PredictedPaths, PredictionStage
 from dynshape_perception.perception.scan import ScanParams, prepare_scan
 from dynshape_perception.perception.tracking import Tracker, TrackerParams
 from dynshape_perception.perception.transforms import Matrix, planar, yaw_of
 
 ModelFn = Callable[..., list[np.ndarray]]
 STAGES = ("segment", "cluster", "track", "predict")
-__all__ = ["PredictedPaths", "prediction_table"]
 
 
 @dataclass(frozen=True)

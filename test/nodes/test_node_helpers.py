@@ -25,7 +25,8 @@ from dynshape_perception.nodes.messages import (
 )
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.odometry import PoseBuffer, yaw_from_quaternion
-from dynshape_perception.perception.pipeline import Pose2D, prediction_table
+from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction import prediction_table
 from dynshape_perception.perception.track_histories import TrackHistories
 
 

@@ -29,7 +29,7 @@ from dynshape_perception.models.registry import committed_weights, parameter_sha
 from dynshape_perception.models.weights import init_weights
 from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
-from dynshape_perception.perception.pipeline import prediction_table
+from dynshape_perception.perception.prediction import prediction_table
 from dynshape_perception.perception.tracking import Tracker
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.runtime.engine import Engine
