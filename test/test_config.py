@@ -62,8 +62,9 @@ def test_seeds_must_be_non_negative_integers(seed: object) -> None:
 @pytest.mark.parametrize(
     ("section", "match"),
     [
-        ("segmenter:\n  hidden: 64\n", "three widths"),
-        ("segmenter:\n  hidden: [64, 128, 2.5]\n", "segmenter.hidden must be an integer"),
+        ("segmenter:\n  hidden: 64\n", "two widths"),
+        ("segmenter:\n  hidden: [64, 128, 256]\n", "two widths"),
+        ("segmenter:\n  hidden: [64, 2.5]\n", "segmenter.hidden must be an integer"),
         ("predictor:\n  K: six\n", "predictor.K must be an integer"),
         ("predictor:\n  K: 6.9\n", "predictor.K must be an integer"),
         ("predictor:\n  step_s: .nan\n", "step_s must be a finite number"),

@@ -135,7 +135,7 @@ def evaluate_segmentation_file(
     points = read_kitti_bin(path, allow_empty=False)
     ground = fit_ground_plane(points, seed=seed)
     loaded, entry = _loaded_model("segmenter", weights_dir)
-    scores, _ = loaded("forward", points, ground.as_array())
+    (scores,) = loaded("forward", points, ground.as_array())
     params = ClusterParams()
     clusters = cluster_obstacles(points, scores, params, ground)
     result = evaluate_segmentation(

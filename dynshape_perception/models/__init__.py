@@ -15,16 +15,15 @@ def model_definition(name: str, config: ModelsConfig | None = None) -> ModelDef:
     cfg = config or default_config()
     if name == "segmenter":
         sec = cfg.section("segmenter")
-        hidden = sec.get("hidden", [64, 128, 256])
-        if not isinstance(hidden, list) or len(hidden) != 3:
-            raise ConfigError(f"models.yaml segmenter.hidden must be three widths, got {hidden!r}")
+        hidden = sec.get("hidden", [64, 128])
+        if not isinstance(hidden, list) or len(hidden) != 2:
+            raise ConfigError(f"models.yaml segmenter.hidden must be two widths, got {hidden!r}")
         return segmenter.definition(
             cfg.bounds,
             segmenter.SegmenterConfig(
                 hidden=(
                     integer("segmenter.hidden", hidden[0]),
                     integer("segmenter.hidden", hidden[1]),
-                    integer("segmenter.hidden", hidden[2]),
                 )
             ),
         )

@@ -1,4 +1,4 @@
-"""The segmenter's point MLP, score head and max-pool fused in one tiled CPU kernel (TVMScript)."""
+"""The segmenter's point MLP and score head fused in one tiled CPU kernel (TVMScript)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dynshape_perception.models.tir_kernels import FEATURES, GROUND_WIDTH, POINT
 
 # The CPU schedule pass rebuilds the kernel through this factory with the target's blocking.
 TEMPLATE = f"{__name__}:instantiate"
-# Running maxima live in one [CHUNKS, h3] row per parallel chunk of tiles; a serial pass then
-# folds them. A fixed count keeps that buffer static and leaves enough chunks to balance threads.
+# Parallel chunks of tiles: each allocates its tile buffers once (they exceed the stack limit, so
+# each allocation is a workspace call), and 64 leave enough chunks to balance threads.
 CHUNKS = 64
 # Register accumulators must stay below TVM's stack-allocation limit (1 KiB): larger local
 # buffers become workspace allocations, which LLVM cannot promote to registers.
@@ -47,7 +47,7 @@ def instantiate(params: Mapping[str, Any], ctx: Any) -> Any:
     """The kernel for a CPU schedule context (``register_rows/cols``, ``vector_lanes``)."""
     hidden = tuple(int(h) for h in params["hidden"])
     return point_mlp_kernel(
-        (hidden[0], hidden[1], hidden[2]),
+        (hidden[0], hidden[1]),
         float(params["range_scale"]),
         float(params["height_scale"]),
         MicroTile.for_registers(ctx.register_rows, ctx.register_cols, ctx.vector_lanes),
@@ -63,25 +63,24 @@ def col_block(width: int, cols: int, lanes: int) -> int:
 
 @functools.cache
 def point_mlp_kernel(
-    hidden: tuple[int, int, int],
+    hidden: tuple[int, int],
     range_scale: float,
     height_scale: float,
     micro: MicroTile | None = None,
 ) -> Any:
-    """``points [P, 4], ground [4]`` and the four dense layers -> ``scores [P], pooled [h3]``.
+    """``points [P, 4], ground [4]``, two dense layers and the score head -> ``scores [P]``.
 
-    Per parallel chunk of point tiles the features, f1, f2 (and the score head) stay in local
-    tiles and f3 is max-reduced straight out of the accumulators, so no [P, h] intermediate is
-    ever written. The last tile computes on rows clamped to P - 1: duplicates of a real point
-    change neither a max nor a score, so the hot loops carry no predicates.
+    Per parallel chunk of point tiles the features, f1 and f2 stay in local tiles, so no
+    [P, h] intermediate is ever written. The last tile computes on rows clamped to P - 1: a
+    duplicate of a real point rewrites that point's own score, so the hot loops carry no
+    predicates.
     """
     mt = micro or MicroTile()
-    h1, h2, h3 = hidden
+    h1, h2 = hidden
     rows, tile, lanes = mt.rows, mt.tile, mt.lanes
     cols = max(1, min(mt.cols, MAX_STACK_BYTES // (FLOAT_BYTES * rows)))
     c1 = col_block(h1, cols, lanes)
     c2 = col_block(h2, cols, lanes)
-    c3 = col_block(h3, cols, lanes)
     s_lanes = col_block(h2, lanes, lanes)
     inv_range = 1.0 / range_scale
     inv_height = 1.0 / height_scale
@@ -99,12 +98,9 @@ def point_mlp_kernel(
         b1: T.Buffer((h1,), "float32"),
         w2: T.Buffer((h1, h2), "float32"),
         b2: T.Buffer((h2,), "float32"),
-        w3: T.Buffer((h2, h3), "float32"),
-        b3: T.Buffer((h3,), "float32"),
         ws: T.Buffer((h2, 1), "float32"),
         bs: T.Buffer((1,), "float32"),
         var_scores: T.handle,
-        pooled: T.Buffer((h3,), "float32"),
     ) -> None:
         T.func_attr(
             {
@@ -117,7 +113,6 @@ def point_mlp_kernel(
         n = T.int64()
         points = T.match_buffer(var_points, (n, POINT_WIDTH), "float32")
         scores = T.match_buffer(var_scores, (n,), "float32")
-        partial = T.decl_buffer((CHUNKS, h3), "float32")
         ntiles = (n + tile - 1) // tile
         nchunks = T.min(ntiles, T.int64(CHUNKS))
         for ch in T.parallel(nchunks):
@@ -127,8 +122,6 @@ def point_mlp_kernel(
             f2 = T.decl_buffer((tile, h2), "float32")
             part = T.decl_buffer((s_lanes,), "float32")
             logit = T.decl_buffer((1,), "float32")
-            for c in T.vectorized(h3):
-                partial[ch, c] = T.float32(0)
             for t in range(ch * ntiles // nchunks, (ch + 1) * ntiles // nchunks):
                 for r in range(tile):
                     for k in T.unroll(POINT_WIDTH):
@@ -172,22 +165,5 @@ def point_mlp_kernel(
                     for c in range(s_lanes):
                         logit[0] = logit[0] + part[c]
                     scores[T.min(t * tile + r, n - 1)] = T.sigmoid(logit[0])
-                for rb, cb in T.grid(tile // rows, h3 // c3):
-                    acc = T.decl_buffer((rows, c3), "float32")
-                    for r in T.unroll(rows):
-                        for c in T.vectorized(c3):
-                            acc[r, c] = b3[cb * c3 + c]
-                    for k in range(h2):
-                        for r in T.unroll(rows):
-                            for c in T.vectorized(c3):
-                                acc[r, c] = acc[r, c] + f2[rb * rows + r, k] * w3[k, cb * c3 + c]
-                    for r in T.unroll(rows):
-                        for c in T.vectorized(c3):
-                            partial[ch, cb * c3 + c] = T.max(partial[ch, cb * c3 + c], acc[r, c])
-        for c in T.vectorized(h3):
-            pooled[c] = T.float32(0)
-        for ch in range(nchunks):
-            for c in T.vectorized(h3):
-                pooled[c] = T.max(pooled[c], partial[ch, c])
 
     return point_mlp

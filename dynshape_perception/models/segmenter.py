@@ -1,4 +1,4 @@
-"""Point stage: per-point obstacle score and a pooled scene feature from points [P, 4]."""
+"""Point stage: a per-point obstacle score from points [P, 4] and a ground plane."""
 
 from __future__ import annotations
 
@@ -27,28 +27,27 @@ from dynshape_perception.models.tir_kernels import FEATURES, GROUND_WIDTH, POINT
 
 @dataclass(frozen=True)
 class SegmenterConfig:
-    hidden: tuple[int, int, int] = (64, 128, 256)
+    hidden: tuple[int, int] = (64, 128)
     range_scale_m: float = 50.0
     height_scale_m: float = 3.0
 
     def __post_init__(self) -> None:
-        if len(self.hidden) != 3 or min(self.hidden) < 1:
-            raise ConfigError(f"segmenter hidden must be three positive widths, got {self.hidden}")
+        if len(self.hidden) != 2 or min(self.hidden) < 1:
+            raise ConfigError(f"segmenter hidden must be two positive widths, got {self.hidden}")
         if self.range_scale_m <= 0 or self.height_scale_m <= 0:
             raise ConfigError("segmenter scales must be positive")
 
 
 class Segmenter(nn.Module):
     def __init__(self, config: SegmenterConfig, gpu: bool = False) -> None:
-        h1, h2, h3 = config.hidden
+        h1, h2 = config.hidden
         self.config = config
         self.gpu = gpu
         self.l1 = Dense(FEATURES, h1)
         self.l2 = Dense(h1, h2)
-        self.l3 = Dense(h2, h3)
         self.score = Dense(h2, 1)
 
-    def forward(self, points: nn.Tensor, ground: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+    def forward(self, points: nn.Tensor, ground: nn.Tensor) -> nn.Tensor:
         if not self.gpu:
             return self._fused(points, ground)
         n = points.shape[0]
@@ -60,32 +59,20 @@ class Segmenter(nn.Module):
             args=[points, ground],
             out=nn.Tensor.placeholder([n, FEATURES], "float32"),
         )
-        f1 = op.relu(self.l1(feats))
-        f2 = op.relu(self.l2(f1))
-        f3 = op.relu(self.l3(f2))
-        scores = op.reshape(op.sigmoid(self.score(f2)), [n])
-        pooled = op.tensor_ir_op(
-            tir_kernels.max_pool_relu_kernel(self.config.hidden[2], self.gpu),
-            "max_pool_relu",
-            args=[f3],
-            out=nn.Tensor.placeholder([self.config.hidden[2]], "float32"),
-        )
-        return scores, pooled
+        f2 = op.relu(self.l2(op.relu(self.l1(feats))))
+        return op.reshape(op.sigmoid(self.score(f2)), [n])
 
-    def _fused(self, points: nn.Tensor, ground: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+    def _fused(self, points: nn.Tensor, ground: nn.Tensor) -> nn.Tensor:
         """CPU: one kernel per tile of points, so no [P, hidden] tensor reaches memory."""
         cfg = self.config
-        layers = (self.l1, self.l2, self.l3, self.score)
-        scores, pooled = op.tensor_ir_op(
+        layers = (self.l1, self.l2, self.score)
+        scores: nn.Tensor = op.tensor_ir_op(
             kernels_point_mlp.point_mlp_kernel(cfg.hidden, cfg.range_scale_m, cfg.height_scale_m),
             "point_mlp",
             args=[points, ground, *(p for layer in layers for p in (layer.weight, layer.bias))],
-            out=[
-                nn.Tensor.placeholder([points.shape[0]], "float32"),
-                nn.Tensor.placeholder([cfg.hidden[2]], "float32"),
-            ],
+            out=nn.Tensor.placeholder([points.shape[0]], "float32"),
         )
-        return scores, pooled
+        return scores
 
 
 def reference(
@@ -106,13 +93,10 @@ def reference(
     feats[:, 3] = points[:, 3]
     f1 = relu(dense_ref(feats, weights, "l1"))
     f2 = relu(dense_ref(f1, weights, "l2"))
-    f3 = relu(dense_ref(f2, weights, "l3"))
-    scores = sigmoid(dense_ref(f2, weights, "score"))[:, 0]
-    pooled = f3.max(axis=0) if len(f3) else np.zeros(config.hidden[2], np.float32)
-    return [scores.astype(np.float32), np.maximum(pooled, 0).astype(np.float32)]
+    return [sigmoid(dense_ref(f2, weights, "score"))[:, 0].astype(np.float32)]
 
 
-def spec(bounds: Bounds, config: SegmenterConfig) -> ModelSpec:
+def spec(bounds: Bounds) -> ModelSpec:
     return ModelSpec(
         model="segmenter",
         dims=("P",),
@@ -121,7 +105,7 @@ def spec(bounds: Bounds, config: SegmenterConfig) -> ModelSpec:
             FunctionSpec(
                 "forward",
                 (TensorSpec("points", ("P", POINT_WIDTH)), TensorSpec("ground", (GROUND_WIDTH,))),
-                (("P",), (config.hidden[2],)),
+                (("P",),),
             ),
         ),
     )
@@ -131,9 +115,9 @@ def definition(bounds: Bounds, config: SegmenterConfig | None = None) -> ModelDe
     cfg = config or SegmenterConfig()
     return ModelDef(
         name="segmenter",
-        version="1",
+        version="2",
         build_module=lambda gpu: Segmenter(cfg, gpu),
-        spec=spec(bounds, cfg),
+        spec=spec(bounds),
         reference=lambda fn, w, x: reference(fn, w, x, cfg),
         config=cfg,
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 
-from tvm import s_tir
 from tvm.script import tirx as T
 
 POINT_WIDTH = 4
@@ -60,49 +59,6 @@ def point_features_kernel(range_scale: float, height_scale: float) -> object:
                 )
 
     return point_features
-
-
-@functools.cache
-def max_pool_relu_kernel(width: int, gpu: bool = False) -> object:
-    # Inputs are ReLU outputs (>= 0), so starting the max at 0 is exact for P >= 1 and gives
-    # the documented all-zero feature at P = 0.
-    if gpu:
-        # Opaque (op_pattern 8): already thread-bound, so FuseTIR must not merge it. The root
-        # block is there because Relax's reshape analysis expects block-form bodies.
-        @T.prim_func(private=True, s_tir=True)
-        def max_pool_relu_gpu(var_x: T.handle, out: T.Buffer((width,), "float32")) -> None:
-            T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "op_pattern": 8})
-            n = T.int64()
-            x = T.match_buffer(var_x, (n, width), "float32")
-            with T.sblock("root"):
-                for c in T.thread_binding(width, thread="threadIdx.x"):
-                    with T.sblock("pool"):
-                        vc = T.axis.spatial(width, c)
-                        T.reads(x[0:n, vc])
-                        T.writes(out[vc])
-                        out[vc] = T.float32(0)
-                        for p in range(n):
-                            out[vc] = T.max(out[vc], x[p, vc])
-
-        return max_pool_relu_gpu
-
-    @T.prim_func(private=True, s_tir=True)
-    def max_pool_relu(var_x: T.handle, out: T.Buffer((width,), "float32")) -> None:
-        T.func_attr({"tirx.noalias": True})
-        n = T.int64()
-        x = T.match_buffer(var_x, (n, width), "float32")
-        for p, c in T.grid(n, width):
-            with T.sblock("pool"):
-                vp, vc = T.axis.remap("RS", [p, c])
-                with T.init():
-                    out[vc] = T.float32(0)
-                out[vc] = T.max(out[vc], x[vp, vc])
-
-    # The init must run even when P = 0, so it is hoisted out of the loop over points.
-    sch = s_tir.Schedule(max_pool_relu)
-    pool = sch.get_sblock("pool")
-    sch.decompose_reduction(pool, sch.get_loops(pool)[0])
-    return sch.mod["main"]
 
 
 @functools.cache

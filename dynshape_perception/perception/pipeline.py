@@ -82,8 +82,6 @@ class PipelineParams:
 class FrameResult:
     stamp_s: float
     scores: np.ndarray
-    pooled: np.ndarray
-    pooled_valid: bool
     ground: GroundPlane
     obstacles: np.ndarray
     tracks: np.ndarray
@@ -160,10 +158,10 @@ class Pipeline:
         self.subsampled_frames += 1
         return points[keep]
 
-    def segment(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, GroundPlane]:
+    def segment(self, points: np.ndarray) -> tuple[np.ndarray, GroundPlane]:
         ground = self.fit_ground(points)
-        scores, pooled = self._segmenter("forward", points, ground.as_array())
-        return scores, pooled, ground
+        (scores,) = self._segmenter("forward", points, ground.as_array())
+        return scores, ground
 
     def fit_ground(self, points: np.ndarray) -> GroundPlane:
         return fit_ground_plane(
@@ -238,7 +236,7 @@ class Pipeline:
         points, removed = self.prepare(_check_points(points), mount)
         latency: dict[str, float] = {}
         t0 = time.perf_counter()
-        scores, pooled, ground = self.segment(points)
+        scores, ground = self.segment(points)
         t1 = time.perf_counter()
         obstacles = self.detect(points, scores, ground)
         t2 = time.perf_counter()
@@ -253,8 +251,6 @@ class Pipeline:
         return FrameResult(
             stamp_s=stamp_s,
             scores=scores,
-            pooled=pooled,
-            pooled_valid=points.shape[0] > 0,
             ground=ground,
             obstacles=obstacles,
             tracks=tracks,

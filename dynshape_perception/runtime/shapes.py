@@ -57,7 +57,7 @@ class DimPolicy:
     def bucket(self, dim: str, value: int) -> int:
         """The value a specialisation of ``value`` is built for."""
         edges = self.weak_edges.get(dim)
-        # Zero stays exact: padding an empty input would invent data (e.g. a pooled feature).
+        # Zero stays exact: padding an empty input would invent rows that are not there.
         if not edges or value == 0:
             return value
         i = bisect.bisect_left(edges, value)
@@ -115,8 +115,8 @@ class Padding:
 
     Inputs pad up to ``target`` with their ``pad`` value where the model declares one, else by
     repeating the last slice. Repeating real rows keeps padding exact for every model here:
-    duplicated points leave a max-pool unchanged, and affinity rows and agents are
-    independent. A declared value must be as exact: history steps past an agent's length are
+    points, affinity rows and agents are independent, and padded rows are cropped away. A
+    declared value must be as exact: history steps past an agent's length are
     never read, and a padded agent of length 1 is independent too, only cheaper. Callers
     never pad an axis of length 0.
     """

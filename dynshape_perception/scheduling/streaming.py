@@ -92,7 +92,6 @@ def subsample_far_field(
 class RevolutionResult:
     points: np.ndarray
     scores: np.ndarray
-    pooled: np.ndarray
     ground: GroundPlane
     obstacles: np.ndarray
     sectors: int
@@ -127,18 +126,17 @@ def process_whole_scan(
     points = _check_points(points)
     cluster = cluster or ClusterParams()
     bound = int(max_obstacles or default_bounds().N)
-    scores, pooled = segmenter("forward", points, ground.as_array())
+    (scores,) = segmenter("forward", points, ground.as_array())
     return RevolutionResult(
-        points, scores, pooled, ground, detect(points, scores, ground, cluster, bound), 1, 1
+        points, scores, ground, detect(points, scores, ground, cluster, bound), 1, 1
     )
 
 
 class StreamingSegmenter:
     """Segments each sector on arrival and clusters once per revolution.
 
-    Scores are per point, so segmenting sector by sector gives the whole scan's scores; the
-    pooled feature is a max over points, so the merge is an elementwise max. The ground
-    plane is fitted once per revolution, before its first sector is segmented: from the
+    Scores are per point, so segmenting sector by sector gives the whole scan's scores. The
+    ground plane is fitted once per revolution, before its first sector is segmented: from the
     previous revolution (``"previous"``; the first revolution falls back to its first
     sectors) or from this revolution's first sectors (``"first_sectors"``), as soon as
     ``min_ground_points`` points have arrived. The whole-scan path given the same plane
@@ -175,7 +173,6 @@ class StreamingSegmenter:
         self._pending: list[np.ndarray] = []
         self._points: list[np.ndarray] = []
         self._scores: list[np.ndarray] = []
-        self._pooled: np.ndarray | None = None
         self._sectors = 0
         self._calls = 0
 
@@ -211,11 +208,10 @@ class StreamingSegmenter:
         if sector.shape[0] == 0:
             return 0
         assert self.ground is not None
-        scores, pooled = self._segmenter("forward", sector, self.ground.as_array())
+        (scores,) = self._segmenter("forward", sector, self.ground.as_array())
         self._calls += 1
         self._points.append(sector)
         self._scores.append(scores)
-        self._pooled = pooled if self._pooled is None else np.maximum(self._pooled, pooled)
         return int(sector.shape[0])
 
     def end_revolution(self) -> RevolutionResult:
@@ -226,16 +222,9 @@ class StreamingSegmenter:
         assert self.ground is not None
         points = np.concatenate(self._points) if self._points else np.zeros((0, 4), np.float32)
         scores = np.concatenate(self._scores) if self._scores else np.zeros(0, np.float32)
-        if self._pooled is None:
-            # What the whole-scan path gives an empty scan: the segmenter's own empty pool.
-            self._pooled = self._segmenter(
-                "forward", np.zeros((0, 4), np.float32), self.ground.as_array()
-            )[1]
-        pooled = self._pooled
         result = RevolutionResult(
             points,
             scores,
-            pooled,
             self.ground,
             detect(points, scores, self.ground, self.cluster, self.max_obstacles),
             self._sectors,

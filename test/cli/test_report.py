@@ -18,7 +18,7 @@ from PIL import Image
 
 from dynshape_perception.cli.main import main
 from dynshape_perception.models import MODEL_NAMES, model_definition
-from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
 from dynshape_perception.tools.replay import sources
 from dynshape_perception.tools.sim.drive import DriveConfig
@@ -36,6 +36,9 @@ def frozen_runs(tmp_path_factory: pytest.TempPathFactory, cache_root: Path) -> l
     for name in MODEL_NAMES:
         init = init_weights(parameter_shapes(model_definition(name)), seed=0)
         save_weights(name, init, {"version": "test-init"}, weights)
+    # A segmenter with random weights may score no point an obstacle, and then the associator,
+    # whose hot shape the frozen runs compile, is never called.
+    save_weights("segmenter", committed_weights("segmenter")[1], {"version": "test"}, weights)
     bag = root / "drive"
     sources.write_generated(
         bag, "mcap", DriveConfig(seed=5, frames=6, segment_frames=3, points_range=(5_000, 8_000))

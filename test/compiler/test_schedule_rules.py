@@ -398,7 +398,7 @@ def test_templates_only_load_package_factories() -> None:
 
 def test_fused_kernel_handles_widths_that_split_unevenly() -> None:
     """Hidden widths that are not multiples of the vector lanes still compute the reference."""
-    config = segmenter.SegmenterConfig(hidden=(24, 40, 72))
+    config = segmenter.SegmenterConfig(hidden=(24, 40))
     model = segmenter.definition(default_bounds(), config)
     weights = weights_for(model)
     ctx = context_for_target(load_profile("x86_64").target())

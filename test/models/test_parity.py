@@ -104,8 +104,6 @@ def test_zero_counts_give_empty_outputs(compiled: Compiled) -> None:
     for out, shape in zip(outputs, fn.outputs, strict=True):
         expected = tuple(0 if isinstance(d, str) else d for d in shape)
         assert out.shape == expected
-    if model.name == "segmenter":
-        assert not outputs[1].any(), "pooled feature at P=0 must be all zeros"
 
 
 def test_predictor_step_t_times_equals_full_sequence(cache_root: Path) -> None:

@@ -32,7 +32,11 @@ def assert_same_obstacles(got: RevolutionResult, want: RevolutionResult) -> None
     cost = np.linalg.norm(a[:, None] - b[None, :], axis=2)
     rows, cols = linear_sum_assignment(cost)
     assert cost[rows, cols].max(initial=0.0) <= CENTRE_TOLERANCE_M
-    np.testing.assert_allclose(got.pooled, want.pooled, rtol=1e-5, atol=1e-6)
+    # Sectors reorder the points: compare each point's score, matched by its coordinates.
+    got_order = np.lexsort(got.points.T)
+    want_order = np.lexsort(want.points.T)
+    np.testing.assert_array_equal(got.points[got_order], want.points[want_order])
+    np.testing.assert_allclose(got.scores[got_order], want.scores[want_order], rtol=1e-5, atol=1e-6)
 
 
 def stream(seg: StreamingSegmenter, points: np.ndarray, sectors: int) -> RevolutionResult:
@@ -75,10 +79,10 @@ def test_kitti_scan_streams_to_the_pipeline_result(engine: Engine, kitti_bin: Pa
     stream(seg, points, 8)
     got = stream(seg, points, 8)
     pipeline = Pipeline(engine["segmenter"], lambda *a: [], engine["predictor"])
-    scores, pooled = engine["segmenter"]("forward", points, got.ground.as_array())
+    (scores,) = engine["segmenter"]("forward", points, got.ground.as_array())
     obstacles = pipeline.detect(points, scores, got.ground)
     assert obstacles.shape[0] > 3
-    want = RevolutionResult(points, scores, pooled, got.ground, obstacles, 1, 1)
+    want = RevolutionResult(points, scores, got.ground, obstacles, 1, 1)
     assert_same_obstacles(got, want)
     # The scan covers the front half only: empty sectors cost no call.
     assert got.sectors == 8 and got.segment_calls < 8
@@ -130,13 +134,14 @@ def test_near_field_leaves_the_road_out_when_given_the_plane(kitti_bin: Path) ->
     assert np.isin(without, with_road).all()
 
 
-def test_an_empty_revolution_pools_like_an_empty_whole_scan(engine: Engine) -> None:
+def test_an_empty_revolution_gives_the_empty_whole_scan_result(engine: Engine) -> None:
     seg = StreamingSegmenter(engine["segmenter"], ground_from="first_sectors")
     seg.add_sector(np.zeros((0, 4), np.float32))
     got = seg.end_revolution()
     want = process_whole_scan(engine["segmenter"], np.zeros((0, 4), np.float32), got.ground)
-    assert got.pooled.shape == want.pooled.shape and got.pooled.shape[0] > 0
-    np.testing.assert_array_equal(got.pooled, want.pooled)
+    assert got.segment_calls == 0
+    assert got.scores.shape == want.scores.shape == (0,)
+    assert got.obstacles.shape == want.obstacles.shape == (0,)
 
 
 def test_a_negative_ground_seed_is_a_config_error(engine: Engine) -> None:

@@ -1,4 +1,4 @@
-"""Dense, matvec, row/column reduction and injective rules for llvm targets (AVX-512/AVX2/NEON).
+"""Dense, matvec, row reduction and injective rules for llvm targets (AVX-512/AVX2/NEON).
 
 Every rule serves every count of a symbolic axis from one schedule: a matmul's rows split at the
 last whole tile (the tiles unpredicated, the rest a row at a time), other axes with a fixed inner
@@ -422,33 +422,6 @@ def row_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFu
     return sch.mod["main"]
 
 
-def column_reduce_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
-    """A reduction over the leading (symbolic) axis into a vector, like max-pool over points:
-    channel blocks across threads, the reduction loop outside the vector lanes."""
-    sch = s_tir.Schedule(func)
-    infos = normalize_prim_func(sch)
-    if infos is None:
-        return None
-    # An update whose init was hoisted by hand (so it runs at P = 0) is no longer a reduction
-    # block that loops may be reordered around; such kernels keep their own schedule.
-    updates = [b for b in infos if b.is_reduction() and b.dom_kind() == "RS"]
-    if len(updates) != 1 or len(infos) != 1:
-        return None
-    update = updates[0].block_rv
-    red, chan = sch.get_loops(update)
-    chan_ext = _extent(sch, chan)
-    if chan_ext is None:
-        return None
-    lanes = _inner_factor(chan_ext, ctx.vector_lanes)
-    co, ci = sch.split(chan, [None, lanes])
-    sch.reorder(co, red, ci)
-    sch.decompose_reduction(update, red)
-    if ctx.worth_parallel(sch.get(red).extent, chan_ext):
-        sch.parallel(co)
-    sch.vectorize(ci)
-    return sch.mod["main"]
-
-
 def injective_rule(func: tirx.PrimFunc, ctx: CpuScheduleContext) -> tirx.PrimFunc | None:
     """Elementwise and layout kernels: a short static innermost axis in vector lanes; the outer
     axes fused and split across threads only when that pays (fusing costs a div/mod per row)."""
@@ -486,7 +459,6 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("dense", dense_rule),
     ("matvec", matvec_rule),
     ("row_reduce", row_reduce_rule),
-    ("column_reduce", column_reduce_rule),
     ("injective", injective_rule),
 )
 

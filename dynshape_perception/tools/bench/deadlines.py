@@ -185,7 +185,7 @@ class Run:
             near = points[self.bench.near.select(points, ground)]
             if near.shape[0] == 0:
                 return 0
-            scores, _ = self.bench.fast["segmenter"]("forward", near, ground.as_array())
+            (scores,) = self.bench.fast["segmenter"]("forward", near, ground.as_array())
             return int(cluster_obstacles(near, scores, self.near_cluster, ground).shape[0])
 
         return job

@@ -250,7 +250,7 @@ def _ort_session(
     import torch
 
     spec: dict[str, tuple[list[str], list[str], dict[str, dict[int, str]]]] = {
-        "segmenter": (["points", "ground"], ["scores", "pooled"], {"points": {0: "P"}}),
+        "segmenter": (["points", "ground"], ["scores"], {"points": {0: "P"}}),
         "associator": (
             ["detections", "tracks"],
             ["affinity"],

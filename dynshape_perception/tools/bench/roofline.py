@@ -64,7 +64,7 @@ class Roofline:
         }
 
 
-def segmenter_macs(hidden: tuple[int, int, int], features: int, points: int) -> int:
+def segmenter_macs(hidden: tuple[int, int], features: int, points: int) -> int:
     """Multiply-adds of the segmenter's dense layers and score head on ``points`` points."""
-    h1, h2, h3 = hidden
-    return points * (features * h1 + h1 * h2 + h2 * h3 + h2)
+    h1, h2 = hidden
+    return points * (features * h1 + h1 * h2 + h2)

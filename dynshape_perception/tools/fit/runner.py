@@ -56,8 +56,6 @@ PLANS: Mapping[str, FitPlan] = {
         default_data="synthetic",
         fit=segmenter.fit_segmenter,
         hyperparameters=segmenter.SegmenterFitConfig(),
-        notes="l3 (the pooled 256-d scene feature) keeps its seeded Glorot init: no loss "
-        "uses the pooled feature",
     ),
     "associator": FitPlan(
         sources=associator.SOURCES,

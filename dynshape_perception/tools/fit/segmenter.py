@@ -23,8 +23,6 @@ from dynshape_perception.tools.sim.scenes import driving_scene
 log = logging.getLogger(__name__)
 
 SOURCES = (SYNTHETIC,)
-# Parameters the score loss never reaches: the pooled-feature layer keeps its seeded init.
-UNFITTED = ("l3.weight", "l3.bias")
 
 
 @dataclass(frozen=True)
@@ -108,8 +106,7 @@ def fit_segmenter(
     labels = torch.from_numpy(labels_np.astype(np.float32))
     net = Segmenter(model.config)
     load_numpy(net, init_weights(parameter_shapes(model), seed))
-    trainable = [p for name, p in net.named_parameters() if name not in UNFITTED]
-    loss_value = train_binary_logit("segmenter", net, trainable, feats, labels, fit, seed)
+    loss_value = train_binary_logit("segmenter", net, net.parameters(), feats, labels, fit, seed)
     with torch.no_grad():
         predicted = net.logit(feats) > 0
     accuracy = float((predicted == labels.bool()).float().mean())

@@ -72,11 +72,10 @@ class Segmenter(nn.Module):
 
     def __init__(self, config: SegmenterConfig) -> None:
         super().__init__()
-        h1, h2, h3 = config.hidden
+        h1, h2 = config.hidden
         self.config = config
         self.l1 = Dense(FEATURES, h1)
         self.l2 = Dense(h1, h2)
-        self.l3 = Dense(h2, h3)
         self.score = Dense(h2, 1)
 
     def features(self, points: Tensor, ground: Tensor) -> Tensor:
@@ -92,11 +91,8 @@ class Segmenter(nn.Module):
         f2 = torch.relu(self.l2(torch.relu(self.l1(feats))))
         return self.score(f2)[:, 0]
 
-    def forward(self, points: Tensor, ground: Tensor) -> tuple[Tensor, Tensor]:
-        f1 = torch.relu(self.l1(self.features(points, ground)))
-        f2 = torch.relu(self.l2(f1))
-        f3 = torch.relu(self.l3(f2))
-        return torch.sigmoid(self.score(f2))[:, 0], torch.clamp(f3.max(dim=0).values, min=0.0)
+    def forward(self, points: Tensor, ground: Tensor) -> Tensor:
+        return torch.sigmoid(self.logit(self.features(points, ground)))
 
 
 class Associator(nn.Module):
