@@ -12,7 +12,9 @@ JAZZY_STAMP := $(VENV_JAZZY)/.installed
 JAZZY_WHEELS ?= $(wildcard ../shared/wheels/jazzy/*.whl)
 # What runs under both distros: everything that starts rclpy nodes.
 ROS_TESTS := test/nodes test/integration
-SYSTEM_PACKAGES := g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
+BENCH_STAMP := $(VENV)/.bench-installed
+# g++ links TVM's libraries and torch.compile's kernels.
+SYSTEM_PACKAGES := g++ g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
 # DDS stays on this host; large clouds need Fast DDS' large-data transport.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
@@ -89,7 +91,8 @@ lint: venv
 	$(BIN)/ruff check dynshape_perception test launch
 	$(BIN)/mypy dynshape_perception
 
-test: venv system-deps lint test-jazzy
+# The bench peers too: `bench kernels --smoke` checks each of them against TVM in the suite.
+test: venv bench-extras system-deps lint test-jazzy
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
 # The node and integration tests again, on Jazzy's rclpy.
@@ -97,8 +100,11 @@ test-jazzy: venv-jazzy
 	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider $(ROS_TESTS)
 
 # Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
-bench-extras: venv
+$(BENCH_STAMP): requirements-bench.txt $(STAMP)
 	$(BIN)/python -m pip install -q -r requirements-bench.txt
+	touch $@
+
+bench-extras: $(BENCH_STAMP)
 
 # Emulated aarch64 Python with the aarch64 TVM wheels, for `verify --target aarch64` (idempotent;
 # .emu/aarch64, downloads cached in .emu/cache).

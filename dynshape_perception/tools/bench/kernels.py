@@ -46,12 +46,21 @@ SIZES: dict[str, list[dict[str, int]]] = {
     "associator": [{"N": n, "M": n} for n in (1, 8, 32, 128)],
     "predictor": [{"A": a, "T": t} for a in (1, 8, 32, 64) for t in (2, 8, 20)],
 }
+# A few small sizes for ``--smoke``, none an export size: a dim the export kept static fails.
+SMOKE_SIZES: dict[str, list[dict[str, int]]] = {
+    "segmenter": [{"P": 1}, {"P": 1000}],
+    "associator": [{"N": 1, "M": 1}, {"N": 5, "M": 9}],
+    "predictor": [{"A": 1, "T": 2}, {"A": 6, "T": 9}],
+}
 # Example shapes for export: none is 1, so no axis is specialised away.
 EXPORT_SIZES = {
     "segmenter": {"P": 64},
     "associator": {"N": 3, "M": 4},
     "predictor": {"A": 3, "T": 5},
 }
+# After export, ORT runs the model at each dim grown by this many against the module it was
+# exported from: a tracer that recorded a dim as a constant fails here, by name.
+EXPORT_PROBE_GROWTH = 7
 BACKENDS = ("tvm", "ort", "torch", "inductor", "numpy")
 PEERS = ("ort", "torch", "inductor")
 # Peers compute in float32 with other summation orders (and ORT fuses differently).
@@ -73,12 +82,15 @@ class Row:
     model: str
     size: dict[str, int]
     ms: dict[str, float]
+    # Per peer (and NumPy): the largest |output - TVM's output| at this size.
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "size": self.size,
             **{f"{b}_ms": round(self.ms[b], 4) for b in BACKENDS},
+            "max_abs_diff": {k: float(f"{v:.3g}") for k, v in self.max_abs_diff.items()},
         }
 
 
@@ -96,9 +108,12 @@ class Report:
     overhead_us: float | None = None
     overhead_detail: dict[str, float] = field(default_factory=dict)
     inductor: InductorStats = field(default_factory=InductorStats)
+    # Small sizes and few runs: every peer checked against TVM, no timing worth a figure.
+    smoke: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "smoke": self.smoke,
             "rows": [r.as_json() for r in self.rows],
             "overhead_us": None if self.overhead_us is None else round(self.overhead_us, 2),
             "inductor": {
@@ -263,19 +278,23 @@ def _ort_session(
         ),
     }
     inputs, outputs, axes = spec[name]
+    exported = module
     if name == "segmenter":
         axes = {**axes, "scores": {0: "P"}}
+        from dynshape_perception.tools.bench.torch_graphs import traceable_segmenter
+
+        exported = traceable_segmenter(config, weights)
     if name == "predictor":
         axes = {**axes, "trajectories": {0: "A"}, "probabilities": {0: "A"}}
         from dynshape_perception.tools.bench.torch_graphs import scripted_predictor
 
-        module = scripted_predictor(config, weights)
+        exported = scripted_predictor(config, weights)
     args = tuple(torch.from_numpy(a) for a in make_inputs(name, EXPORT_SIZES[name], seed=0))
     path = work / f"{name}.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module,
+            exported,
             args,
             str(path),
             dynamo=False,
@@ -287,20 +306,53 @@ def _ort_session(
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    check_export(name, module, session, inputs)
+    return session
+
+
+def check_export(name: str, module: Any, session: Any, input_names: list[str]) -> None:
+    """ORT at sizes other than the export's against the module: a dim traced as static fails."""
+    import torch
+
+    size = {dim: value + EXPORT_PROBE_GROWTH for dim, value in EXPORT_SIZES[name].items()}
+    arrays = make_inputs(name, size, seed=1)
+    try:
+        got = list(session.run(None, dict(zip(input_names, arrays, strict=True))))
+    except Exception as err:  # ORT raises its own types (Fail, InvalidArgument, ...)
+        raise BenchError(
+            f"the ONNX export of the {name} kept a dynamic dim static: ORT fails at {size} "
+            f"after export at {EXPORT_SIZES[name]} ({err})"
+        ) from err
+    with torch.inference_mode():
+        out = module(*(torch.from_numpy(a) for a in arrays))
+    want = [o.numpy() for o in out] if isinstance(out, tuple | list) else [out.numpy()]
+    _check_close(name, size, "ORT", got, want, reference="the exported module")
 
 
 def _check_close(
-    model: str, size: Mapping[str, int], name: str, got: list[np.ndarray], want: list[np.ndarray]
-) -> None:
+    model: str,
+    size: Mapping[str, int],
+    name: str,
+    got: list[np.ndarray],
+    want: list[np.ndarray],
+    reference: str = "TVM",
+) -> float:
+    """The largest |got - want| over the outputs; a BenchError past the tolerance."""
     import numpy as np
 
+    where = f"{model} {dict(size)}: {name}"
     if len(got) != len(want):
-        raise BenchError(f"{model} {dict(size)}: {name} gave {len(got)} outputs, TVM {len(want)}")
+        raise BenchError(f"{where} gave {len(got)} outputs, {reference} {len(want)}")
+    worst = 0.0
     for g, w in zip(got, want, strict=True):
-        if g.shape != w.shape or not np.allclose(g, w, rtol=RTOL, atol=ATOL):
-            err = float(np.max(np.abs(g - w))) if g.shape == w.shape else math.inf
-            raise BenchError(f"{model} {dict(size)}: {name} differs from TVM (max |d| {err:.3g})")
+        if g.shape != w.shape:
+            raise BenchError(f"{where} gave shape {g.shape}, {reference} {w.shape}")
+        err = float(np.max(np.abs(g - w))) if g.size else 0.0
+        if not np.allclose(g, w, rtol=RTOL, atol=ATOL):
+            raise BenchError(f"{where} differs from {reference} (max |d| {err:.3g})")
+        worst = max(worst, err)
+    return worst
 
 
 def _dynamo_graphs(torch: Any) -> int:
@@ -327,14 +379,20 @@ def time_interleaved(calls: Mapping[str, Call], runs: int) -> dict[str, float]:
 
 
 def bench_model(
-    name: str, runs: int, warmup: int, cache_dir: Path | None, work: Path, report: Report
+    name: str,
+    runs: int,
+    warmup: int,
+    cache_dir: Path | None,
+    work: Path,
+    report: Report,
+    sizes: Sequence[Mapping[str, int]],
 ) -> None:
     model, weights, source = model_weights(name)
     log.info("%s: %s weights", name, source)
     tvm = TvmBackend(model, weights, cache_dir)
     peers = TorchBackends(name, model, weights, work)
     torch = peers.torch
-    for size in SIZES[name]:
+    for size in sizes:
         inputs = make_inputs(name, size, seed=sum(size.values()))
         calls: dict[str, Call] = {
             "tvm": tvm.call(inputs),
@@ -350,14 +408,14 @@ def bench_model(
         compiled = _dynamo_graphs(torch) - graphs
         if compiled:
             report.inductor.compile_s += time.perf_counter() - start
-            report.inductor.recompiles += compiled if size is not SIZES[name][0] else compiled - 1
-        for backend in ("ort", "torch", "numpy"):
-            _check_close(name, size, backend, calls[backend](), want)
-        _check_close(name, size, "inductor", first, want)
+            report.inductor.recompiles += compiled if size is not sizes[0] else compiled - 1
+        diffs = {b: _check_close(name, size, b, calls[b](), want) for b in ("ort", "torch")}
+        diffs["inductor"] = _check_close(name, size, "inductor", first, want)
+        diffs["numpy"] = _check_close(name, size, "numpy", calls["numpy"](), want)
         for _ in range(warmup):
             for call in calls.values():
                 call()
-        row = Row(name, dict(size), time_interleaved(calls, runs))
+        row = Row(name, dict(size), time_interleaved(calls, runs), diffs)
         report.rows.append(row)
         print(_format_row(row), flush=True)
     if name == "associator":
@@ -445,7 +503,9 @@ def verdict(report: Report) -> Verdict:
     return Verdict(gated, failures, geomean, report.overhead_us)
 
 
-def run_benchmark(models: Sequence[str], runs: int, warmup: int, cache_dir: Path | None) -> Report:
+def run_benchmark(
+    models: Sequence[str], runs: int, warmup: int, cache_dir: Path | None, smoke: bool = False
+) -> Report:
     prepare_environment()
     try:
         import onnxruntime  # noqa: F401
@@ -455,11 +515,12 @@ def run_benchmark(models: Sequence[str], runs: int, warmup: int, cache_dir: Path
             f"bench kernels needs the benchmark extras: pip install -r requirements-bench.txt "
             f"({err})"
         ) from err
-    report = Report()
+    report = Report(smoke=smoke)
+    sizes = SMOKE_SIZES if smoke else SIZES
     print(header(), flush=True)
     with tempfile.TemporaryDirectory(prefix="dynshape-bench-kernels-") as tmp:
         for name in models:
-            bench_model(name, runs, warmup, cache_dir, Path(tmp), report)
+            bench_model(name, runs, warmup, cache_dir, Path(tmp), report, sizes[name])
     return report
 
 
@@ -473,20 +534,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="artefact cache (default: the user cache)"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="small sizes and any number of runs: checks every peer against TVM (for CI); "
+        "its timings are no figures",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runs < 20:
-        raise BenchError("take the median of at least 20 runs (--runs >= 20)")
-    report = run_benchmark(args.models, args.runs, args.warmup, args.cache_dir)
+    if args.runs < (1 if args.smoke else 20):
+        raise BenchError(
+            "--runs must be >= 1"
+            if args.smoke
+            else "take the median of at least 20 runs (--runs >= 20)"
+        )
+    if args.warmup < 0:
+        raise BenchError(f"--warmup must be >= 0, got {args.warmup}")
+    report = run_benchmark(args.models, args.runs, args.warmup, args.cache_dir, args.smoke)
     result = verdict(report)
     print(
         f"inductor: compile {report.inductor.compile_s:.1f} s, "
         f"{report.inductor.recompiles} recompiles"
     )
     print("overhead: " + ", ".join(f"{k} {v:.1f}" for k, v in report.overhead_detail.items()))
-    for line in result.lines():
-        print(line)
+    if args.smoke:
+        print(f"smoke: every peer agreed with TVM at {len(report.rows)} sizes; no figures")
+    else:
+        for line in result.lines():
+            print(line)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report.as_json(), indent=2) + "\n")

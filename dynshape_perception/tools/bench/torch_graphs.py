@@ -1,4 +1,4 @@
-"""The predictor as TorchScript for ONNX export: a scripted loop keeps T dynamic in the graph."""
+"""Models as the ONNX exporter must see them so that every dynamic dim stays dynamic."""
 
 from collections.abc import Mapping
 
@@ -7,7 +7,24 @@ import torch
 from torch import Tensor
 
 from dynshape_perception.models.predictor import PredictorConfig
+from dynshape_perception.models.segmenter import SegmenterConfig
 from dynshape_perception.models.tir_kernels import HEADING_EPS_M, TURN_EPS
+from dynshape_perception.tools.fit.torch_models import Segmenter, load_numpy
+
+
+class SegmenterGraph(Segmenter):
+    """The segmenter twin with ``torch.sqrt``: the twin's ``exact_sqrt`` goes through NumPy,
+    which the tracer records as a constant of the example's shape (P = 64 for every P)."""
+
+    @staticmethod
+    def sqrt(x: Tensor) -> Tensor:
+        return torch.sqrt(x)
+
+
+def traceable_segmenter(config: SegmenterConfig, weights: Mapping[str, np.ndarray]) -> Segmenter:
+    module = SegmenterGraph(config).eval()
+    load_numpy(module, weights)
+    return module
 
 
 class PredictorGraph(torch.nn.Module):

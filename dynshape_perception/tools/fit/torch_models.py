@@ -70,6 +70,8 @@ def to_numpy(module: nn.Module) -> dict[str, np.ndarray]:
 class Segmenter(nn.Module):
     """Per-point score from points [P, 4] and a ground plane [4]; see ``models.segmenter``."""
 
+    sqrt = staticmethod(exact_sqrt)
+
     def __init__(self, config: SegmenterConfig) -> None:
         super().__init__()
         h1, h2 = config.hidden
@@ -81,7 +83,7 @@ class Segmenter(nn.Module):
     def features(self, points: Tensor, ground: Tensor) -> Tensor:
         xyz = points[:, :3]
         height = (xyz @ ground[:3] + ground[3]) / self.config.height_scale_m
-        rng = exact_sqrt(xyz[:, 0] ** 2 + xyz[:, 1] ** 2) / self.config.range_scale_m
+        rng = self.sqrt(xyz[:, 0] ** 2 + xyz[:, 1] ** 2) / self.config.range_scale_m
         return torch.stack(
             [height, rng, xyz[:, 2] / self.config.height_scale_m, points[:, 3]], dim=1
         )
