@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ CHUNKS = 64
 # buffers become workspace allocations, which LLVM cannot promote to registers.
 MAX_STACK_BYTES = 1020
 FLOAT_BYTES = 4
-# Points per tile: f1 and f2 of one tile (about 27 KiB at 64/128 channels) stay in L1.
+# Points per tile: the features and f1 of one tile (about 9 KiB at 64 channels) stay in L1.
 TILE_POINTS = 32
 
 
@@ -70,10 +71,11 @@ def point_mlp_kernel(
 ) -> Any:
     """``points [P, 4], ground [4]``, two dense layers and the score head -> ``scores [P]``.
 
-    Per parallel chunk of point tiles the features, f1 and f2 stay in local tiles, so no
-    [P, h] intermediate is ever written. The last tile computes on rows clamped to P - 1: a
-    duplicate of a real point rewrites that point's own score, so the hot loops carry no
-    predicates.
+    Per parallel chunk of point tiles the features and f1 stay in local tiles, and f2 never
+    leaves the register accumulators: the score head's products are summed into ``lanes``
+    partial sums per point as each block of f2 is finished, so no [P, h] intermediate is
+    ever written. The last tile computes on rows clamped to P - 1: a duplicate of a real point
+    rewrites that point's own score, so the hot loops carry no predicates.
     """
     mt = micro or MicroTile()
     h1, h2 = hidden
@@ -81,7 +83,8 @@ def point_mlp_kernel(
     cols = max(1, min(mt.cols, MAX_STACK_BYTES // (FLOAT_BYTES * rows)))
     c1 = col_block(h1, cols, lanes)
     c2 = col_block(h2, cols, lanes)
-    s_lanes = col_block(h2, lanes, lanes)
+    # Partial sums of the score head per point: one vector when c2 is a multiple of the lanes.
+    s_lanes = math.gcd(c2, lanes)
     inv_range = 1.0 / range_scale
     inv_height = 1.0 / height_scale
     params = {
@@ -119,9 +122,6 @@ def point_mlp_kernel(
             raw = T.decl_buffer((tile, POINT_WIDTH), "float32")
             feat = T.decl_buffer((tile, FEATURES), "float32")
             f1 = T.decl_buffer((tile, h1), "float32")
-            f2 = T.decl_buffer((tile, h2), "float32")
-            part = T.decl_buffer((s_lanes,), "float32")
-            logit = T.decl_buffer((1,), "float32")
             for t in range(ch * ntiles // nchunks, (ch + 1) * ntiles // nchunks):
                 for r in range(tile):
                     for k in T.unroll(POINT_WIDTH):
@@ -134,36 +134,50 @@ def point_mlp_kernel(
                     )
                     feat[r, 2] = raw[r, 2] * T.float32(inv_height)
                     feat[r, 3] = raw[r, 3]
-                for r, cb in T.grid(tile, h1 // c1):
-                    acc = T.decl_buffer((1, c1), "float32")
-                    for c in T.vectorized(c1):
-                        acc[0, c] = b1[cb * c1 + c]
-                    for k in T.unroll(FEATURES):
-                        for c in T.vectorized(c1):
-                            acc[0, c] = acc[0, c] + feat[r, k] * w1[k, cb * c1 + c]
-                    for c in T.vectorized(c1):
-                        f1[r, cb * c1 + c] = T.max(acc[0, c], T.float32(0))
-                for rb, cb in T.grid(tile // rows, h2 // c2):
-                    acc = T.decl_buffer((rows, c2), "float32")
+                for rb, cb in T.grid(tile // rows, h1 // c1):
+                    acc = T.decl_buffer((rows, c1), "float32")
                     for r in T.unroll(rows):
-                        for c in T.vectorized(c2):
-                            acc[r, c] = b2[cb * c2 + c]
-                    for k in range(h1):
+                        for c in T.vectorized(c1):
+                            acc[r, c] = b1[cb * c1 + c]
+                    for k in T.unroll(FEATURES):
+                        for r in T.unroll(rows):
+                            for c in T.vectorized(c1):
+                                acc[r, c] = acc[r, c] + feat[rb * rows + r, k] * w1[k, cb * c1 + c]
+                    for r in T.unroll(rows):
+                        for c in T.vectorized(c1):
+                            f1[rb * rows + r, cb * c1 + c] = T.max(acc[r, c], T.float32(0))
+                for rb in range(tile // rows):
+                    part = T.decl_buffer((rows, s_lanes), "float32")
+                    logit = T.decl_buffer((rows,), "float32")
+                    for r in T.unroll(rows):
+                        for c in T.vectorized(s_lanes):
+                            part[r, c] = T.float32(0)
+                    for cb in range(h2 // c2):
+                        acc = T.decl_buffer((rows, c2), "float32")
                         for r in T.unroll(rows):
                             for c in T.vectorized(c2):
-                                acc[r, c] = acc[r, c] + f1[rb * rows + r, k] * w2[k, cb * c2 + c]
+                                acc[r, c] = b2[cb * c2 + c]
+                        for k in range(h1):
+                            for r in T.unroll(rows):
+                                for c in T.vectorized(c2):
+                                    acc[r, c] = (
+                                        acc[r, c] + f1[rb * rows + r, k] * w2[k, cb * c2 + c]
+                                    )
+                        for r in T.unroll(rows):
+                            for j in T.unroll(c2 // s_lanes):
+                                for c in T.vectorized(s_lanes):
+                                    part[r, c] = (
+                                        part[r, c]
+                                        + T.max(acc[r, j * s_lanes + c], T.float32(0))
+                                        * ws[cb * c2 + j * s_lanes + c, 0]
+                                    )
                     for r in T.unroll(rows):
-                        for c in T.vectorized(c2):
-                            f2[rb * rows + r, cb * c2 + c] = T.max(acc[r, c], T.float32(0))
-                for r in range(tile):
-                    for c in T.vectorized(s_lanes):
-                        part[c] = f2[r, c] * ws[c, 0]
-                    for kb in range(1, h2 // s_lanes):
-                        for c in T.vectorized(s_lanes):
-                            part[c] = part[c] + f2[r, kb * s_lanes + c] * ws[kb * s_lanes + c, 0]
-                    logit[0] = bs[0]
-                    for c in range(s_lanes):
-                        logit[0] = logit[0] + part[c]
-                    scores[T.min(t * tile + r, n - 1)] = T.sigmoid(logit[0])
+                        logit[r] = bs[0]
+                    # Lanes outside, rows inside: one dependency chain per row, interleaved.
+                    for c in T.unroll(s_lanes):
+                        for r in T.unroll(rows):
+                            logit[r] = logit[r] + part[r, c]
+                    for r in T.unroll(rows):
+                        scores[T.min(t * tile + rb * rows + r, n - 1)] = T.sigmoid(logit[r])
 
     return point_mlp
