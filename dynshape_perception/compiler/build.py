@@ -50,6 +50,8 @@ class BuildResult:
     compile_s: float = 0.0
     planned_bytes: dict[str, int] = field(default_factory=dict)
     functions: tuple[str, ...] = ()
+    # See ``ScheduleReport.shape_invariant``; GPU schedules choose by extents, so never there.
+    shape_invariant: bool = False
 
 
 def bound_module(
@@ -101,12 +103,14 @@ def compile_model(
     # Step 4: legalise, fuse, then schedule with the CPU rules or GPU defaults.
     mod = tvmx.lower_to_tir(mod, target)
     report: dict[str, str] = {}
+    invariant = False
     if profile.is_cuda:
         mod = tvmx.apply_gpu_default_schedules(mod, target)
         report = {name: "dlight.gpu" for name in tvmx.prim_funcs(mod)}
     else:
         mod, sched = apply_cpu_rules(mod, context_for_target(target))
         report = dict(sched.applied)
+        invariant = sched.shape_invariant
     planned = tvmx.planned_storage_bytes(mod)
     # Step 5: build.
     executable = tvmx.build(mod, target)
@@ -131,4 +135,5 @@ def compile_model(
         compile_s=elapsed,
         planned_bytes=planned,
         functions=tuple(functions or (fn.name for fn in model.spec.functions)),
+        shape_invariant=invariant,
     )

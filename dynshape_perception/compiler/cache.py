@@ -76,6 +76,9 @@ class Sidecar:
     schedule: dict[str, str]
     compile_s: float
     planned_bytes: dict[str, int]
+    # Whether a specialisation would compile the same loops (see ``BuildResult``); sidecars
+    # written before it was recorded read as False, which allows specialising.
+    shape_invariant: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -407,6 +410,7 @@ def make_sidecar(
         schedule=dict(result.schedule),
         compile_s=round(result.compile_s, 3),
         planned_bytes=dict(result.planned_bytes),
+        shape_invariant=result.shape_invariant,
     )
 
 

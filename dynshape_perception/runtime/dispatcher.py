@@ -199,7 +199,10 @@ class Dispatcher:
         metrics: JitMetrics,
         pool: CompilePool | None,
         bookkeeper: Bookkeeper | None = None,
+        shape_invariant: bool = False,
     ) -> None:
+        """``shape_invariant``: the generic build's sidecar says a specialisation of it would
+        compile the same loops, so none can be faster and none is compiled to find out."""
         self.model = model
         self.generic = generic
         self.config = config
@@ -218,6 +221,7 @@ class Dispatcher:
                 config.horizon_s,
                 (lambda: pool.meter.weight(pool.mode)) if pool is not None else (lambda: 1.0),
                 config.accept_ratio,
+                floor=1.0 if shape_invariant else 0.0,
             )
             for fn in model.spec.functions
         }
@@ -526,6 +530,8 @@ class Dispatcher:
             state.first_seen_s = now
         state.last_seen_s = now
         state.generic_ms = ewma(state.generic_ms if state.calls > 1 else None, generic_ms)
+        if state.fastest_ms <= 0.0 or generic_ms < state.fastest_ms:
+            state.fastest_ms = generic_ms
         self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
         self._observe_interference(state, generic_ms, compiling)
         if state.blacklisted or state.rejected or self._frozen or self.pool is None:

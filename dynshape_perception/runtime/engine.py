@@ -98,7 +98,13 @@ class Engine:
                 artefact = off_thread(self.cache.get_or_build, model, own, self.target)
                 generic = LoadedModel(model, artefact.library_path)
                 self.dispatchers[name] = Dispatcher(
-                    model, generic, self.jit, self.metrics, self.pool, self.bookkeeper
+                    model,
+                    generic,
+                    self.jit,
+                    self.metrics,
+                    self.pool,
+                    self.bookkeeper,
+                    shape_invariant=artefact.sidecar.shape_invariant,
                 )
                 self.planned[name] = artefact.sidecar.planned_bytes
             # A bound lowered since the last run holds from the start, not from the first store;

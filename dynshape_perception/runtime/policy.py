@@ -179,6 +179,8 @@ class KeyState:
     generic_ms: float = 0.0
     # Generic latency while no compile runs: the baseline that interference is measured by.
     idle_ms: float = 0.0
+    # The fastest generic call: the key's latency with warm caches, as a worker times it.
+    fastest_ms: float = 0.0
     strikes: int = 0
     blacklisted: bool = False
     rejected: bool = False
@@ -274,6 +276,10 @@ class CostModel:
     specialisations of the same function; the compile cost is the measured mean compile time
     times what a compile-second costs the calling path (``compile_weight``, measured by an
     ``InterferenceMeter``; 1.0 charges background compiles as if they ran on the caller).
+
+    ``floor`` is the least speedup any specialisation of the function can reach, known before
+    any is built: 1.0 where its generic build's kernels are all templates or scheduled by hand
+    (``ScheduleReport.shape_invariant``), so that no compile is spent to find out.
     """
 
     def __init__(
@@ -283,9 +289,11 @@ class CostModel:
         horizon_s: float,
         compile_weight: Callable[[], float] = lambda: 1.0,
         accept_ratio: float = 1.0,
+        floor: float = 0.0,
     ) -> None:
         self.horizon_s = horizon_s
         self.accept_ratio = accept_ratio
+        self.floor = floor
         self.validated_speedup = prior_speedup
         self.in_place_speedup: float | None = None
         self.compile_s = prior_compile_s
@@ -317,8 +325,8 @@ class CostModel:
         estimate: the worker's timing would have accepted compiles that never pay back.
         """
         if self.in_place_speedup is not None and self.settled:
-            return self.in_place_speedup
-        return self.validated_speedup
+            return max(self.floor, self.in_place_speedup)
+        return max(self.floor, self.validated_speedup)
 
     def observe_speedup(self, ratio: float) -> None:
         """A worker's timing of a fresh specialisation against the generic build."""
@@ -337,6 +345,7 @@ class CostModel:
         """What the model believes now: for reports, not for decisions."""
         return {
             "speedup": round(self.speedup, 4),
+            "floor": self.floor,
             "validated_speedup": round(self.validated_speedup, 4),
             "validated": self._speedups,
             "in_place_speedup": (
@@ -360,8 +369,17 @@ class CostModel:
         return max(float(state.calls), (state.calls - 1) / span * self.horizon_s)
 
     def benefit_ms(self, state: KeyState) -> float:
+        speedup = self.speedup
         # A specialisation expected to miss the acceptance ratio would never serve a call.
-        saved = state.generic_ms * (1.0 - self.speedup) if self.speedup < self.accept_ratio else 0.0
+        if speedup >= self.accept_ratio:
+            return -self.compile_s * 1000.0 * self.compile_weight()
+        # The prior and the workers' timings are warm ratios: they apply to the key's warm
+        # latency. The rest of a call in the stream is refetching what other calls evicted,
+        # which a specialisation, a library of its own, pays as well. An in-place ratio was
+        # measured in the stream, so it applies to the stream's latency.
+        in_place = self.in_place_speedup is not None and self.settled
+        base = state.generic_ms if in_place or state.fastest_ms <= 0.0 else state.fastest_ms
+        saved = min(base, state.generic_ms) * (1.0 - speedup)
         return self.expected_calls(state) * saved - self.compile_s * 1000.0 * self.compile_weight()
 
 

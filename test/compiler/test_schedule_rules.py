@@ -79,6 +79,24 @@ def test_every_kernel_gets_a_rule_or_is_hand_scheduled(name: str, static: bool) 
     assert set(skipped.values()) <= {"already scheduled"}, skipped
 
 
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize(
+    "spec", [{"kind": "llvm", "mcpu": "x86-64-v3"}, AARCH64], ids=["x86-64-v3", "aarch64"]
+)
+def test_only_a_build_of_templates_and_hand_scheduled_kernels_is_shape_invariant(
+    name: str, spec: dict[str, Any]
+) -> None:
+    """The segmenter is one template kernel: a static P changes its loop bounds' values only.
+    The others have kernels whose rules choose by static extents."""
+    model = model_definition(name)
+    target = tvmx.make_target(spec)
+    for dims in (None, STATIC_DIMS[name]):
+        mod, bounds = bound_module(model, weights_for(model), dims)
+        mod = tvmx.lower_to_tir(tvmx.set_upper_bounds(mod, bounds), target)
+        _, report = apply_cpu_rules(mod, context_for_target(target))
+        assert report.shape_invariant == (name == "segmenter"), (dims, report)
+
+
 @pytest.mark.parametrize(
     ("spec", "isa", "predictor_rules"),
     [

@@ -59,3 +59,5 @@ def test_cross_targets_build_and_export(
     assert artefact.sidecar.target == profile
     if profile.startswith("cuda"):
         assert set(artefact.sidecar.schedule.values()) == {"dlight.gpu"}
+        # GPU schedules choose by extents: a specialisation may compile other code there.
+        assert not artefact.sidecar.shape_invariant

@@ -157,3 +157,23 @@ def test_in_place_judgements_replace_the_workers_timing_once_settled() -> None:
     snap = model.snapshot()
     assert snap["judged_in_place"] == IN_PLACE_MIN and snap["validated"] == 2
     assert snap["in_place_speedup"] == pytest.approx(0.9)
+
+
+def test_a_function_whose_kernels_compile_the_same_at_every_shape_is_never_compiled() -> None:
+    model = CostModel(0.5, 0.0, 600.0, compile_weight=lambda: 0.0, accept_ratio=0.95, floor=1.0)
+    state = key(1000, 10.0, 20.0)
+    assert model.speedup == 1.0 and model.benefit_ms(state) == 0.0, "free compiles gain nothing"
+    model.observe_speedup(0.5)
+    assert model.speedup == 1.0, "a timing below what the loops allow is noise"
+    assert model.snapshot()["floor"] == 1.0
+
+
+def test_a_warm_ratio_applies_to_the_warm_latency_an_in_place_one_to_the_streams() -> None:
+    model = CostModel(0.8, 1.0, 60.0, compile_weight=lambda: 0.0, accept_ratio=0.95)
+    state = key(11, 10.0, 0.065)
+    assert model.benefit_ms(state) == pytest.approx(60 * 0.065 * 0.2), "no warm call seen yet"
+    state.fastest_ms = 0.015
+    assert model.benefit_ms(state) == pytest.approx(60 * 0.015 * 0.2)
+    for _ in range(IN_PLACE_MIN):
+        model.observe_in_place(0.9)
+    assert model.benefit_ms(state) == pytest.approx(60 * 0.065 * 0.1)

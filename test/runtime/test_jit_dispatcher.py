@@ -513,6 +513,36 @@ def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) ->
         assert len(eng["associator"].accepted_keys()) == 3, "once measured, compiles may queue"
 
 
+def test_a_shape_invariant_model_is_never_compiled_where_another_is(cache_root: Path) -> None:
+    """The segmenter's one kernel is a template, so a specialisation would run the same loops:
+    the hot calls that get the predictor a compile, with compiles free and a 2x gain assumed,
+    get the segmenter none."""
+    seg = model_definition("segmenter")
+    weights = {"segmenter": init_weights(parameter_shapes(seg), seed=8), **WEIGHTS}
+    config = JitConfig(
+        mode="adaptive",
+        hotness_threshold=2,
+        compile_mode="thread",
+        prior_compile_s=0.0,
+        prior_speedup=0.5,
+        weak_edges=EDGES,
+    )
+    models = ("segmenter", "predictor")
+    with Engine("x86_64", config, cache_dir=cache_root, models=models, weights=weights) as eng:
+        points = sample_inputs(seg, "forward", {"P": 3000}, seed=1)
+        history = call_inputs("predictor", {"A": 2, "T": 8}, seed=1)
+        for _ in range(8):
+            eng["segmenter"]("forward", *points)
+            eng["predictor"]("forward", *history)
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+        compiled = Counter(event.model for event in eng.metrics.events)
+        assert compiled["predictor"] >= 1 and compiled["segmenter"] == 0, compiled
+        assert eng["segmenter"].accepted_keys() == []
+        belief = eng["segmenter"].cost_snapshot()["forward"]
+        assert belief["floor"] == 1.0 and belief["speedup"] == 1.0
+        assert eng["predictor"].cost_snapshot()["forward"]["floor"] == 0.0
+
+
 @pytest.mark.parametrize("release", ["judged", "stale"])
 def test_compiles_wait_for_judgements_in_place_before_more_queue(
     cache_root: Path, monkeypatch: pytest.MonkeyPatch, release: str

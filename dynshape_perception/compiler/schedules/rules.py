@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 # A static innermost axis up to this many vector registers wide is vectorised whole.
 MAX_VECTOR_REGS = 4
+TEMPLATE_PREFIX = "template["
+ALREADY_SCHEDULED = "already scheduled"
 
 __all__ = ["CpuScheduleContext", "ScheduleReport", "apply_cpu_rules", "context_for_target"]
 
@@ -37,6 +39,17 @@ __all__ = ["CpuScheduleContext", "ScheduleReport", "apply_cpu_rules", "context_f
 class ScheduleReport:
     applied: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def shape_invariant(self) -> bool:
+        """Every kernel is a template or scheduled by hand: a static shape changes only the
+        values of its loop bounds, never which loops it runs, so a specialisation compiles the
+        same code and cannot be faster. A rule, by contrast, chooses by static extents."""
+        if not (self.applied or self.skipped):
+            return False
+        return all(v.startswith(TEMPLATE_PREFIX) for v in self.applied.values()) and all(
+            v == ALREADY_SCHEDULED for v in self.skipped.values()
+        )
 
 
 Rule = Callable[[tirx.PrimFunc, CpuScheduleContext], tirx.PrimFunc | None]
@@ -475,10 +488,10 @@ def apply_cpu_rules(
         rebuilt = template_rule(func, ctx)
         if rebuilt is not None:
             tvmx.replace_prim_func(mod, name, rebuilt)
-            report.applied[name] = f"template[{ctx.isa}]"
+            report.applied[name] = f"{TEMPLATE_PREFIX}{ctx.isa}]"
             continue
         if tvmx.is_scheduled(func):
-            report.skipped[name] = "already scheduled"
+            report.skipped[name] = ALREADY_SCHEDULED
             continue
         for rule_name, rule in RULES:
             try:
