@@ -205,6 +205,7 @@ class Dispatcher:
         compile the same loops, so none can be faster and none is compiled to find out."""
         self.model = model
         self.generic = generic
+        self.shape_invariant = shape_invariant
         self.config = config
         self.metrics = metrics
         self.pool = pool

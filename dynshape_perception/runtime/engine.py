@@ -161,12 +161,16 @@ class Engine:
         Hotness is counted per specialisation key, as the dispatcher counts it: point counts
         never repeat, but the bucket they fall in can be hot. In frozen mode the warm-up is
         all there will be: it always waits (each compile ends within its timeout), and what
-        lands later is dropped, so outputs never depend on when a compile finished.
+        lands later is dropped, so outputs never depend on when a compile finished. A model
+        whose generic build is shape-invariant gets no compile: it would run the same loops.
         """
         queued = 0
         for name, counter in load_shape_log(path).items():
             dispatcher = self.dispatchers.get(name)
             if dispatcher is None:
+                continue
+            if dispatcher.shape_invariant:
+                log.info("JIT warm-up: %s runs the same loops at every shape; not compiled", name)
                 continue
             per_key: Counter[Signature] = Counter()
             # Each key's most called signature: its compile is checked on that shape, as a

@@ -543,6 +543,26 @@ def test_a_shape_invariant_model_is_never_compiled_where_another_is(cache_root: 
         assert eng["predictor"].cost_snapshot()["forward"]["floor"] == 0.0
 
 
+def test_warm_up_compiles_no_key_of_a_shape_invariant_model(
+    cache_root: Path, tmp_path: Path
+) -> None:
+    seg = model_definition("segmenter")
+    weights = {"segmenter": init_weights(parameter_shapes(seg), seed=8), **WEIGHTS}
+    hot = {
+        "segmenter": Counter({Signature.of("forward", {"P": 3000}): 50}),
+        "associator": Counter({Signature.of("forward", {"N": 3, "M": 3}): 50}),
+    }
+    shapes = tmp_path / "shapes.yaml"
+    dump_shape_log(hot, shapes)
+    models = ("segmenter", "associator")
+    config = eager_config(mode="frozen")
+    with Engine("x86_64", config, cache_dir=cache_root, models=models, weights=weights) as eng:
+        assert eng["segmenter"].shape_invariant and not eng["associator"].shape_invariant
+        assert eng.warm_up(shapes, wait_s=120) == 1
+        assert eng["segmenter"].cache.keys() == []
+        assert eng["associator"].cache.keys() == [Signature.of("forward", {"N": 4, "M": 4})]
+
+
 @pytest.mark.parametrize("release", ["judged", "stale"])
 def test_compiles_wait_for_judgements_in_place_before_more_queue(
     cache_root: Path, monkeypatch: pytest.MonkeyPatch, release: str
