@@ -75,7 +75,7 @@ def generate_launch_description() -> LaunchDescription:
             ),
             DeclareLaunchArgument("points_topic", default_value="points"),
             DeclareLaunchArgument("odom_topic", default_value="odom"),
-            # Large clouds to best-effort subscribers: see the README's DDS section.
+            # Large clouds to best-effort subscribers: docs/interfaces.md, "DDS and large clouds".
             SetEnvironmentVariable(
                 "FASTDDS_BUILTIN_TRANSPORTS",
                 EnvironmentVariable("FASTDDS_BUILTIN_TRANSPORTS", default_value="LARGE_DATA"),

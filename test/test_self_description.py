@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("dynshape_perception", "test", "launch", "config", "scripts", "docs")
-SCANNED_FILES = ("Makefile", "package.xml", "setup.py")
+SCANNED_FILES = ("README.md", "Makefile", "package.xml", "setup.py")
 SUFFIXES = frozenset({".py", ".md", ".yaml", ".xml", ".sh", ".txt", ".cfg", ".toml"})
 PROCESS_WORDS = re.compile(
     r"\b(?:(?:\d+(?:st|nd|rd|th)|(?:twenty-)?(?:first|second|third|fourth|fifth|sixth|seventh"
@@ -41,6 +41,13 @@ def _hits(paths: list[Path]) -> list[str]:
 
 def test_nothing_speaks_of_sessions_issues_reviews_or_the_machine() -> None:
     assert _hits(_files()) == []
+
+
+def test_the_readme_and_every_doc_are_scanned() -> None:
+    scanned = set(_files())
+    assert ROOT / "README.md" in scanned
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    assert docs and set(docs) <= scanned
 
 
 def test_the_pattern_catches_process_words() -> None:

@@ -99,7 +99,7 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     assert near.frame_id == "base_link"
     assert read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
     predictions, markers = got["predictions"][last], got["markers"][last]
-    # The documented layouts, read with the README's reader.
+    # The documented layouts, read with io/tables_reader.py (docs/interfaces.md).
     assert read_table(obstacles.msg).dtype.names == OBSTACLE_DTYPE.names
     assert read_table(tracks.msg).dtype.names == TRACK_DTYPE.names
     assert read_table(predictions.msg).dtype.names == PREDICTION_DTYPE.names
