@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,9 @@ from dynshape_perception.scheduling.incremental import (
     Promoted,
     check_ids,
 )
+
+# Critical-path and speculation timings kept: a node speculates for days.
+TIMING_WINDOW = 100_000
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,8 @@ class SpeculationStats:
     unspeculated: int = 0
     candidates: int = 0
     promoted_rank: dict[int, int] = field(default_factory=dict)
-    critical_ms: list[float] = field(default_factory=list)
-    speculate_ms: list[float] = field(default_factory=list)
+    critical_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
+    speculate_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
 
     @property
     def acceptance_rate(self) -> float:
@@ -263,6 +267,21 @@ class SpeculativePredictor:
             stats.observations += len(id_list)
             stats.critical_ms.append((time.perf_counter() - started) * 1000.0)
         return prediction
+
+    def evict(self, ids: Iterable[int]) -> int:
+        """Forget tracks between ticks (they died); a pending speculation is dropped, since
+        it may hold a state for an id that comes back as a new track."""
+        gone = {int(i) for i in ids}
+        with self._lock:
+            evicted = self.encoder.evict(gone)
+            if evicted:
+                last = self._last
+                if last is not None:
+                    keep = np.fromiter((int(i) not in gone for i in last.ids.tolist()), bool)
+                    self._last = Prediction(last.ids[keep], last.traj[keep], last.probs[keep])
+                self._spec = None
+                self._generation += 1
+        return evicted
 
     @property
     def stats(self) -> SpeculationStats:

@@ -1,0 +1,512 @@
+"""The prediction stage of the nodes and replay: per-track GRU state, speculation, counters."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dynshape_perception.config import integer
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.io.tables import PREDICTION_DTYPE
+from dynshape_perception.perception.pipeline import ModelFn, Pose2D, prediction_table
+from dynshape_perception.scheduling.incremental import Prediction, full_recompute
+from dynshape_perception.scheduling.speculative import (
+    SpeculationConfig,
+    SpeculativePredictor,
+    snap,
+)
+
+MODES = ("incremental", "full")
+# The grid is anchored this share of a grid step before the first frame: a later frame may
+# come that much early (stamp jitter) and still land on its own grid point.
+ANCHOR_LEAD = 0.25
+MS_PER_S = 1000.0
+# Critical-path timings kept for the saved-latency estimate (a node runs for days).
+TIMING_WINDOW = 1000
+
+
+@dataclass(frozen=True)
+class PredictionSettings:
+    """How the stage predicts; ``phases`` grid points per predictor step (rate x step)."""
+
+    mode: str = "incremental"
+    speculation: bool = False
+    phases: int = 4
+    step_s: float = 0.4
+    history_steps: int = 8
+    min_history_steps: int = 2
+    max_agents: int = 64
+    quantum_m: float = 0.01
+    speculation_radius_cells: int = 3
+    speculation_hypotheses: int = 2
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"prediction mode must be one of {list(MODES)}, got {self.mode!r}")
+        if not isinstance(self.speculation, bool):
+            raise ConfigError(f"speculation must be a bool, got {self.speculation!r}")
+        for name in ("phases", "history_steps", "min_history_steps", "max_agents"):
+            if integer(name, getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_history_steps > self.history_steps:
+            raise ConfigError(
+                f"min_history_steps {self.min_history_steps} exceeds history_steps "
+                f"{self.history_steps}: no agent could ever be predicted"
+            )
+        if not (isinstance(self.step_s, (int, float)) and math.isfinite(self.step_s)):
+            raise ConfigError(f"step_s must be a finite number, got {self.step_s!r}")
+        if self.step_s <= 0.0:
+            raise ConfigError(f"step_s must be > 0, got {self.step_s}")
+        # Checked by the speculation config itself, on every mode: a typo fails at start.
+        self.speculation_config()
+
+    @property
+    def grid_s(self) -> float:
+        return self.step_s / self.phases
+
+    def speculation_config(self) -> SpeculationConfig:
+        return SpeculationConfig(
+            self.quantum_m, self.speculation_radius_cells, self.speculation_hypotheses
+        )
+
+
+@dataclass(frozen=True)
+class StageOutput:
+    """Predicted paths ``[A, K, H, 2]`` and their confidences ``[A, K]``, nearest agent first.
+
+    ``reference_s`` is the grid time the histories end at (at most one grid step before the
+    frame; None before any), the first predicted step lies one predictor step after it.
+    """
+
+    ids: np.ndarray
+    traj: np.ndarray
+    probs: np.ndarray
+    reference_s: float | None
+    computed: bool
+
+    def table(self) -> np.ndarray:
+        if self.ids.size == 0:
+            return np.zeros(0, dtype=PREDICTION_DTYPE)
+        return prediction_table(self.ids, self.traj, self.probs)
+
+
+def _empty_output(reference_s: float | None, computed: bool) -> StageOutput:
+    return StageOutput(
+        np.zeros(0, np.uint32),
+        np.zeros((0, 0, 0, 2), np.float32),
+        np.zeros((0, 0), np.float32),
+        reference_s,
+        computed,
+    )
+
+
+class _Samples:
+    """One track's positions as received, oldest first; old ones are trimmed as they age out."""
+
+    __slots__ = ("first_s", "stamps", "xs", "ys")
+
+    def __init__(self) -> None:
+        self.stamps: deque[float] = deque()
+        self.xs: deque[float] = deque()
+        self.ys: deque[float] = deque()
+        self.first_s = math.inf
+
+    def append(self, stamp_s: float, x: float, y: float) -> None:
+        if not self.stamps:
+            self.first_s = stamp_s
+        self.stamps.append(stamp_s)
+        self.xs.append(x)
+        self.ys.append(y)
+
+    def trim(self, cutoff_s: float) -> None:
+        """Keep the newest sample at or before ``cutoff_s`` and every later one."""
+        stamps = self.stamps
+        while len(stamps) > 1 and stamps[1] <= cutoff_s:
+            stamps.popleft()
+            self.xs.popleft()
+            self.ys.popleft()
+
+    def at(self, times: np.ndarray) -> np.ndarray:
+        """Positions at ``times`` (inside the recorded span), float32 ``[n, 2]``.
+
+        Interpolated over the samples at and after the oldest time only: the values equal
+        those over the whole track (``resample_history``), at a cost that does not grow
+        with the track's age.
+        """
+        stamps = self.stamps
+        start = len(stamps) - 1
+        oldest = float(times[0])
+        while start > 0 and stamps[start] > oldest:
+            start -= 1
+        window = np.fromiter(
+            (stamps[k] for k in range(start, len(stamps))), np.float64, len(stamps) - start
+        )
+        xs = np.fromiter((self.xs[k] for k in range(start, len(stamps))), np.float64)
+        ys = np.fromiter((self.ys[k] for k in range(start, len(stamps))), np.float64)
+        out = np.empty((times.size, 2), np.float32)
+        out[:, 0] = np.interp(times, window, xs)
+        out[:, 1] = np.interp(times, window, ys)
+        return out
+
+
+@dataclass
+class StageCounters:
+    frames: int = 0
+    # Frames on the grid point of the frame before: its output is given again.
+    frames_reused: int = 0
+    agents: int = 0
+    agents_dropped: int = 0
+    resets: int = 0
+    forward_calls: int = 0
+    predict_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
+    # Critical-path time of incremental frames with and without a promoted speculation.
+    promoted_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
+    stepped_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
+
+
+class PredictionStage:
+    """Track tables in, predicted paths and confidences out; the state of every track kept.
+
+    Histories are sampled on a grid of ``grid_s = step_s / phases``, anchored at the first
+    frame: a frame predicts from the positions at its grid point and at every predictor
+    step before it, interpolated from the positions the tables gave (never extrapolated).
+    Each of the ``phases`` grid points of a predictor step has its own incremental
+    predictor, so that every grid point a frame lands on advances one of them by one
+    ``step_decode`` call over its continuing tracks, whatever their history length. New
+    tracks are encoded from their history; a track missing from a table is forgotten and
+    evicted; a stamp before the newest resets everything. ``mode="full"`` runs ``forward``
+    over every history instead (the reference the incremental path equals).
+
+    Positions are snapped to ``quantum_m`` in every mode, so that speculation (verified
+    exactly on snapped positions) never changes an output.
+    """
+
+    def __init__(self, predictor: ModelFn, settings: PredictionSettings | None = None) -> None:
+        self.settings = settings or PredictionSettings()
+        self._predictor = predictor
+        self._lock = threading.Lock()
+        self.counters = StageCounters()
+        self._chains: list[SpeculativePredictor] = []
+        # Counts of the chains that a reset replaced.
+        self._retired: dict[str, int] = {}
+        self._log: dict[int, _Samples] = {}
+        self._anchor_s: float | None = None
+        self._tick: int | None = None
+        self._last_stamp_s = -math.inf
+        self._last: StageOutput | None = None
+        self._build_chains()
+
+    def _build_chains(self) -> None:
+        s = self.settings
+        for key, value in _chain_counts(self._chains).items():
+            self._retired[key] = self._retired.get(key, 0) + value
+        self._chains = [
+            SpeculativePredictor(
+                self._predictor,
+                s.speculation_config(),
+                max_batch=s.max_agents,
+                max_history=s.history_steps,
+            )
+            for _ in range(s.phases)
+        ]
+
+    # -- control ----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every track and the grid (a time jump, a new fixed frame)."""
+        with self._lock:
+            self._reset_locked()
+
+    def _reset_locked(self) -> None:
+        self._log.clear()
+        self._anchor_s = None
+        self._tick = None
+        self._last_stamp_s = -math.inf
+        self._last = None
+        self._build_chains()
+        self.counters.resets += 1
+
+    def update_settings(self, settings: PredictionSettings) -> None:
+        """Live change: the mode and speculation switch in place; the grid restarts."""
+        with self._lock:
+            self.settings = settings
+            self._reset_locked()
+
+    def evict(self, ids: Iterable[int]) -> int:
+        """Forget tracks that died (their states in every chain); returns how many were known."""
+        gone = {int(i) for i in ids}
+        with self._lock:
+            known = len(gone & self._log.keys())
+            for track_id in gone:
+                self._log.pop(track_id, None)
+            for chain in self._chains:
+                chain.evict(gone)
+        return known
+
+    # -- the frame ----------------------------------------------------------------------
+    def predict(self, tracks: np.ndarray, stamp_s: float, ego: Pose2D | None = None) -> StageOutput:
+        """This frame's predictions of ``tracks`` (rows with ``id``, ``x``, ``y``, fixed frame)."""
+        started = time.perf_counter()
+        ids, xs, ys = self._check(tracks, stamp_s)
+        ego = ego or Pose2D()
+        with self._lock:
+            if stamp_s < self._last_stamp_s:
+                self._reset_locked()
+            self._record(ids, xs, ys, stamp_s)
+            tick = self._tick_of(stamp_s)
+            if self._tick is not None and tick == self._tick and self._last is not None:
+                output = self._reuse(self._last)
+                self.counters.frames_reused += 1
+            else:
+                output = self._compute(tick, ids, xs, ys, ego)
+            self._tick = tick
+            self._last = output
+            self._last_stamp_s = stamp_s
+            self.counters.frames += 1
+            self.counters.agents += int(output.ids.size)
+            self.counters.predict_ms.append((time.perf_counter() - started) * MS_PER_S)
+        return output
+
+    @staticmethod
+    def _check(tracks: np.ndarray, stamp_s: float) -> tuple[list[int], list[float], list[float]]:
+        names = getattr(getattr(tracks, "dtype", None), "names", None) or ()
+        if not {"id", "x", "y"} <= set(names) or tracks.ndim != 1:
+            raise ShapeError("tracks must be a 1-D table with id, x and y fields")
+        if not (isinstance(stamp_s, (int, float)) and math.isfinite(stamp_s)):
+            raise InputValueError(f"track stamp {stamp_s!r} is not a finite number of seconds")
+        if not (np.isfinite(tracks["x"]).all() and np.isfinite(tracks["y"]).all()):
+            raise InputValueError("a track position holds NaN or Inf")
+        ids = [int(i) for i in tracks["id"].tolist()]
+        if len(set(ids)) != len(ids):
+            raise InputValueError("track ids repeat within one table")
+        xs = [float(v) for v in tracks["x"].tolist()]
+        ys = [float(v) for v in tracks["y"].tolist()]
+        return ids, xs, ys
+
+    def _record(self, ids: list[int], xs: list[float], ys: list[float], stamp_s: float) -> None:
+        """Append this table's positions; ids missing from it are forgotten."""
+        live = set(ids)
+        gone = [i for i in self._log if i not in live]
+        for track_id in gone:
+            del self._log[track_id]
+        if gone:
+            # Its id may come back with a new history: no chain may step its old state.
+            for chain in self._chains:
+                chain.evict(gone)
+        s = self.settings
+        if self._anchor_s is None:
+            self._anchor_s = stamp_s - ANCHOR_LEAD * s.grid_s
+        # The oldest grid time any later frame samples: one grid step before this frame,
+        # then back history_steps - 1 predictor steps.
+        cutoff = stamp_s - s.grid_s - (s.history_steps - 1) * s.step_s
+        for track_id, x, y in zip(ids, xs, ys, strict=True):
+            samples = self._log.get(track_id)
+            if samples is None:
+                samples = self._log[track_id] = _Samples()
+            elif samples.stamps[-1] == stamp_s:
+                continue
+            samples.append(stamp_s, x, y)
+            samples.trim(cutoff)
+
+    def _grid_time(self, tick: int | np.ndarray) -> np.ndarray:
+        assert self._anchor_s is not None
+        return self._anchor_s + np.asarray(tick, np.float64) * self.settings.grid_s
+
+    def _tick_of(self, stamp_s: float) -> int:
+        assert self._anchor_s is not None
+        tick = math.floor((stamp_s - self._anchor_s) / self.settings.grid_s)
+        # Float error must never put the grid point after the frame (it would extrapolate).
+        while float(self._grid_time(tick)) > stamp_s:
+            tick -= 1
+        return tick
+
+    def _reuse(self, last: StageOutput) -> StageOutput:
+        keep = np.fromiter((int(i) in self._log for i in last.ids.tolist()), bool, last.ids.size)
+        return StageOutput(
+            last.ids[keep], last.traj[keep], last.probs[keep], last.reference_s, False
+        )
+
+    def _agents(
+        self, tick: int, ids: list[int], xs: list[float], ys: list[float], ego: Pose2D
+    ) -> tuple[list[int], list[int]]:
+        """The agents observed at ``tick``'s grid time with enough history, nearest first
+        (at most ``max_agents``), and their history lengths."""
+        s = self.settings
+        end = float(self._grid_time(tick))
+        dist = np.hypot(np.asarray(xs) - ego.x, np.asarray(ys) - ego.y)
+        agents: list[int] = []
+        lengths: list[int] = []
+        back = self._grid_time(tick - s.phases * np.arange(s.history_steps))
+        for row in np.argsort(dist, kind="stable").tolist():
+            samples = self._log[ids[row]]
+            if not samples.first_s <= end <= samples.stamps[-1]:
+                continue
+            length = int(np.count_nonzero(back >= samples.first_s))
+            if length < s.min_history_steps:
+                continue
+            agents.append(ids[row])
+            lengths.append(length)
+        if len(agents) > s.max_agents:
+            self.counters.agents_dropped += len(agents) - s.max_agents
+            agents, lengths = agents[: s.max_agents], lengths[: s.max_agents]
+        return agents, lengths
+
+    def _history(self, track_id: int, tick: int, length: int) -> np.ndarray:
+        """Snapped positions at ``length`` grid times one predictor step apart, ending at
+        ``tick``'s, oldest first."""
+        s = self.settings
+        times = self._grid_time(tick - s.phases * np.arange(length - 1, -1, -1))
+        return snap(self._log[track_id].at(times), s.quantum_m)[1]
+
+    def _compute(
+        self, tick: int, ids: list[int], xs: list[float], ys: list[float], ego: Pose2D
+    ) -> StageOutput:
+        s = self.settings
+        agents, lengths = self._agents(tick, ids, xs, ys, ego)
+        reference = float(self._grid_time(tick))
+        if not agents:
+            # The chain of this grid point still learns that its tracks are gone.
+            if s.mode == "incremental":
+                chain = self._chains[tick % s.phases]
+                chain.evict(chain.encoder.ids())
+            return _empty_output(reference, True)
+        length_of = dict(zip(agents, lengths, strict=True))
+        if s.mode == "full":
+            histories = [self._history(a, tick, length_of[a]) for a in agents]
+            prediction = full_recompute(
+                self._predictor, np.asarray(agents), histories, s.max_agents
+            )
+            self.counters.forward_calls += math.ceil(len(agents) / s.max_agents)
+        else:
+            prediction = self._incremental(tick, agents, length_of)
+        return StageOutput(
+            np.asarray(agents, np.uint32), prediction.traj, prediction.probs, reference, True
+        )
+
+    def _incremental(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
+        s = self.settings
+        chain = self._chains[tick % s.phases]
+        end = self._grid_time(tick).reshape(1)
+        positions = np.concatenate([self._log[a].at(end) for a in agents])
+
+        def history_of(track_id: int) -> np.ndarray:
+            return self._history(track_id, tick, length_of[track_id])
+
+        promoted_before = chain.stats.promoted_frames if s.speculation else 0
+        called = time.perf_counter()
+        prediction = chain.observe(
+            tick // s.phases, np.asarray(agents, np.int64), positions, history_of
+        )
+        ms = (time.perf_counter() - called) * MS_PER_S
+        if s.speculation:
+            promoted = chain.stats.promoted_frames > promoted_before
+            (self.counters.promoted_ms if promoted else self.counters.stepped_ms).append(ms)
+        return prediction
+
+    # -- idle time ----------------------------------------------------------------------
+    def speculate_chunks(self) -> Generator[None, None, int]:
+        """Precompute the next grid point's likeliest observations (one call per chunk);
+        returns the candidates computed (0 when speculation is off or nothing is known)."""
+        with self._lock:
+            s = self.settings
+            if not s.speculation or s.mode != "incremental" or self._tick is None:
+                return 0
+            chain = self._chains[(self._tick + 1) % s.phases]
+        return (yield from chain.speculate_chunks())
+
+    def speculate(self) -> int:
+        """``speculate_chunks`` run to the end on the calling thread."""
+        chunks = self.speculate_chunks()
+        while True:
+            try:
+                next(chunks)
+            except StopIteration as stop:
+                return int(stop.value)
+
+    # -- diagnostics ----------------------------------------------------------------------
+    def diagnostics(self) -> dict[str, float | int | str | bool]:
+        """Counters of every chain (incremental and speculation) and of the stage."""
+        with self._lock:
+            s = self.settings
+            counts = dict(self._retired)
+            for key, value in _chain_counts(self._chains).items():
+                counts[key] = counts.get(key, 0) + value
+            c = self.counters
+            predict = np.asarray(c.predict_ms, np.float64)
+            promoted = np.asarray(c.promoted_ms, np.float64)
+            stepped = np.asarray(c.stepped_ms, np.float64)
+            out: dict[str, float | int | str | bool] = {
+                "mode": s.mode,
+                "frames": c.frames,
+                "frames_reused": c.frames_reused,
+                "agents": c.agents,
+                "agents_dropped": c.agents_dropped,
+                "resets": c.resets,
+                "forward_calls": c.forward_calls,
+                "predict_p50_ms": round(float(np.median(predict)), 3) if predict.size else 0.0,
+                "speculation": s.speculation,
+            }
+        verified, accepted = counts.pop("verified"), counts.pop("accepted")
+        # What a promoted frame saved: the median critical path of frames that stepped less
+        # that of frames that were promoted; none until both kinds were seen.
+        saved = 0.0
+        if promoted.size and stepped.size:
+            saved = max(0.0, float(np.median(stepped)) - float(np.median(promoted)))
+        promoted_frames = counts.pop("promoted_frames")
+        candidates = counts.pop("candidates")
+        out.update(counts)
+        out.update(
+            {
+                "speculation.verified": verified,
+                "speculation.accepted": accepted,
+                "speculation.acceptance_rate": round(accepted / verified, 4) if verified else 0.0,
+                "speculation.promoted_frames": promoted_frames,
+                "speculation.candidates": candidates,
+                "speculation.saved_ms_per_promoted_frame": round(saved, 3),
+                "speculation.saved_ms_total": round(saved * promoted_frames, 3),
+            }
+        )
+        return out
+
+
+def _chain_counts(chains: Iterable[SpeculativePredictor]) -> dict[str, int]:
+    """The summed model-call and speculation counts of ``chains``."""
+    counts = dict.fromkeys(_CHAIN_KEYS, 0)
+    for chain in chains:
+        enc = chain.encoder.counters
+        st = chain.stats
+        for key, value in (
+            ("step_decode_calls", enc.step_decode_calls),
+            ("encode_calls", enc.encode_calls),
+            ("decode_calls", enc.decode_calls),
+            ("stepped", enc.stepped),
+            ("encoded", enc.encoded),
+            ("slid", enc.slid),
+            ("evicted", enc.evicted),
+            ("verified", st.verified),
+            ("accepted", st.accepted),
+            ("promoted_frames", st.promoted_frames),
+            ("candidates", st.candidates),
+        ):
+            counts[key] += value
+    return counts
+
+
+_CHAIN_KEYS = (
+    "step_decode_calls",
+    "encode_calls",
+    "decode_calls",
+    "stepped",
+    "encoded",
+    "slid",
+    "evicted",
+    "verified",
+    "accepted",
+    "promoted_frames",
+    "candidates",
+)

@@ -1,0 +1,258 @@
+"""The prediction stage: incremental equals full, speculation changes nothing, resets, counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.io.tables import TRACK_DTYPE
+from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.scheduling.prediction_stage import (
+    PredictionSettings,
+    PredictionStage,
+    StageOutput,
+)
+from dynshape_perception.tools.sim.scenes import pedestrian_scene
+
+RTOL, ATOL = 1e-4, 1e-5
+FRAME_S = 0.1
+JITTER_S = 0.004
+
+
+def table(ids: np.ndarray, xy: np.ndarray) -> np.ndarray:
+    rows = np.zeros(ids.size, dtype=TRACK_DTYPE)
+    rows["id"], rows["x"], rows["y"] = ids, xy[:, 0], xy[:, 1]
+    return rows
+
+
+def drive(
+    seed: int, agents: int, frames: int, lifetime: int | None = 150
+) -> Iterator[tuple[float, np.ndarray]]:
+    """Track tables at 10 Hz with jittered stamps; with a ``lifetime`` (frames), tracks
+    restart under a new id that often, and miss single frames (forgotten, then afresh)."""
+    paths = pedestrian_scene(seed=seed, num_agents=agents, num_steps=frames, dt_s=FRAME_S)
+    rng = np.random.default_rng(seed)
+    base_ids = np.arange(1, agents + 1)
+    for frame in range(frames):
+        stamp = 100.0 + frame * FRAME_S + float(rng.uniform(-JITTER_S, JITTER_S))
+        seen = np.ones(agents, bool)
+        ids = base_ids.copy()
+        if lifetime is not None:
+            ids = base_ids + 1000 * ((frame + 7 * base_ids) // lifetime)
+            seen &= (base_ids % 4 != 0) | (rng.random(agents) > 0.03)
+        yield stamp, table(ids[seen], paths[seen, frame])
+
+
+def assert_same(got: StageOutput, want: StageOutput, exact: bool = False) -> None:
+    np.testing.assert_array_equal(got.ids, want.ids)
+    assert got.reference_s == want.reference_s
+    if exact:
+        np.testing.assert_array_equal(got.traj, want.traj)
+        np.testing.assert_array_equal(got.probs, want.probs)
+    else:
+        np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("history_steps", [8, 32, 128])
+def test_incremental_equals_full_recompute(engine: Engine, history_steps: int) -> None:
+    settings = PredictionSettings(history_steps=history_steps, max_agents=64)
+    incremental = PredictionStage(engine["predictor"], settings)
+    full = PredictionStage(engine["predictor"], replace(settings, mode="full"))
+    # Long enough for the first tracks to fill the window and slide on.
+    lifetime = 4 * history_steps + 30
+    frames = lifetime + 60
+    predicted = 0
+    ego = Pose2D(1.0, -2.0, 0.3)
+    for stamp, tracks in drive(history_steps, 16, frames, lifetime):
+        got = incremental.predict(tracks, stamp, ego)
+        assert_same(got, full.predict(tracks, stamp, ego))
+        predicted += got.ids.size
+    d = incremental.diagnostics()
+    assert predicted > 8 * frames
+    assert d["stepped"] > 0 and d["encoded"] > 16 and d["evicted"] > 0 and d["slid"] > 0
+    assert d["forward_calls"] == 0 and full.diagnostics()["step_decode_calls"] == 0
+
+
+def test_steady_frames_cost_one_call_whatever_the_history_length(engine: Engine) -> None:
+    """Below the window, a frame of continuing tracks is one step_decode, at any length."""
+    stage = PredictionStage(engine["predictor"], PredictionSettings(history_steps=128))
+    calls_per_frame = []
+    for k, (stamp, tracks) in enumerate(drive(5, 12, 4 * 100, lifetime=None)):
+        before = stage.diagnostics()
+        stage.predict(tracks, stamp)
+        after = stage.diagnostics()
+        if k >= 4 * 3:
+            calls = sum(
+                int(after[key]) - int(before[key])
+                for key in ("step_decode_calls", "encode_calls", "decode_calls")
+            )
+            calls_per_frame.append(calls)
+    assert calls_per_frame == [1] * len(calls_per_frame)
+    d = stage.diagnostics()
+    assert d["slid"] == 0 and d["encoded"] == 12 * 4
+
+
+class HypothesisWorld:
+    """Agents that follow the first predicted step of their likeliest hypothesis (give or
+    take a centimetre) on most frames, so that speculation verifies; on every fifth they
+    walk on instead, and one leaves half way."""
+
+    def __init__(self, seed: int, agents: int = 10) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.pos = self.rng.uniform(-10.0, 10.0, (agents, 2))
+        self.velocity = self.rng.uniform(-1.0, 1.0, (agents, 2))
+        self.ids = np.arange(1, agents + 1)
+        self.stamp = 50.0
+
+    def next(
+        self, frame: int, source: StageOutput | None, step_s: float
+    ) -> tuple[float, np.ndarray]:
+        """The next table; ``source`` predicted its grid point, one ``step_s`` ahead."""
+        previous, self.stamp = self.stamp, self.stamp + FRAME_S
+        step = self.velocity * FRAME_S
+        if source is not None and source.reference_s is not None and frame % 5:
+            target_s = source.reference_s + step_s
+            lookup = {int(i): k for k, i in enumerate(source.ids.tolist())}
+            # The stage samples the path at target_s, between the last frame and this one.
+            share = (self.stamp - previous) / (target_s - previous)
+            for a, track_id in enumerate(self.ids.tolist()):
+                k = lookup.get(track_id)
+                if k is not None:
+                    best = int(np.argmax(source.probs[k]))
+                    goal = source.traj[k, best, 0] + self.rng.integers(-1, 2, 2) * 0.01
+                    step[a] = (goal - self.pos[a]) * share
+        self.pos = self.pos + step
+        keep = self.ids != 4 if frame > 80 else np.ones(self.ids.size, bool)
+        return self.stamp, table(self.ids[keep], self.pos[keep].astype(np.float32))
+
+
+def test_speculation_never_changes_an_output(engine: Engine) -> None:
+    settings = PredictionSettings(history_steps=128, speculation=True)
+    spec = PredictionStage(engine["predictor"], settings)
+    plain = PredictionStage(engine["predictor"], replace(settings, speculation=False))
+    full = PredictionStage(engine["predictor"], replace(settings, mode="full"))
+    world = HypothesisWorld(seed=3)
+    phases = settings.phases
+    outputs: list[StageOutput] = []
+    for k in range(160):
+        # Frame k lands on the grid point whose chain last predicted at frame k - phases.
+        source = outputs[k - phases] if k >= phases else None
+        stamp, tracks = world.next(k, source, settings.step_s)
+        got = spec.predict(tracks, stamp)
+        # The generic kernels compute every row alike at any batch size: a promoted
+        # speculation is the very output the step would have given.
+        assert_same(got, plain.predict(tracks, stamp), exact=True)
+        assert_same(got, full.predict(tracks, stamp))
+        outputs.append(got)
+        if k % 9 != 4:
+            spec.speculate()
+    d = spec.diagnostics()
+    assert d["speculation.promoted_frames"] > 5
+    assert 0.0 < float(d["speculation.acceptance_rate"]) < 1.0
+    assert int(d["step_decode_calls"]) < int(plain.diagnostics()["step_decode_calls"])
+    assert plain.speculate() == 0 and plain.diagnostics()["speculation.candidates"] == 0
+
+
+def test_a_time_jump_backwards_resets(engine: Engine) -> None:
+    stage = PredictionStage(engine["predictor"])
+    frames = list(drive(2, 6, 60, lifetime=None))
+    for stamp, tracks in frames:
+        stage.predict(tracks, stamp)
+    assert stage.predict(frames[-1][1], frames[-1][0]).ids.size == 6
+    before = stage.diagnostics()
+    # The log restarts: no track has the history it needs on the first frames after.
+    assert stage.predict(frames[0][1], frames[0][0]).ids.size == 0
+    after = stage.diagnostics()
+    assert int(after["resets"]) == int(before["resets"]) + 1
+    fresh = PredictionStage(engine["predictor"])
+    fresh.predict(frames[0][1], frames[0][0])
+    for stamp, tracks in frames[1:30]:
+        assert_same(stage.predict(tracks, stamp), fresh.predict(tracks, stamp), exact=True)
+
+
+def test_a_frame_on_the_same_grid_point_repeats_the_output(engine: Engine) -> None:
+    stage = PredictionStage(engine["predictor"])
+    frames = list(drive(1, 5, 30, lifetime=None))
+    for stamp, tracks in frames:
+        out = stage.predict(tracks, stamp)
+    stamp, tracks = frames[-1]
+    again = stage.predict(tracks[1:], stamp + 0.01)
+    assert not again.computed and again.reference_s == out.reference_s
+    np.testing.assert_array_equal(again.ids, out.ids[out.ids != tracks["id"][0]])
+    assert stage.diagnostics()["frames_reused"] == 1
+
+
+def test_agents_beyond_the_bound_are_the_farthest_and_counted(engine: Engine) -> None:
+    stage = PredictionStage(engine["predictor"], PredictionSettings(max_agents=3))
+    for stamp, tracks in drive(4, 8, 20, lifetime=None):
+        out = stage.predict(tracks, stamp)
+    dist = np.hypot(tracks["x"], tracks["y"])
+    nearest = tracks["id"][np.argsort(dist, kind="stable")[:3]]
+    np.testing.assert_array_equal(out.ids, nearest)
+    assert int(stage.diagnostics()["agents_dropped"]) > 0
+
+
+def test_evicted_tracks_start_afresh_and_leave_the_others_alone(engine: Engine) -> None:
+    stage = PredictionStage(engine["predictor"])
+    reference = PredictionStage(engine["predictor"])
+    frames = list(drive(6, 6, 40, lifetime=None))
+    for stamp, tracks in frames[:30]:
+        stage.predict(tracks, stamp)
+        reference.predict(tracks, stamp)
+    before = int(stage.diagnostics()["evicted"])
+    assert stage.evict([1, 2, 99]) == 2
+    # Every chain held both tracks.
+    assert int(stage.diagnostics()["evicted"]) == before + 2 * stage.settings.phases
+    # Until their new histories span a predictor step, they are not predicted.
+    for stamp, tracks in frames[30:35]:
+        got, want = stage.predict(tracks, stamp), reference.predict(tracks, stamp)
+        keep = ~np.isin(want.ids, [1, 2])
+        same = StageOutput(
+            want.ids[keep], want.traj[keep], want.probs[keep], want.reference_s, True
+        )
+        assert_same(got, same, exact=True)
+    for stamp, tracks in frames[35:]:
+        got = stage.predict(tracks, stamp)
+    assert {1, 2} <= set(got.ids.tolist())
+
+
+def test_bad_tables_are_refused_and_leave_the_state_alone(engine: Engine) -> None:
+    stage = PredictionStage(engine["predictor"])
+    frames = list(drive(7, 4, 20, lifetime=None))
+    for stamp, tracks in frames[:-1]:
+        stage.predict(tracks, stamp)
+    stamp, tracks = frames[-1]
+    bad = tracks.copy()
+    bad["x"][1] = np.nan
+    with pytest.raises(InputValueError, match="NaN"):
+        stage.predict(bad, stamp)
+    twice = np.concatenate([tracks, tracks[:1]])
+    with pytest.raises(InputValueError, match="repeat"):
+        stage.predict(twice, stamp)
+    with pytest.raises(InputValueError, match="finite"):
+        stage.predict(tracks, float("inf"))
+    with pytest.raises(ShapeError, match="id, x and y"):
+        stage.predict(np.zeros((3, 2), np.float32), stamp)
+    reference = PredictionStage(engine["predictor"])
+    for s, t in frames:
+        want = reference.predict(t, s)
+    assert_same(stage.predict(tracks, stamp), want, exact=True)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="mode"):
+        PredictionSettings(mode="fast")
+    with pytest.raises(ConfigError, match="phases"):
+        PredictionSettings(phases=0)
+    with pytest.raises(ConfigError, match="exceeds history_steps"):
+        PredictionSettings(history_steps=4, min_history_steps=5)
+    with pytest.raises(ConfigError, match="quantum_m"):
+        PredictionSettings(quantum_m=0.0)
+    with pytest.raises(ConfigError, match="step_s"):
+        PredictionSettings(step_s=float("nan"))
