@@ -8,7 +8,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dynshape_perception.config import Bounds, Roi, default_bounds, predictor_history_steps
+from dynshape_perception.config import (
+    Bounds,
+    Roi,
+    default_bounds,
+    default_config,
+    predictor_history_steps,
+)
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
@@ -20,6 +26,8 @@ from dynshape_perception.perception.tracking import TrackerParams
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import COMPILE_MODES, MODES, JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
+from dynshape_perception.scheduling.prediction_stage import MODES as MODES_OF_PREDICTION
+from dynshape_perception.scheduling.prediction_stage import PredictionSettings
 from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.scheduling.tiers import TierConfig
 
@@ -99,6 +107,13 @@ _MAX_WINDOW = 1000
 # A passenger car around base_link (rear axle on the ground), for the ego crop.
 _EGO_BOX_M = {"x": (-1.0, 4.0), "y": (-1.0, 1.0), "z": (-0.5, 2.0)}
 _AXES = ("x", "y", "z")
+_STAGE = PredictionSettings()
+_MAX_PHASES = 64
+_MIN_QUANTUM_M = 1e-4
+_MAX_QUANTUM_M = 1.0
+_MAX_RADIUS_CELLS = 100
+_MAX_HYPOTHESES = 64
+_MAX_SECTORS = 4096
 
 
 def _engine_group() -> tuple[ParamSpec, ...]:
@@ -520,6 +535,15 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             low=_MIN_INTENSITY_SCALE,
             high=_MAX_INTENSITY_SCALE,
         ),
+        ParamSpec(
+            "points.sectors_per_revolution",
+            1,
+            "clouds per sensor revolution: 1 whole scans; N > 1 sector clouds (tier 1 runs "
+            "per sector, the full cloud once per revolution); 0 detect from azimuth coverage",
+            True,
+            low=_OFF,
+            high=_MAX_SECTORS,
+        ),
     ),
     "segmentation": (
         ParamSpec(
@@ -680,6 +704,63 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             # Not the predictor's steps: the on-set check then gives the reason, where
             # rclpy's range check would only say "out of range".
             high=_BOUNDS.T,
+        ),
+        ParamSpec(
+            "prediction.history_steps",
+            _OFF,
+            "history samples (at the predictor's step) fed to the predictor; 0: "
+            "predictor.history_steps of config/models.yaml; at most bounds.max_history_steps",
+            True,
+            low=_OFF,
+            high=_BOUNDS.T,
+        ),
+        ParamSpec(
+            "prediction.mode",
+            _STAGE.mode,
+            "incremental: each track keeps its GRU state and a frame costs one step_decode "
+            "call whatever the history length; full: forward over every history each frame "
+            "(the same outputs within the parity tolerance); a change restarts the tracks",
+            choices=MODES_OF_PREDICTION,
+        ),
+        ParamSpec(
+            "prediction.speculation",
+            _STAGE.speculation,
+            "in idle time (tier 4), precompute the next frame's likeliest observations; used "
+            "only when an observation verifies exactly, so no output changes",
+        ),
+        ParamSpec(
+            "prediction.grid_phases",
+            _STAGE.phases,
+            "grid points per predictor step: the track rate times the predictor step "
+            "(10 Hz x 0.4 s = 4); each frame advances the state of its grid point",
+            True,
+            low=1,
+            high=_MAX_PHASES,
+        ),
+        ParamSpec(
+            "prediction.position_quantum_m",
+            _STAGE.quantum_m,
+            "track positions are snapped to this grid in every mode (speculation verifies on it)",
+            True,
+            low=_MIN_QUANTUM_M,
+            high=_MAX_QUANTUM_M,
+        ),
+        ParamSpec(
+            "prediction.speculation_radius_cells",
+            _STAGE.speculation_radius_cells,
+            "speculated cells (of position_quantum_m) around each hypothesis' first step, "
+            "either side",
+            True,
+            low=0,
+            high=_MAX_RADIUS_CELLS,
+        ),
+        ParamSpec(
+            "prediction.speculation_hypotheses",
+            _STAGE.speculation_hypotheses,
+            "likeliest hypotheses whose first step is speculated",
+            True,
+            low=1,
+            high=_MAX_HYPOTHESES,
         ),
     ),
     "markers": (
@@ -888,6 +969,39 @@ def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
     )
 
 
+def history_steps(values: Mapping[str, Value]) -> int:
+    """History samples fed to the predictor: the parameter, else the fitted window."""
+    bounds = bounds_from(values)
+    steps = int(values.get("prediction.history_steps", _OFF))
+    return min(steps, bounds.T) if steps != _OFF else predictor_history_steps(bounds)
+
+
+def prediction_settings(values: Mapping[str, Value]) -> PredictionSettings:
+    """The prediction stage's settings; the predictor's step comes from config/models.yaml."""
+    bounds = bounds_from(values)
+    picked: dict[str, Any] = {
+        "history_steps": history_steps(values),
+        "max_agents": bounds.A,
+        "step_s": float(default_config().section("predictor").get("step_s", _STAGE.step_s)),
+    }
+    for name, field_name in (
+        ("min_history_steps", "min_history_steps"),
+        ("mode", "mode"),
+        ("speculation", "speculation"),
+        ("grid_phases", "phases"),
+        ("position_quantum_m", "quantum_m"),
+        ("speculation_radius_cells", "speculation_radius_cells"),
+        ("speculation_hypotheses", "speculation_hypotheses"),
+    ):
+        if f"prediction.{name}" in values:
+            picked[field_name] = values[f"prediction.{name}"]
+    return replace(_STAGE, **picked)
+
+
+def sectors_per_revolution(values: Mapping[str, Value]) -> int:
+    return int(values.get("points.sectors_per_revolution", 1))
+
+
 def jit_config(values: Mapping[str, Value]) -> JitConfig:
     names = (
         "mode",
@@ -984,10 +1098,12 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
     # Only where the node predicts: the others would refuse to start over a value they
     # never use (bounds.max_history_steps: 1 with the default minimum of 2).
     if "prediction.min_history_steps" in specs:
-        steps = predictor_history_steps(bounds)
+        steps = history_steps(values)
         if pipeline.min_history_steps > steps:
             raise ConfigError(
                 f"prediction.min_history_steps {pipeline.min_history_steps} exceeds the "
-                f"{steps} history steps the predictor gets (predictor.history_steps, at most "
-                f"bounds.max_history_steps {bounds.T}): no agent could ever be predicted"
+                f"{steps} history steps the predictor gets (prediction.history_steps or "
+                f"predictor.history_steps, at most bounds.max_history_steps {bounds.T}): no "
+                "agent could ever be predicted"
             )
+        prediction_settings(values)

@@ -116,6 +116,8 @@ def settings_from_values(
     return ReplaySettings(
         pipeline=node_params.pipeline_params(lidar),
         frames=node_params.frame_params(lidar),
+        prediction=node_params.prediction_settings(lidar),
+        sectors_per_revolution=node_params.sectors_per_revolution(lidar),
         jit=replace(jit, mode=mode),
         bounds=node_params.bounds_from(known),
         target=target or str(known.get("target_profile", "x86_64")),

@@ -43,12 +43,20 @@ class FrameInfo:
     """One input on its way through the tiers; ``context`` is the caller's (headers)."""
 
     stamp_s: float
-    pose: Pose2D
+    # The input's frame into the fixed frame (a pose or a 4x4 transform).
+    pose: Pose2D | np.ndarray
     arrival: Arrival
     received_s: float
     generation: int
     seed: int
     context: Any = None
+    # Where the vehicle is in the fixed frame, for nearest-first agents (default: ``pose``).
+    ego: Pose2D | None = None
+
+    def vehicle(self) -> Pose2D:
+        if self.ego is not None:
+            return self.ego
+        return self.pose if isinstance(self.pose, Pose2D) else Pose2D.of(self.pose)
 
 
 @dataclass(frozen=True)
@@ -236,7 +244,7 @@ class PerceptionTiers:
                 self.counts[NOT_PREDICTED] += 1
                 return None
             self._last_predicted_s = frame.stamp_s
-            output = self.stage.predict(tracks, frame.stamp_s, frame.pose)
+            output = self.stage.predict(tracks, frame.stamp_s, frame.vehicle())
         return Predicted(tracks, output, (time.perf_counter() - start) * MS_PER_S)
 
     def _predicted(self, frame: FrameInfo, result: Predicted | None) -> None:

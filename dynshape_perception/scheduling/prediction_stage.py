@@ -14,7 +14,8 @@ import numpy as np
 from dynshape_perception.config import integer
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.io.tables import PREDICTION_DTYPE
-from dynshape_perception.perception.pipeline import ModelFn, Pose2D, prediction_table
+from dynshape_perception.perception.pipeline import ModelFn, Pose2D
+from dynshape_perception.perception.prediction import PredictedPaths, prediction_table
 from dynshape_perception.scheduling.incremental import Prediction, full_recompute
 from dynshape_perception.scheduling.speculative import (
     SpeculationConfig,
@@ -94,6 +95,12 @@ class StageOutput:
         if self.ids.size == 0:
             return np.zeros(0, dtype=PREDICTION_DTYPE)
         return prediction_table(self.ids, self.traj, self.probs)
+
+    def paths(self, step_s: float) -> PredictedPaths:
+        """As the object messages take them."""
+        if self.ids.size == 0:
+            return PredictedPaths.empty(step_s)
+        return PredictedPaths(self.ids, self.traj, self.probs, step_s)
 
 
 def _empty_output(reference_s: float | None, computed: bool) -> StageOutput:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,38 @@ def test_standard_object_messages_round_trip_through_make_bag_and_replay(
     assert predicted_agents > 0
 
 
+FEATURES = (
+    "/**:\n  ros__parameters:\n"
+    "    points:\n      sectors_per_revolution: 0\n"
+    "    prediction:\n      mode: incremental\n      speculation: true\n"
+)
+
+
+def test_replay_with_every_feature_on_records_identical_outputs(
+    tmp_path: Path, engine_args: list[str]
+) -> None:
+    """Sector clouds (their count detected), incremental prediction and speculation, twice."""
+    bag = tmp_path / "sectors"
+    sectors = 6
+    sources.write_generated(bag, "mcap", replace(DRIVE, frames=8), sectors=sectors)
+    config = tmp_path / "features.yaml"
+    config.write_text(FEATURES)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        args = ["replay", str(bag), "--config", str(config), "--record", str(run)]
+        assert main([*args, *engine_args]) == 0
+    first, second = (_files(run / "output") for run in runs)
+    assert first == second
+    with bags.BagReader(runs[0] / "output") as reader:
+        counts = {t.name: t.count for t in reader.topics()}
+    # The first revolution ends when the second begins, the others with their last sector.
+    assert counts == {"/obstacles": 8, "/predictions": 8, "/tracks": 8}
+    doc = json.loads((runs[0] / "metrics.json").read_text())
+    near = [f for f in doc["frames"] if "near_field" in f["latency_ms"]]
+    assert len(near) == len(doc["frames"]) > 8 * 2
+    assert sum(f["counts"].get("predictions", 0) for f in doc["frames"]) > 0
+
+
 def test_run_directory_holds_metrics_and_parameters(
     tmp_path: Path, drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -200,10 +233,13 @@ def test_run_directory_holds_metrics_and_parameters(
     assert "deadline misses tier 1:" in captured.out
     doc = json.loads((run / "metrics.json").read_text())
     assert doc["run"]["deterministic"] is True and doc["run"]["jit"] == "off"
-    assert doc["tiers"]["1"] == {"deadline_ms": 50.0, "stages": ["segment"]}
+    # The nodes' tier model: tier 1 the near field, tier 2 the full cloud and tracking.
+    assert doc["tiers"]["1"] == {"deadline_ms": 50.0, "stages": ["near_field"]}
+    assert doc["tiers"]["2"]["stages"] == ["segment", "cluster", "track"]
     assert len(doc["frames"]) == 6
     for frame in doc["frames"]:
-        assert set(frame["latency_ms"]) == {"segment", "cluster", "track", "predict", "total"}
+        stages = {"near_field", "segment", "cluster", "track", "predict", "total"}
+        assert set(frame["latency_ms"]) == stages
         assert set(frame["completion_ms"]) == {"1", "2", "3"}
         # Every point of the scan is segmented or counted where the crop left it out.
         crop = sum(frame["counts"][key] for key in scan.COUNTERS)
@@ -386,7 +422,7 @@ def test_detection_stream_loop_offset_and_remap(
     assert len(stamps) == 25 and stamps == sorted(stamps) and len(set(stamps)) == 25
     used = {u["role"]: u["msgtype"] for u in doc["topics"]["used"]}
     assert used == {"obstacles": bags.DETECTION3D_ARRAY, "ground_truth": bags.POINTCLOUD2}
-    assert "segment" not in doc["frames"][0]["latency_ms"]
+    assert set(doc["frames"][0]["latency_ms"]) == {"track", "predict", "total"}
     assert doc["summary"]["prediction"]["matched"] + doc["summary"]["prediction"]["unpredicted"] > 0
     capsys.readouterr()
     assert main(["replay", str(bag), "--start-offset", "2.0", *engine_args]) == 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ from dynshape_perception.perception.pipeline import Pipeline, Pose2D
 from dynshape_perception.perception.prediction import PredictedPaths
 from dynshape_perception.perception.transforms import Matrix, TransformTree
 from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.scheduling.executor import TieredExecutor
+from dynshape_perception.scheduling.lidar_tiers import NearResult, Segmentation
+from dynshape_perception.scheduling.perception_tiers import (
+    FrameInfo,
+    PerceptionTiers,
+    Predicted,
+    SimulatedClock,
+    Tracked,
+)
+from dynshape_perception.scheduling.prediction_stage import PredictionStage
+from dynshape_perception.scheduling.sectors import SectorAssembler
+from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
 from dynshape_perception.tools.replay.rundir import FrameOutputs, RunRecorder
 from dynshape_perception.tools.replay.scoring import PredictionScore, TruthIndex
@@ -51,6 +64,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_MIN_FRAMES = 50
 NS = 1_000_000_000
+MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,101 @@ class _Outputs:
     states: TrackStates
     obstacle_frame: str
     fixed_frame: str
+    # The time the predicted paths start from (None: nothing predicted).
+    reference_s: float | None = None
+
+
+class _Collector:
+    """One input's results, as the tiers hand them over, and why any unit gave none."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.near_result: NearResult | None = None
+        self.tracked_results: list[Tracked] = []
+        self.predicted_results: list[Predicted] = []
+        self.errors: list[str] = []
+
+    def near(self, frame: FrameInfo, result: NearResult) -> None:
+        self.near_result = result
+
+    def tracked(self, frame: FrameInfo, result: Tracked) -> None:
+        self.tracked_results.append(result)
+
+    def predicted(self, frame: FrameInfo, result: Predicted) -> None:
+        self.predicted_results.append(result)
+
+    def deliver(self, what: str, publish: Callable[[Any], None]) -> Callable[[Future[Any]], None]:
+        def done(future: Future[Any]) -> None:
+            if future.cancelled():
+                self.errors.append(f"{what}: cancelled")
+                return
+            err = future.exception()
+            if err is not None:
+                self.errors.append(f"{what}: {err}")
+                return
+            publish(future.result())
+
+        return done
+
+
+class _TierRun:
+    """The nodes' tiers on one engine, driven one unit after the other in simulated time."""
+
+    def __init__(self, engine: Engine, settings: ReplaySettings, pipeline: Pipeline) -> None:
+        self.clock = SimulatedClock()
+        self.executor = TieredExecutor(start=False, clock=self.clock)
+        self.results = _Collector()
+        segmenter = engine["segmenter"]
+        # One chunk of up to the point bound: chunks only matter to a node's other tiers.
+        segmentation = Segmentation(
+            segmenter, segmenter, pipeline, NearField(), self.executor, (settings.bounds.P,)
+        )
+        self.stage = PredictionStage(engine["predictor"], settings.prediction)
+        self.tiers = PerceptionTiers(
+            self.executor,
+            segmentation,
+            self.results,
+            self.results.deliver,
+            self.stage,
+            SectorAssembler(settings.sectors_per_revolution),
+        )
+
+    def close(self) -> None:
+        self.executor.close()
+
+    def run(
+        self,
+        stamp_s: float,
+        to_fixed: Matrix,
+        ego: Pose2D,
+        seed: int,
+        points: np.ndarray | None,
+        obstacles: np.ndarray | None,
+    ) -> _Collector:
+        self.results.clear()
+        self.clock.now_s = stamp_s
+        frame = FrameInfo(
+            stamp_s,
+            to_fixed,
+            self.executor.arrive("points"),
+            0.0,
+            self.tiers.generation,
+            seed,
+            ego=ego,
+        )
+        try:
+            if points is not None:
+                self.tiers.cloud(points, frame)
+            else:
+                assert obstacles is not None
+                self.tiers.detections(obstacles, frame)
+        finally:
+            # Whatever was submitted before a refusal runs now, not with the next input.
+            while self.executor.run_one():
+                pass
+        return self.results
 
 
 class InProcessReplay:
@@ -152,6 +261,7 @@ class InProcessReplay:
         self._uuids = TrackUuids(REPLAY_NAMESPACE)
 
     def _pipeline(self) -> Pipeline:
+        """The tiers' shared state: bounds, clustering and the tracker."""
         return Pipeline(
             self.engine["segmenter"],
             self.engine["associator"],
@@ -194,6 +304,7 @@ class InProcessReplay:
             truth = self._read_truth(reader, plan)
             pipeline = self._pipeline()
             self._uuids = TrackUuids(REPLAY_NAMESPACE)
+            tier_run = _TierRun(self.engine, self.settings, pipeline)
             score = PredictionScore(
                 pipeline.step_s, options.match_radius_m, options.unpredicted_penalty_m
             )
@@ -234,7 +345,9 @@ class InProcessReplay:
                             t_s=round((stamp_ns - first_t) * 1e-9, 6),
                             wall_s=0.0,
                         )
-                        outputs = self._process(pipeline, frame, stamp_ns, localizer, record)
+                        outputs = self._process(
+                            pipeline, tier_run, frame, stamp_ns, localizer, record
+                        )
                         if outputs is not None:
                             if recorder is not None:
                                 recorder.write_frame(
@@ -252,7 +365,11 @@ class InProcessReplay:
                                 )
                             if len(truth):
                                 matched, missed, err = score.add(
-                                    truth, frame.stamp_ns, outputs.tracks, outputs.predictions
+                                    truth,
+                                    frame.stamp_ns,
+                                    outputs.tracks,
+                                    outputs.predictions,
+                                    outputs.reference_s,
                                 )
                                 record.prediction = {
                                     "matched": matched,
@@ -277,6 +394,7 @@ class InProcessReplay:
                 result.interrupted = True
             finally:
                 bar.close()
+                tier_run.close()
             if len(truth):
                 metrics.summary_extra["prediction"] = score.summary()
             metrics.summary_extra["no_odometry"] = not len(poses)
@@ -367,51 +485,91 @@ class InProcessReplay:
     def _process(
         self,
         pipeline: Pipeline,
+        tier_run: _TierRun,
         frame: _Frame,
         stamp_ns: int,
         localizer: Localizer,
         record: FrameRecord,
     ) -> _Outputs | None:
-        before = (pipeline.dropped_detections, pipeline.dropped_agents)
-        outputs: _Outputs | None = None
+        """One input through the tiers; its outputs once a revolution is done (None:
+        dropped, or a sector that ends none)."""
+        before = (pipeline.dropped_detections, int(tier_run.stage.counters.agents_dropped))
+        results = None
+        obstacle_frame = fixed_frame = ""
         if frame.error is None:
-            stamp_s = stamp_ns * 1e-9
             bag_s = frame.stamp_ns * 1e-9
             base = self.settings.frames.base_frame
             try:
+                points = None
                 if frame.points is not None:
                     mount = localizer.mount(frame.frame_id, bag_s)
                     located = self._locate(localizer, base, bag_s)
-                    result = pipeline.process(frame.points, stamp_s, located.to_fixed, mount)
-                    record.latency_ms = dict(result.latency_ms)
-                    record.counts = dict(result.counts)
-                    assert result.paths is not None
-                    outputs = self._outputs(pipeline, result.obstacles, result.tracks, result.paths)
-                    outputs = replace(outputs, obstacle_frame=base, fixed_frame=located.fixed_frame)
+                    points, removed = pipeline.prepare(frame.points, mount)
+                    record.counts.update(removed)
+                    obstacle_frame, ego = base, Pose2D.of(located.to_fixed)
                 else:
-                    assert frame.obstacles is not None
                     located = self._locate(localizer, frame.frame_id, bag_s)
-                    obstacles, tracks, paths, record.latency_ms, record.counts = (
-                        self._track_and_predict(
-                            pipeline, frame.obstacles, stamp_s, located.to_fixed, located.vehicle
-                        )
-                    )
-                    outputs = replace(
-                        self._outputs(pipeline, obstacles, tracks, paths),
-                        obstacle_frame=frame.frame_id,
-                        fixed_frame=located.fixed_frame,
-                    )
+                    obstacle_frame, ego = frame.frame_id, Pose2D.of(located.vehicle)
+                fixed_frame = located.fixed_frame
+                results = tier_run.run(
+                    stamp_ns * 1e-9, located.to_fixed, ego, record.index, points, frame.obstacles
+                )
             except DynshapeError as err:
                 frame.error = str(err)
-        if frame.error is not None or outputs is None:
+            if results is not None and results.errors:
+                frame.error = "; ".join(results.errors)
+        if frame.error is not None or results is None:
             record.drop_reason = frame.error
             record.dropped = {"1": 1}
             return None
+        latency: dict[str, float] = {}
+        if results.near_result is not None:
+            latency["near_field"] = results.near_result.ms
+            record.counts["near_obstacles"] = int(results.near_result.obstacles.shape[0])
+        if frame.points is not None:
+            record.counts["points"] = int(frame.points.shape[0])
         record.dropped = {
             "2": pipeline.dropped_detections - before[0],
-            "3": pipeline.dropped_agents - before[1],
+            "3": int(tier_run.stage.counters.agents_dropped) - before[1],
         }
-        return outputs
+        if not results.tracked_results:
+            record.latency_ms = latency
+            return None
+        # A sector that ends two revolutions (one cut short by a lost sector): the newest.
+        tracked = results.tracked_results[-1]
+        if tracked.cloud is not None:
+            latency.update(tracked.cloud.latency_ms)
+        latency["track"] = tracked.track_ms
+        tracks = tracked.tracks if tracked.tracks is not None else np.zeros(0, TRACK_DTYPE)
+        predicted = results.predicted_results[-1] if results.predicted_results else None
+        step_s = tier_run.stage.settings.step_s
+        if predicted is not None:
+            latency["predict"] = predicted.ms
+            paths = predicted.output.paths(step_s)
+        else:
+            paths = PredictedPaths.empty(step_s)
+        latency["total"] = sum(latency.values())
+        record.latency_ms = latency
+        table = paths.table()
+        record.counts.update(
+            {
+                "obstacles": int(tracked.obstacles.shape[0]),
+                "tracks": int(tracks.shape[0]),
+                "agents": int(paths.ids.size),
+                "predictions": int(table.shape[0]),
+            }
+        )
+        reference = predicted.output.reference_s if predicted is not None else None
+        return _Outputs(
+            tracked.obstacles,
+            tracks,
+            table,
+            paths,
+            self._states(pipeline, tracks),
+            obstacle_frame,
+            fixed_frame,
+            reference,
+        )
 
     @staticmethod
     def _locate(localizer: Localizer, frame_id: str, stamp_s: float) -> Located:
@@ -420,42 +578,14 @@ class InProcessReplay:
             raise ConfigError(f"no pose of {frame_id!r} at {stamp_s:.6f} s")
         return located
 
-    def _outputs(
-        self, pipeline: Pipeline, obstacles: np.ndarray, tracks: np.ndarray, paths: PredictedPaths
-    ) -> _Outputs:
+    def _states(self, pipeline: Pipeline, tracks: np.ndarray) -> TrackStates:
         tracker = pipeline.tracker
-        states = TrackStates(
+        return TrackStates(
             tracks,
             self._uuids.of(tracks["id"]),
             existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
             tracker.missed,
         )
-        return _Outputs(obstacles, tracks, paths.table(), paths, states, "", "")
-
-    @staticmethod
-    def _track_and_predict(
-        pipeline: Pipeline,
-        obstacles: np.ndarray,
-        stamp_s: float,
-        to_fixed: Matrix,
-        vehicle: Matrix,
-    ) -> tuple[np.ndarray, np.ndarray, PredictedPaths, dict[str, float], dict[str, int]]:
-        if obstacles.shape[0] > pipeline.bounds.N:
-            pipeline.dropped_detections += obstacles.shape[0] - pipeline.bounds.N
-            obstacles = obstacles[: pipeline.bounds.N]
-        t0 = time.perf_counter()
-        tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, to_fixed), stamp_s)
-        t1 = time.perf_counter()
-        paths = pipeline.predict_paths(tracks, Pose2D.of(vehicle))
-        t2 = time.perf_counter()
-        latency = {"track": (t1 - t0) * 1e3, "predict": (t2 - t1) * 1e3, "total": (t2 - t0) * 1e3}
-        counts = {
-            "obstacles": int(obstacles.shape[0]),
-            "tracks": int(tracks.shape[0]),
-            "agents": int(paths.ids.size),
-            "predictions": int(paths.ids.size * paths.paths.shape[1] * paths.paths.shape[2]),
-        }
-        return obstacles, tracks, paths, latency, counts
 
     def _jit_state(self, record: FrameRecord) -> None:
         m = self.engine.metrics

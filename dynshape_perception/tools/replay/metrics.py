@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dynshape_perception.perception.pipeline import STAGES
-from dynshape_perception.tools.replay.params import STAGE_TIERS, TIERS
+from dynshape_perception.tools.replay.params import REPLAY_STAGES, STAGE_TIERS, TIERS
 
 if TYPE_CHECKING:
     from dynshape_perception.runtime.metrics import CompileEvent
@@ -42,7 +41,7 @@ def tier_completion(latency_ms: dict[str, float]) -> dict[int, float]:
     """Milliseconds from the frame's arrival until each tier's last stage finished."""
     done: dict[int, float] = {}
     elapsed = 0.0
-    for stage in STAGES:
+    for stage in REPLAY_STAGES:
         if stage not in latency_ms:
             continue
         elapsed += latency_ms[stage]
@@ -67,7 +66,7 @@ class RunMetrics:
         self,
         deadlines_ms: dict[int, float | None],
         run: dict[str, Any],
-        stages: tuple[str, ...] = STAGES,
+        stages: tuple[str, ...] = REPLAY_STAGES,
     ) -> None:
         self.deadlines_ms = deadlines_ms
         self.stages = stages

@@ -17,9 +17,12 @@ WILDCARD_NODE = "/**"
 
 TIERS = tuple(int(t) for t in Tier)
 DEFAULT_DEADLINES_MS: dict[int, float | None] = {t: TierConfig().deadline_ms(t) for t in TIERS}
-# Which tier each stage serves (the deadline issue's reference split); a tier's work is done
-# when its last stage is. Markers and diagnostics (tier 4) exist only in the nodes.
-STAGE_TIERS = {"segment": 1, "cluster": 2, "track": 2, "predict": 3}
+# Which tier each stage serves, as in the nodes: tier 1 the near field, tier 2 the full
+# cloud and tracking, tier 3 prediction; a tier's work is done when its last stage is.
+# Replay runs the units one after the other, in this order. Markers (tier 4) exist only in
+# the nodes; speculation (tier 4) runs after the frame's last stage and is timed apart.
+REPLAY_STAGES = ("near_field", "segment", "cluster", "track", "predict")
+STAGE_TIERS = {"near_field": 1, "segment": 2, "cluster": 2, "track": 2, "predict": 3}
 # Tier settings are the scheduling TierConfig's fields, found under any prefix (the nodes
 # name them ``<prefix>.<field>``); the replay writes them under TIER_PREFIX.
 TIER_FIELDS = frozenset(TierConfig().as_dict())

@@ -74,12 +74,17 @@ class PredictionScore:
         stamp_ns: int,
         tracks: np.ndarray,
         predictions: np.ndarray,
+        reference_s: float | None = None,
     ) -> tuple[int, int, float]:
-        """Score one frame; returns (matched, unpredicted, summed min-ADE in m)."""
+        """Score one frame; returns (matched, unpredicted, summed min-ADE in m).
+
+        ``reference_s``: the time the predicted paths start from (a step before their first
+        point); the frame's stamp when None.
+        """
         table = truth.at(stamp_ns)
         if table is None:
             return 0, 0, 0.0
-        t_s = stamp_ns * 1e-9
+        t_s = stamp_ns * 1e-9 if reference_s is None else reference_s
         horizon = int(predictions["step"].max()) + 1 if predictions.size else 1
         offsets = self.step_s * np.arange(1, horizon + 1, dtype=np.float64)
         visible = table[table["num_points"] > 0]

@@ -8,6 +8,7 @@ from dynshape_perception.config import Bounds, default_bounds
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.scheduling.prediction_stage import PredictionSettings
 from dynshape_perception.tools.replay.params import DEFAULT_DEADLINES_MS, Value, is_tier_parameter
 
 # Parameter groups that change what an in-process replay computes (markers, QoS and the
@@ -34,6 +35,9 @@ class ReplaySettings:
 
     pipeline: PipelineParams = field(default_factory=PipelineParams)
     frames: FrameParams = field(default_factory=FrameParams)
+    prediction: PredictionSettings = field(default_factory=PredictionSettings)
+    # Point clouds per sensor revolution (1: whole scans, 0: detected from azimuth).
+    sectors_per_revolution: int = 1
     jit: JitConfig = field(default_factory=lambda: JitConfig(mode="off"))
     bounds: Bounds = field(default_factory=default_bounds)
     target: str = "x86_64"

@@ -17,7 +17,11 @@ from dynshape_perception.io.tables import LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRAC
 from dynshape_perception.perception.ground import DEFAULT_SENSOR_HEIGHT_M
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames, ego_pose
-from dynshape_perception.tools.sim.scenes import PEDESTRIAN_SIZE_M, pedestrian_scene
+from dynshape_perception.tools.sim.scenes import (
+    PEDESTRIAN_SIZE_M,
+    pedestrian_scene,
+    sensor_sectors,
+)
 
 # Topic names written by make-bag; replay maps them to its inputs by their base name.
 POINTS_TOPIC = "/points"
@@ -111,9 +115,16 @@ def write_generated(
     vision_msgs: bool = False,
     hidden_frames: int = 6,
     progress: Callable[[int], None] | None = None,
+    sectors: int = 1,
 ) -> BagSummary:
     """The generated drive: points, the lidar mount on /tf_static, odometry and /tf at twice
-    the scan rate, and the ground truth (odometry frame, base_link on the ground)."""
+    the scan rate, and the ground truth (odometry frame, base_link on the ground).
+
+    With ``sectors`` > 1 each scan goes out as that many azimuth sectors in the order a
+    spinning lidar emits them (those with points), stamped through the scan period.
+    """
+    if sectors < 1:
+        raise ConfigError(f"sectors must be >= 1, got {sectors}")
     points, objects, agents = [], [], []
     visible: dict[int, list[bool]] = {}
     odom_dt = config.period_s / ODOM_PER_FRAME
@@ -125,9 +136,14 @@ def write_generated(
             t = frame.stamp_s + scan_offset_s
             for j in range(ODOM_PER_FRAME):
                 _write_ego(writer, config, frame.stamp_s + j * odom_dt)
-            writer.write(
-                POINTS_TOPIC, _ns(t), bags.points_message(frame.points, _ns(t), LIDAR_FRAME)
-            )
+            parts = sensor_sectors(frame.points, sectors) if sectors > 1 else [frame.points]
+            for k, part in enumerate(parts):
+                if sectors > 1 and not part.shape[0]:
+                    continue
+                t_part = t + k * config.period_s / sectors
+                writer.write(
+                    POINTS_TOPIC, _ns(t_part), bags.points_message(part, _ns(t_part), LIDAR_FRAME)
+                )
             truth = frame.truth.copy()
             truth["z"] += config.sensor_height_m
             writer.write(TRUTH_TOPIC, _ns(t), bags.table_message(truth, _ns(t), ODOM_FRAME))
