@@ -30,6 +30,8 @@ ANCHOR_LEAD = 0.25
 MS_PER_S = 1000.0
 # Critical-path timings kept for the saved-latency estimate (a node runs for days).
 TIMING_WINDOW = 1000
+# Sample rows a track starts with (at 10 Hz, 6 s); the buffer doubles as needed.
+SAMPLES_CAPACITY = 64
 
 
 @dataclass(frozen=True)
@@ -114,51 +116,58 @@ def _empty_output(reference_s: float | None, computed: bool) -> StageOutput:
 
 
 class _Samples:
-    """One track's positions as received, oldest first; old ones are trimmed as they age out."""
+    """One track's positions as received, oldest first; old ones are trimmed as they age out.
 
-    __slots__ = ("first_s", "stamps", "xs", "ys")
+    Rows ``(stamp, x, y)`` live in a buffer that doubles when full, between ``start`` and
+    ``end``: appending and trimming move no rows but on a rare compaction.
+    """
+
+    __slots__ = ("buf", "end", "first_s", "start")
 
     def __init__(self) -> None:
-        self.stamps: deque[float] = deque()
-        self.xs: deque[float] = deque()
-        self.ys: deque[float] = deque()
+        self.buf = np.empty((SAMPLES_CAPACITY, 3), np.float64)
+        self.start = 0
+        self.end = 0
         self.first_s = math.inf
 
+    @property
+    def newest_s(self) -> float:
+        return float(self.buf[self.end - 1, 0])
+
     def append(self, stamp_s: float, x: float, y: float) -> None:
-        if not self.stamps:
+        if self.end == 0:
             self.first_s = stamp_s
-        self.stamps.append(stamp_s)
-        self.xs.append(x)
-        self.ys.append(y)
+        if self.end == self.buf.shape[0]:
+            live = self.end - self.start
+            if live * 2 > self.buf.shape[0]:
+                grown = np.empty((self.buf.shape[0] * 2, 3), np.float64)
+                grown[:live] = self.buf[self.start : self.end]
+                self.buf = grown
+            else:
+                self.buf[:live] = self.buf[self.start : self.end]
+            self.start, self.end = 0, live
+        self.buf[self.end] = (stamp_s, x, y)
+        self.end += 1
 
     def trim(self, cutoff_s: float) -> None:
         """Keep the newest sample at or before ``cutoff_s`` and every later one."""
-        stamps = self.stamps
-        while len(stamps) > 1 and stamps[1] <= cutoff_s:
-            stamps.popleft()
-            self.xs.popleft()
-            self.ys.popleft()
+        stamps = self.buf[self.start : self.end, 0]
+        keep_from = int(np.searchsorted(stamps, cutoff_s, side="right")) - 1
+        self.start += max(keep_from, 0)
 
     def at(self, times: np.ndarray) -> np.ndarray:
-        """Positions at ``times`` (inside the recorded span), float32 ``[n, 2]``.
+        """Positions at ``times`` (inside the recorded span, oldest first), float32 ``[n, 2]``.
 
-        Interpolated over the samples at and after the oldest time only: the values equal
-        those over the whole track (``resample_history``), at a cost that does not grow
-        with the track's age.
+        Interpolated over the samples from the newest at or before the oldest time: the
+        values equal those over the whole track (``resample_history``; interpolation reads
+        the two samples around a time only), at a cost that does not grow with its age.
         """
-        stamps = self.stamps
-        start = len(stamps) - 1
-        oldest = float(times[0])
-        while start > 0 and stamps[start] > oldest:
-            start -= 1
-        window = np.fromiter(
-            (stamps[k] for k in range(start, len(stamps))), np.float64, len(stamps) - start
-        )
-        xs = np.fromiter((self.xs[k] for k in range(start, len(stamps))), np.float64)
-        ys = np.fromiter((self.ys[k] for k in range(start, len(stamps))), np.float64)
+        stamps = self.buf[self.start : self.end, 0]
+        first = self.start + max(int(np.searchsorted(stamps, times[0], side="right")) - 1, 0)
+        window = self.buf[first : self.end]
         out = np.empty((times.size, 2), np.float32)
-        out[:, 0] = np.interp(times, window, xs)
-        out[:, 1] = np.interp(times, window, ys)
+        out[:, 0] = np.interp(times, window[:, 0], window[:, 1])
+        out[:, 1] = np.interp(times, window[:, 0], window[:, 2])
         return out
 
 
@@ -315,7 +324,7 @@ class PredictionStage:
             samples = self._log.get(track_id)
             if samples is None:
                 samples = self._log[track_id] = _Samples()
-            elif samples.stamps[-1] == stamp_s:
+            elif samples.newest_s == stamp_s:
                 continue
             samples.append(stamp_s, x, y)
             samples.trim(cutoff)
@@ -351,7 +360,7 @@ class PredictionStage:
         back = self._grid_time(tick - s.phases * np.arange(s.history_steps))
         for row in np.argsort(dist, kind="stable").tolist():
             samples = self._log[ids[row]]
-            if not samples.first_s <= end <= samples.stamps[-1]:
+            if not samples.first_s <= end <= samples.newest_s:
                 continue
             length = int(np.count_nonzero(back >= samples.first_s))
             if length < s.min_history_steps:

@@ -14,6 +14,7 @@ import numpy as np
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.tools.bench.prediction_cost import LENGTHS
 
 MODES = ("separate", "composed")
 # The standard outputs of testing.session (imported there with rclpy, only when measuring).
@@ -26,7 +27,20 @@ STATUS_WAIT_S = 1.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument(
+        "--mode", choices=(*MODES, "both", "none"), default="both", help="none: no DDS run"
+    )
+    parser.add_argument(
+        "--prediction-cost",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="per-frame prediction cost at history lengths 8, 32, 128 (prediction stage)",
+    )
+    parser.add_argument(
+        "--cost-lengths", type=int, nargs="+", default=list(LENGTHS), help="history lengths"
+    )
+    parser.add_argument("--cost-agents", type=int, default=32, help="agents of every frame")
+    parser.add_argument("--cost-repeats", type=int, default=10, help="scenes per length")
     parser.add_argument("--frames", type=int, default=50, help="measured frames per mode")
     parser.add_argument("--warmup", type=int, default=5, help="frames sent before measuring")
     parser.add_argument("--scan", type=Path, default=None, help="KITTI .bin scan to publish")
@@ -106,21 +120,52 @@ def measure(mode: str, points: np.ndarray, args: argparse.Namespace) -> dict[str
     }
 
 
+def stage_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """The prediction stage's per-frame cost at each history length, on the nodes' weights."""
+    from dynshape_perception import parameters
+    from dynshape_perception.runtime.engine import Engine
+    from dynshape_perception.runtime.policy import JitConfig
+    from dynshape_perception.tools.bench.prediction_cost import stage_cost
+
+    settings = parameters.prediction_settings({})
+    jit = JitConfig(mode=args.jit or "off")
+    with Engine(
+        "x86_64",
+        jit,
+        models=("predictor",),
+        cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+        weights_dir=Path(args.weights_dir) if args.weights_dir else None,
+    ) as engine:
+        cost = stage_cost(
+            engine["predictor"], settings, args.cost_lengths, args.cost_agents, args.cost_repeats
+        )
+    return {"path": "prediction stage, in process", "jit": jit.mode, **cost}
+
+
 def run(args: argparse.Namespace) -> int:
-    points = _scan(args.scan)
     if args.params_file is not None:
         from dynshape_perception.tools.replay.params import load_params_file
 
         # The nodes would each fail to start on it, with rcl's traceback.
         load_params_file(args.params_file)
-    modes = MODES if args.mode == "both" else (args.mode,)
-    measured = {mode: measure(mode, points, args) for mode in modes}
+    modes = {"both": MODES, "none": ()}.get(args.mode, (args.mode,))
+    points = _scan(args.scan) if modes else None
+    measured = {mode: measure(mode, points, args) for mode in modes if points is not None}
     results: dict[str, Any] = {
         "benchmark": "e2e",
         "machine": {"cpu_count": _cpu_count(), "platform": platform.platform()},
         "transport": "Fast DDS LARGE_DATA, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST",
         "modes": measured,
     }
+    if args.prediction_cost:
+        cost = stage_prediction_cost(args)
+        results["prediction_cost"] = cost
+        print(f"prediction cost per frame, {cost['agents']} agents ({cost['path']}):")
+        for mode in ("incremental", "full"):
+            row = "  ".join(
+                f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items()
+            )
+            print(f"  {mode:<12} {row}")
     print(
         f"{'mode':<10}{'points':>8}{'frames':>8}{'lost':>6}{'median_ms':>11}{'p99_ms':>9}"
         f"{'obstacles_ms':>14}{'tracks_ms':>11}"

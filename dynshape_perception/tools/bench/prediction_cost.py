@@ -1,0 +1,99 @@
+"""Per-frame prediction cost at history lengths 8, 32 and 128, through the prediction stage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.tables import TRACK_DTYPE
+from dynshape_perception.perception.pipeline import ModelFn
+from dynshape_perception.scheduling.prediction_stage import PredictionSettings, PredictionStage
+from dynshape_perception.tools.sim.scenes import pedestrian_scene
+
+LENGTHS = (8, 32, 128)
+FRAME_S = 0.1
+MS_PER_S = 1000.0
+FIRST_STAMP_S = 1000.0
+
+
+def _tables(agents: int, frames: int, seed: int) -> list[np.ndarray]:
+    paths = pedestrian_scene(seed=seed, num_agents=agents, num_steps=frames, dt_s=FRAME_S)
+    ids = np.arange(1, agents + 1, dtype=np.uint32)
+    out = []
+    for frame in range(frames):
+        rows = np.zeros(agents, TRACK_DTYPE)
+        rows["id"], rows["x"], rows["y"] = ids, paths[:, frame, 0], paths[:, frame, 1]
+        out.append(rows)
+    return out
+
+
+def _summary(values: list[float]) -> dict[str, float | int]:
+    data = np.asarray(values, np.float64)
+    return {
+        "p50_ms": round(float(np.median(data)), 4),
+        "p99_ms": round(float(np.percentile(data, 99)), 4),
+        "mean_ms": round(float(data.mean()), 4),
+        "frames": int(data.size),
+    }
+
+
+def stage_cost(
+    predictor: ModelFn,
+    settings: PredictionSettings,
+    lengths: Sequence[int] = LENGTHS,
+    agents: int = 32,
+    repeats: int = 10,
+) -> dict[str, Any]:
+    """Milliseconds of ``PredictionStage.predict`` per frame while every agent's history
+    holds exactly L samples, for each L of ``lengths``, in both modes.
+
+    The window (``history_steps``) is the longest length, so no history slides; agents are
+    all born on the first frame, so a frame's agents share one length. Per repeat (a new
+    scene), one stage per length is brought untimed to the frame before its histories
+    reach L; then the ``phases`` frames at L (one per grid point of a predictor step) are
+    timed in rounds across the lengths, so that a change of the host's load weighs on
+    every length alike.
+    """
+    if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
+        raise ConfigError(
+            f"need history lengths >= 2 (one step to predict from), agents >= 1 and "
+            f"repeats >= 1; got {list(lengths)}, {agents}, {repeats}"
+        )
+    window = max(lengths)
+    result: dict[str, Any] = {"agents": agents, "window": window, "repeats": repeats}
+    for mode in ("incremental", "full"):
+        config = replace(settings, mode=mode, history_steps=window, speculation=False)
+        phases = config.phases
+        per_length: dict[int, list[float]] = {length: [] for length in lengths}
+        for repeat in range(repeats):
+            tables = _tables(agents, phases * window + 1, seed=repeat)
+            stages = {}
+            for length in lengths:
+                stage = PredictionStage(predictor, config)
+                # Frame k's histories hold (k - 1) // phases + 1 samples (k >= 1): the grid
+                # lies just before each frame, so frame 0's agents are not observed yet.
+                first = phases * (length - 1) + 1
+                for k in range(first):
+                    stage.predict(tables[k], FIRST_STAMP_S + k * FRAME_S)
+                stages[length] = (stage, first)
+            for offset in range(phases):
+                for length, (stage, first) in stages.items():
+                    k = first + offset
+                    start = time.perf_counter()
+                    out = stage.predict(tables[k], FIRST_STAMP_S + k * FRAME_S)
+                    ms = (time.perf_counter() - start) * MS_PER_S
+                    if out.ids.size == agents:
+                        per_length[length].append(ms)
+        result[mode] = {str(length): _summary(v) for length, v in per_length.items() if v}
+    inc = result["incremental"]
+    first_key, last_key = str(min(lengths)), str(max(lengths))
+    if first_key in inc and last_key in inc:
+        result["incremental_ratio_longest_to_shortest"] = round(
+            inc[last_key]["p50_ms"] / inc[first_key]["p50_ms"], 3
+        )
+    return result
