@@ -195,7 +195,7 @@ def test_replay_with_every_feature_on_records_identical_outputs(
     """Sector clouds (their count detected), incremental prediction and speculation, twice."""
     bag = tmp_path / "sectors"
     sectors = 6
-    sources.write_generated(bag, "mcap", replace(DRIVE, frames=8), sectors=sectors)
+    sources.write_generated(bag, "mcap", replace(DRIVE, frames=12), sectors=sectors)
     config = tmp_path / "features.yaml"
     config.write_text(FEATURES)
     runs = [tmp_path / "a", tmp_path / "b"]
@@ -207,11 +207,15 @@ def test_replay_with_every_feature_on_records_identical_outputs(
     with bags.BagReader(runs[0] / "output") as reader:
         counts = {t.name: t.count for t in reader.topics()}
     # The first revolution ends when the second begins, the others with their last sector.
-    assert counts == {"/obstacles": 8, "/predictions": 8, "/tracks": 8}
+    assert counts == {"/obstacles": 12, "/predictions": 12, "/tracks": 12}
     doc = json.loads((runs[0] / "metrics.json").read_text())
     near = [f for f in doc["frames"] if "near_field" in f["latency_ms"]]
-    assert len(near) == len(doc["frames"]) > 8 * 2
+    assert len(near) == len(doc["frames"]) > 12 * 2
     assert sum(f["counts"].get("predictions", 0) for f in doc["frames"]) > 0
+    stage = doc["summary"]["prediction_stage"]
+    assert stage["mode"] == "incremental" and stage["speculation"] is True
+    assert stage["frames"] == 12 and stage["speculation.candidates"] > 0
+    assert doc["summary"]["sectors"]["revolutions"] == 12
 
 
 def test_run_directory_holds_metrics_and_parameters(

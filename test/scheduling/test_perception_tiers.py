@@ -185,3 +185,29 @@ def test_speculation_changes_no_output_and_runs_twice_alike(
     for a, b, c in zip(first.predicted, second.predicted, plain.predicted, strict=True):
         np.testing.assert_array_equal(a.output.table(), b.output.table())
         np.testing.assert_array_equal(a.output.table(), c.output.table())
+
+
+def test_without_tracking_the_full_cloud_is_the_last_result(
+    engine: Engine, frames: list[DriveFrame]
+) -> None:
+    """The point cloud node's tiers: near field and full obstacles, nothing tracked."""
+    record = Record()
+    segmenter = engine["segmenter"]
+    pipeline = Pipeline(segmenter, associator, engine["predictor"])
+    clock = SimulatedClock()
+    with TieredExecutor(start=False, clock=clock) as executor:
+        segmentation = Segmentation(
+            segmenter, segmenter, pipeline, NearField(), executor, (CHUNK_POINTS,)
+        )
+        tiers = PerceptionTiers(executor, segmentation, Outputs(record), strict, track=False)
+        for frame in frames[:5]:
+            clock.now_s = frame.stamp_s
+            info = FrameInfo(
+                frame.stamp_s, Pose2D(*frame.pose), executor.arrive("points"), 0.0, 0, frame.index
+            )
+            tiers.cloud(frame.points, info)
+            while executor.run_one():
+                pass
+    assert [kind for kind, _ in record.events] == ["near", "tracked"] * 5
+    assert all(t.tracks is None and t.cloud is not None for t in record.tracked)
+    assert sum(t.obstacles.shape[0] for t in record.tracked) > 5

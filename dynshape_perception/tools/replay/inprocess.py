@@ -399,6 +399,8 @@ class InProcessReplay:
                 metrics.summary_extra["prediction"] = score.summary()
             metrics.summary_extra["no_odometry"] = not len(poses)
             metrics.summary_extra["fixed_frame_source"] = localizer.fixed_source()
+            metrics.summary_extra["prediction_stage"] = tier_run.stage.diagnostics()
+            metrics.summary_extra["sectors"] = tier_run.tiers.sectors.counters.as_dict()
             return result
 
     # -- reading --------------------------------------------------------------------------
