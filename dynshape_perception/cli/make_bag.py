@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     gen.add_argument("--segment-frames", type=int, default=20, help="frames per street segment")
     gen.add_argument("--speed", type=float, default=6.0, help="ego speed, m/s")
+    gen.add_argument(
+        "--sectors",
+        type=int,
+        default=1,
+        help="azimuth sectors a scan is written as (a lidar driver's sector clouds); 1: whole",
+    )
 
 
 def _shared(relative: str) -> Path:
@@ -89,7 +95,12 @@ def run(args: argparse.Namespace) -> int:
         )
         with tqdm(total=frames, unit="frame", desc="make-bag", leave=False, disable=None) as bar:
             summary = sources.write_generated(
-                args.out, args.storage, config, args.vision_msgs, progress=bar.update
+                args.out,
+                args.storage,
+                config,
+                args.vision_msgs,
+                progress=bar.update,
+                sectors=args.sectors,
             )
     elif args.source == "kitti":
         scan = args.input or _shared("lidar/kitti_000008.bin")

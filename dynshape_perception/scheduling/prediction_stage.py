@@ -180,6 +180,9 @@ class StageCounters:
     agents_dropped: int = 0
     resets: int = 0
     forward_calls: int = 0
+    # Agents predicted by forward: every one in full mode, those whose history fills the
+    # window in incremental mode.
+    forwarded: int = 0
     predict_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
     # Critical-path time of incremental frames with and without a promoted speculation.
     promoted_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
@@ -195,9 +198,10 @@ class PredictionStage:
     Each of the ``phases`` grid points of a predictor step has its own incremental
     predictor, so that every grid point a frame lands on advances one of them by one
     ``step_decode`` call over its continuing tracks, whatever their history length. New
-    tracks are encoded from their history; a track missing from a table is forgotten and
-    evicted; a stamp before the newest resets everything. ``mode="full"`` runs ``forward``
-    over every history instead (the reference the incremental path equals).
+    tracks are encoded from their history; tracks whose history fills the window
+    (``history_steps``) take one ``forward`` call together; a track missing from a table is
+    forgotten and evicted; a stamp before the newest resets everything. ``mode="full"``
+    runs ``forward`` over every history instead (the reference the incremental path equals).
 
     Positions are snapped to ``quantum_m`` in every mode, so that speculation (verified
     exactly on snapped positions) never changes an output.
@@ -393,16 +397,48 @@ class PredictionStage:
             return _empty_output(reference, True)
         length_of = dict(zip(agents, lengths, strict=True))
         if s.mode == "full":
-            histories = [self._history(a, tick, length_of[a]) for a in agents]
-            prediction = full_recompute(
-                self._predictor, np.asarray(agents), histories, s.max_agents
-            )
-            self.counters.forward_calls += math.ceil(len(agents) / s.max_agents)
+            prediction = self._forward(tick, agents, length_of)
         else:
-            prediction = self._incremental(tick, agents, length_of)
+            prediction = self._mixed(tick, agents, length_of)
         return StageOutput(
             np.asarray(agents, np.uint32), prediction.traj, prediction.probs, reference, True
         )
+
+    def _forward(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
+        s = self.settings
+        histories = [self._history(a, tick, length_of[a]) for a in agents]
+        self.counters.forward_calls += math.ceil(len(agents) / s.max_agents)
+        self.counters.forwarded += len(agents)
+        return full_recompute(self._predictor, np.asarray(agents), histories, s.max_agents)
+
+    def _mixed(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
+        """Agents below the window advance their chain; those at it take ``forward``.
+
+        A history at the window slides on from the next sample, and a recurrent state
+        cannot forget its oldest step: such a track would be encoded afresh every frame
+        (three calls with the step of the others), where one ``forward`` call serves all.
+        """
+        window = self.settings.history_steps
+        full = [a for a in agents if length_of[a] >= window]
+        stepping = [a for a in agents if length_of[a] < window]
+        if not full:
+            return self._incremental(tick, stepping, length_of)
+        chain = self._chains[tick % self.settings.phases]
+        if not stepping:
+            chain.evict(chain.encoder.ids())
+            return self._forward(tick, full, length_of)
+        parts = [
+            (self._incremental(tick, stepping, length_of), stepping),
+            (self._forward(tick, full, length_of), full),
+        ]
+        row = {a: k for k, a in enumerate(agents)}
+        first = parts[0][0]
+        traj = np.empty((len(agents), *first.traj.shape[1:]), np.float32)
+        probs = np.empty((len(agents), *first.probs.shape[1:]), np.float32)
+        for prediction, members in parts:
+            rows = np.fromiter((row[a] for a in members), np.int64, len(members))
+            traj[rows], probs[rows] = prediction.traj, prediction.probs
+        return Prediction(np.asarray(agents, np.int64), traj, probs)
 
     def _incremental(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
         s = self.settings
@@ -464,6 +500,7 @@ class PredictionStage:
                 "agents_dropped": c.agents_dropped,
                 "resets": c.resets,
                 "forward_calls": c.forward_calls,
+                "forwarded": c.forwarded,
                 "predict_p50_ms": round(float(np.median(predict)), 3) if predict.size else 0.0,
                 "speculation": s.speculation,
             }
