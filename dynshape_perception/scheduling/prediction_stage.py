@@ -563,3 +563,72 @@ _CHAIN_KEYS = (
     "promoted_frames",
     "candidates",
 )
+
+
+class IdleSpeculation:
+    """A stage's speculation on a thread of its own, for a node without the tiered executor.
+
+    After each frame (``frame_done``) the thread speculates the next grid point one chunk
+    (one ``step_decode`` call) at a time; a newer frame ends a speculation it overtook,
+    whose result the stage would discard anyway.
+    """
+
+    def __init__(self, stage: PredictionStage) -> None:
+        self.stage = stage
+        self._cv = threading.Condition()
+        self._pending = False
+        self._busy = False
+        self._closed = False
+        self.runs = 0
+        self.abandoned = 0
+        self._thread = threading.Thread(target=self._serve, name="speculation", daemon=True)
+        self._thread.start()
+
+    def frame_done(self) -> None:
+        with self._cv:
+            self._pending = True
+            self._cv.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no speculation is asked for or running; False on timeout."""
+        end = time.monotonic() + timeout_s
+        with self._cv:
+            while self._pending or self._busy:
+                left = end - time.monotonic()
+                if left <= 0.0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout_s)
+
+    def _serve(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                self._pending = False
+                self._busy = True
+            try:
+                self._speculate()
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def _speculate(self) -> None:
+        chunks = self.stage.speculate_chunks()
+        self.runs += 1
+        for _ in chunks:
+            with self._cv:
+                overtaken = self._pending or self._closed
+            if overtaken:
+                chunks.close()
+                self.abandoned += 1
+                return

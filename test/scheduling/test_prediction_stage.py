@@ -13,6 +13,7 @@ from dynshape_perception.io.tables import TRACK_DTYPE
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.scheduling.prediction_stage import (
+    IdleSpeculation,
     PredictionSettings,
     PredictionStage,
     StageOutput,
@@ -271,3 +272,27 @@ def test_settings_are_checked() -> None:
         PredictionSettings(quantum_m=0.0)
     with pytest.raises(ConfigError, match="step_s"):
         PredictionSettings(step_s=float("nan"))
+
+
+def test_idle_speculation_on_its_own_thread_changes_no_output(engine: Engine) -> None:
+    settings = PredictionSettings(history_steps=128, speculation=True)
+    spec = PredictionStage(engine["predictor"], settings)
+    plain = PredictionStage(engine["predictor"], replace(settings, speculation=False))
+    idle = IdleSpeculation(spec)
+    world = HypothesisWorld(seed=5)
+    outputs: list[StageOutput] = []
+    try:
+        for k in range(60):
+            source = outputs[k - settings.phases] if k >= settings.phases else None
+            stamp, tracks = world.next(k, source, settings.step_s)
+            got = spec.predict(tracks, stamp)
+            assert_same(got, plain.predict(tracks, stamp), exact=True)
+            outputs.append(got)
+            idle.frame_done()
+            # Waiting makes the speculation complete before the next frame, every frame.
+            assert idle.wait_idle(30.0)
+    finally:
+        idle.close()
+    d = spec.diagnostics()
+    assert idle.runs == 60 and idle.abandoned == 0
+    assert int(d["speculation.candidates"]) > 0 and int(d["speculation.promoted_frames"]) > 0
