@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -167,13 +167,15 @@ class PerceptionTiers:
         ).add_done_callback(self.deliver("near field", partial(self.outputs.near, frame)))
         done = self.sectors.add(points, frame.stamp_s)
         for revolution in done:
+            # A revolution ended by the next one's first sector keeps its own last stamp.
+            whole = replace(frame, stamp_s=revolution.stamp_s)
             self.executor.submit(
-                partial(self._full_cloud, revolution, frame),
+                partial(self._full_cloud, revolution, whole),
                 Tier.PLANNING,
                 arrival=frame.arrival,
                 name=FULL_CLOUD,
                 size=int(revolution.points.shape[0]),
-            ).add_done_callback(self.deliver("full cloud", partial(self._tracked, frame)))
+            ).add_done_callback(self.deliver("full cloud", partial(self._tracked, whole)))
         return done
 
     def detections(self, obstacles: np.ndarray, frame: FrameInfo) -> None:

@@ -507,7 +507,7 @@ class InProcessReplay:
                     mount = localizer.mount(frame.frame_id, bag_s)
                     located = self._locate(localizer, base, bag_s)
                     points, removed = pipeline.prepare(frame.points, mount)
-                    record.counts.update(removed)
+                    record.counts.update({**removed, "points": int(points.shape[0])})
                     obstacle_frame, ego = base, Pose2D.of(located.to_fixed)
                 else:
                     located = self._locate(localizer, frame.frame_id, bag_s)
@@ -528,8 +528,6 @@ class InProcessReplay:
         if results.near_result is not None:
             latency["near_field"] = results.near_result.ms
             record.counts["near_obstacles"] = int(results.near_result.obstacles.shape[0])
-        if frame.points is not None:
-            record.counts["points"] = int(frame.points.shape[0])
         record.dropped = {
             "2": pipeline.dropped_detections - before[0],
             "3": int(tier_run.stage.counters.agents_dropped) - before[1],
