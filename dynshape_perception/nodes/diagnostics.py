@@ -18,6 +18,7 @@ from rclpy.node import Node
 
 # Task names: the analyzer YAML of config/ groups the statuses by them.
 INPUT, POSE, JIT, TIERS = "input", "pose", "jit", "tiers"
+PREDICTION, SECTORS = "prediction", "sectors"
 # diagnostic_status levels 0, 1, 2 as DiagnosticStatus levels.
 LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)
 OK_MESSAGE = "ok"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
 
@@ -17,6 +15,7 @@ from visualization_msgs.msg import MarkerArray
 from dynshape_perception import parameters
 from dynshape_perception.io.objects import TrackStates, predicted_objects, tracked_objects
 from dynshape_perception.models import MODEL_NAMES
+from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import (
     ODOM_REASONS,
     POINT_COUNTERS,
@@ -35,17 +34,17 @@ from dynshape_perception.nodes.messages import (
 )
 from dynshape_perception.nodes.segmenting import SegmentingNode
 from dynshape_perception.perception.objects import TrackUuids, existence_probability
-from dynshape_perception.perception.pipeline import Pipeline, Pose2D
-from dynshape_perception.perception.prediction import PredictedPaths
-from dynshape_perception.perception.transforms import Matrix
-from dynshape_perception.scheduling.executor import Arrival
-from dynshape_perception.scheduling.lidar_tiers import (
-    FULL_CLOUD,
-    MARKERS,
-    MS_PER_S,
-    PREDICT,
-    FullCloud,
+from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.scheduling.lidar_tiers import MARKERS, MS_PER_S, NearResult
+from dynshape_perception.scheduling.perception_tiers import (
+    NOT_PREDICTED,
+    FrameInfo,
+    PerceptionTiers,
+    Predicted,
+    Tracked,
 )
+from dynshape_perception.scheduling.prediction_stage import PredictionStage
+from dynshape_perception.scheduling.sectors import SectorAssembler
 from dynshape_perception.scheduling.tiers import Tier
 
 NOT_TRACKED = "frames_not_tracked"
@@ -55,39 +54,22 @@ AGENTS_DROPPED = "agents_dropped"
 
 
 @dataclass(frozen=True)
-class Frame:
-    """One cloud on its way through the tiers: its vehicle-frame and fixed-frame headers,
-    and the transform between them at its stamp."""
+class Heads:
+    """The headers of one input's outputs: vehicle frame (obstacles), fixed frame (tracks)."""
 
     vehicle: Header
     fixed: Header
-    stamp_s: float
-    to_fixed: Matrix
-    arrival: Arrival
-    received_s: float
-    generation: int
-
-
-@dataclass(frozen=True)
-class Tracked:
-    """Tier 2's result: the cloud's obstacles, the tracks (None: not tracked) as the
-    messages carry them, and the histories to predict."""
-
-    cloud: FullCloud
-    states: TrackStates | None
-    ids: np.ndarray
-    histories: list[np.ndarray]
-    track_ms: float
 
 
 class PerceptionPipelineNode(SegmentingNode):
     """All stages on the arrays in memory: nothing is serialised between them.
 
-    Tier 1 publishes ``near_objects``; tier 2 (full cloud, clustering, tracking)
-    ``detected_objects`` and ``tracked_objects``; tier 3 ``predicted_objects``; tier 4
-    ``markers`` (and each its debug table, if asked). Each tier's unit is submitted when the
-    one before it finished, with the frame's arrival, so every deadline counts from the
-    same instant. The predictor runs in one place: the pipeline's ``PredictionStage``.
+    The core's tiers (``PerceptionTiers``, as in-process replay runs them): tier 1
+    publishes ``near_objects`` per cloud or sector; tier 2 (full cloud of a revolution,
+    clustering, tracking) ``detected_objects`` and ``tracked_objects``; tier 3 (the
+    prediction stage) ``predicted_objects``; tier 4 speculation and ``markers`` (and each
+    its debug table, if asked). Each tier's unit is submitted when the one before it
+    finished, with the input's arrival, so every deadline counts from the same instant.
     """
 
     def __init__(self) -> None:
@@ -108,15 +90,22 @@ class PerceptionPipelineNode(SegmentingNode):
         )
         self.counters.update(POINT_COUNTERS)
         self.counters[NOT_TRACKED] = 0
+        self.counters[NOT_PREDICTED] = 0
         self.counters[TRACKS_DROPPED] = 0
         self.counters[AGENTS_DROPPED] = 0
-        # The tracker's state is touched by tier 2 (a lane) and reset by a frame change
-        # (the subscription); the history batcher's statistics by tier 3 units.
-        self._track_lock = threading.Lock()
-        self._predict_lock = threading.Lock()
-        self._generation = 0
-        self._last_tracked_s = float("-inf")
         self.uuids = TrackUuids()
+        self.stage = PredictionStage(
+            self.engine["predictor"], parameters.prediction_settings(self.values)
+        )
+        self.tiers = PerceptionTiers(
+            self.scheduler,
+            self.segmentation,
+            _Outputs(self),
+            self.deliver,
+            self.stage,
+            SectorAssembler(parameters.sectors_per_revolution(self.values)),
+            describe=self._states,
+        )
         self.frame = FixedFrame(self, self._reset_tracks)
         self.detected = self.output(DetectedObjects, "detected_objects")
         self.tracked = self.output(TrackedObjects, "tracked_objects")
@@ -127,18 +116,29 @@ class PerceptionPipelineNode(SegmentingNode):
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
         markers = bool(self.values["debug.publish_markers"])
         self.markers = self.output(MarkerArray, "markers", stamped=False) if markers else None
+        self.diagnostics.add_task(diag.PREDICTION, self.report_prediction)
+        self.report_sectors(self.tiers.sectors)
         self.subscribe(PointCloud2, "points", self.on_points)
 
     def apply_parameters(self, changed: set[str]) -> None:
         super().apply_parameters(changed)
         self.pipeline.tracker.params = self.pipeline.params.tracker
+        if any(name.startswith("prediction.") for name in changed):
+            self.stage.update_settings(parameters.prediction_settings(self.values))
 
     def _reset_tracks(self) -> None:
-        with self._track_lock:
-            self.pipeline.tracker.reset()
-            self.uuids.reset()
-            self._generation += 1
-            self._last_tracked_s = float("-inf")
+        self.tiers.reset()
+        self.uuids.reset()
+
+    def _states(self, tracks: np.ndarray) -> TrackStates:
+        """The tracks as the messages carry them (called under the tracker's lock)."""
+        tracker = self.pipeline.tracker
+        return TrackStates(
+            tracks,
+            self.uuids.of(tracks["id"]),
+            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
+            tracker.missed,
+        )
 
     def on_points(self, msg: PointCloud2) -> None:
         with self.handling("points"):
@@ -150,119 +150,82 @@ class PerceptionPipelineNode(SegmentingNode):
                 return
             arrival = self.scheduler.arrive("points", stamp)
             self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})
-            frame = Frame(
-                head,
-                output_header(msg.header.stamp, located.fixed_frame),
+            frame = FrameInfo(
                 stamp,
                 located.to_fixed,
                 arrival,
                 t0,
-                self._generation,
+                self.tiers.generation,
+                self.next_seed(),
+                Heads(head, output_header(msg.header.stamp, located.fixed_frame)),
             )
-            self.submit_near_field(points, head, arrival)
-            self.scheduler.submit(
-                partial(self._full_cloud, points, frame, self.next_seed()),
-                Tier.PLANNING,
-                arrival=arrival,
-                name=FULL_CLOUD,
-                size=points.shape[0],
-            ).add_done_callback(self.deliver("full cloud", partial(self._publish_tracks, frame)))
+            self.tiers.cloud(points, frame)
 
-    # -- tier 2 ------------------------------------------------------------------------
-    def _full_cloud(
-        self, points: np.ndarray, frame: Frame, seed: int
-    ) -> Generator[None, None, Tracked]:
-        cloud = yield from self.segmentation.full_cloud(points, seed)
-        start = time.perf_counter()
-        pipeline = self.pipeline
-        with self._track_lock:
-            # A frame change since submission restarted the tracks; a newer frame tracked
-            # first (more than one shared lane) makes this one too old to track.
-            if frame.generation != self._generation or frame.stamp_s <= self._last_tracked_s:
-                self.count(NOT_TRACKED)
-                return Tracked(cloud, None, np.zeros(0, np.uint32), [], 0.0)
-            self._last_tracked_s = frame.stamp_s
-            fixed = pipeline.to_fixed_frame(cloud.obstacles, frame.to_fixed)
-            tracks = pipeline.track(fixed, frame.stamp_s)
-            tracker = pipeline.tracker
-            states = TrackStates(
-                tracks,
-                self.uuids.of(tracks["id"]),
-                existence_probability(
-                    tracker.hits, tracker.missed, tracker.params.max_missed_frames
-                ),
-                tracker.missed,
-            )
-            ids, histories = pipeline.agent_histories(tracks, Pose2D.of(frame.to_fixed))
-        return Tracked(cloud, states, ids, histories, (time.perf_counter() - start) * MS_PER_S)
+    # -- what the tiers give --------------------------------------------------------------
+    def on_near(self, frame: FrameInfo, result: NearResult) -> None:
+        self._publish_near(frame.context.vehicle, result)
 
-    def _publish_tracks(self, frame: Frame, result: Tracked) -> None:
-        self.publish_obstacles(self.detected, self.obstacles, frame.vehicle, result.cloud.obstacles)
-        self.count_full_cloud(result.cloud)
-        states = result.states
+    def on_tracked(self, frame: FrameInfo, result: Tracked) -> None:
+        heads: Heads = frame.context
+        self.publish_obstacles(self.detected, self.obstacles, heads.vehicle, result.obstacles)
+        if result.cloud is not None:
+            self.count_full_cloud(result.cloud)
+            self.record_latency(result.cloud.latency_ms)
+        self.set_counter(NOT_TRACKED, self.tiers.counts[NOT_TRACKED])
+        states: TrackStates | None = result.states
         if states is None:
             return
-        ns = stamp_ns(frame.fixed.stamp)
+        ns = stamp_ns(heads.fixed.stamp)
         objects = self.pipeline.params.objects
         self.tracked.publish(
-            tracked_objects(ros_message, ns, frame.fixed.frame_id, states, objects)
+            tracked_objects(ros_message, ns, heads.fixed.frame_id, states, objects)
         )
         if self.tracks is not None:
-            self.tracks.publish(table_msg(states.tracks, frame.fixed))
+            self.tracks.publish(table_msg(states.tracks, heads.fixed))
         self.set_counter(TRACKS_DROPPED, self.pipeline.tracker.dropped_tracks)
-        self.set_counter(AGENTS_DROPPED, self.pipeline.dropped_agents)
         self.count("frames_out")
-        self.record_latency({**result.cloud.latency_ms, "track": result.track_ms})
-        self.scheduler.submit(
-            partial(self._predict, result.ids, result.histories),
-            Tier.COMFORT,
-            arrival=frame.arrival,
-            name=PREDICT,
-            size=result.ids.size,
-        ).add_done_callback(
-            self.deliver("prediction", partial(self._publish_predictions, frame, states))
-        )
+        self.record_latency({"track": result.track_ms})
 
-    # -- tier 3 ------------------------------------------------------------------------
-    def _predict(
-        self, ids: np.ndarray, histories: list[np.ndarray]
-    ) -> Generator[None, None, tuple[PredictedPaths, float]]:
-        stage = self.pipeline.prediction
-        if ids.size == 0:
-            return PredictedPaths.empty(stage.step_s), 0.0
-        start = time.perf_counter()
-        with self._predict_lock:
-            state = stage.encode(histories)
-        encode_ms = (time.perf_counter() - start) * MS_PER_S
-        yield
-        start = time.perf_counter()
-        paths = stage.decode(ids, state)
-        return paths, encode_ms + (time.perf_counter() - start) * MS_PER_S
-
-    def _publish_predictions(
-        self, frame: Frame, states: TrackStates, result: tuple[PredictedPaths, float]
-    ) -> None:
-        paths, predict_ms = result
-        ns = stamp_ns(frame.fixed.stamp)
+    def on_predicted(self, frame: FrameInfo, result: Predicted) -> None:
+        heads: Heads = frame.context
+        states: TrackStates = result.states
+        paths = result.output.paths(self.stage.settings.step_s)
+        ns = stamp_ns(heads.fixed.stamp)
         objects = self.pipeline.params.objects
         self.predicted.publish(
-            predicted_objects(ros_message, ns, frame.fixed.frame_id, states, paths, objects)
+            predicted_objects(ros_message, ns, heads.fixed.frame_id, states, paths, objects)
         )
         table = paths.table()
         if self.predictions is not None:
-            self.predictions.publish(table_msg(table, frame.fixed))
+            self.predictions.publish(table_msg(table, heads.fixed))
+        self.set_counter(AGENTS_DROPPED, self.stage.counters.agents_dropped)
+        self.set_counter(NOT_PREDICTED, self.tiers.counts[NOT_PREDICTED])
         self.record_latency(
-            {"predict": predict_ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
+            {"predict": result.ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
         )
         if self.markers is None:
             return
         self.scheduler.submit(
-            partial(marker_array, states.tracks, table, frame.fixed, self.marker_style()),
+            partial(marker_array, states.tracks, table, heads.fixed, self.marker_style()),
             Tier.BEST_EFFORT,
             arrival=frame.arrival,
             name=MARKERS,
             size=states.tracks.shape[0],
         ).add_done_callback(self.deliver("markers", self.markers.publish))
+
+    # -- diagnostics ----------------------------------------------------------------------
+    def report_prediction(self) -> diag.Report:
+        values = {f"prediction.{k}": v for k, v in self.stage.diagnostics().items()}
+        return 0, [], values
+
+
+class _Outputs:
+    """The tiers' results, handed to the node that publishes them."""
+
+    def __init__(self, node: PerceptionPipelineNode) -> None:
+        self.near = node.on_near
+        self.tracked = node.on_tracked
+        self.predicted = node.on_predicted
 
 
 def main(args: list[str] | None = None) -> int:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from autoware_perception_msgs.msg import DetectedObjects
 from sensor_msgs.msg import PointCloud2
-from std_msgs.msg import Header
 
 from dynshape_perception import parameters
 from dynshape_perception.nodes.base import (
@@ -18,12 +16,16 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.messages import stamp_s
 from dynshape_perception.nodes.segmenting import SegmentingNode
-from dynshape_perception.perception.pipeline import Pipeline
-from dynshape_perception.scheduling.lidar_tiers import FULL_CLOUD, MS_PER_S, FullCloud
-from dynshape_perception.scheduling.tiers import Tier
+from dynshape_perception.perception.pipeline import Pipeline, Pose2D
+from dynshape_perception.scheduling.lidar_tiers import MS_PER_S, NearResult
+from dynshape_perception.scheduling.perception_tiers import FrameInfo, PerceptionTiers, Tracked
+from dynshape_perception.scheduling.sectors import SectorAssembler
 
 
 class PointcloudNode(SegmentingNode):
+    """The core's tiers without tracking: ``near_objects`` per cloud or sector (tier 1),
+    ``detected_objects`` once per revolution (tier 2)."""
+
     def __init__(self) -> None:
         super().__init__("pointcloud_node", ("segmenter",), POINT_REASONS)
         pipeline = Pipeline(
@@ -35,30 +37,56 @@ class PointcloudNode(SegmentingNode):
         )
         self.setup_segmentation(pipeline)
         self.counters.update(POINT_COUNTERS)
+        self.tiers = PerceptionTiers(
+            self.scheduler,
+            self.segmentation,
+            _Outputs(self),
+            self.deliver,
+            sectors=SectorAssembler(parameters.sectors_per_revolution(self.values)),
+            track=False,
+        )
         self.detected = self.output(DetectedObjects, "detected_objects")
         self.obstacles = self.output(PointCloud2, "obstacles") if self.tables else None
+        self.report_sectors(self.tiers.sectors)
         self.subscribe(PointCloud2, "points", self.on_points)
 
     def on_points(self, msg: PointCloud2) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
             points, head = self.vehicle_points(msg)
-            arrival = self.scheduler.arrive("points", stamp_s(msg.header.stamp))
+            stamp = stamp_s(msg.header.stamp)
+            arrival = self.scheduler.arrive("points", stamp)
             self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})
-            self.submit_near_field(points, head, arrival)
-            self.scheduler.submit(
-                partial(self.segmentation.full_cloud, points, self.next_seed()),
-                Tier.PLANNING,
-                arrival=arrival,
-                name=FULL_CLOUD,
-                size=points.shape[0],
-            ).add_done_callback(self.deliver("full cloud", partial(self._publish, head, t0)))
+            frame = FrameInfo(stamp, Pose2D(), arrival, t0, 0, self.next_seed(), head)
+            self.tiers.cloud(points, frame)
 
-    def _publish(self, head: Header, t0: float, cloud: FullCloud) -> None:
-        self.publish_obstacles(self.detected, self.obstacles, head, cloud.obstacles)
-        self.count_full_cloud(cloud)
+    def on_near(self, frame: FrameInfo, result: NearResult) -> None:
+        self._publish_near(frame.context, result)
+
+    def on_tracked(self, frame: FrameInfo, result: Tracked) -> None:
+        self.publish_obstacles(self.detected, self.obstacles, frame.context, result.obstacles)
+        if result.cloud is not None:
+            self.count_full_cloud(result.cloud)
+            latency = {**result.cloud.latency_ms}
+        else:
+            latency = {}
         self.count("frames_out")
-        self.record_latency({**cloud.latency_ms, "total": (time.perf_counter() - t0) * MS_PER_S})
+        self.record_latency(
+            {**latency, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
+        )
+
+
+class _Outputs:
+    """The tiers' results, handed to the node that publishes them."""
+
+    def __init__(self, node: PointcloudNode) -> None:
+        self.near = node.on_near
+        self.tracked = node.on_tracked
+        self.predicted = _nothing_predicted
+
+
+def _nothing_predicted(*_: object) -> None:
+    """The point cloud node tracks nothing, so nothing reaches prediction."""
 
 
 def main(args: list[str] | None = None) -> int:

@@ -9,13 +9,13 @@ from sensor_msgs.msg import PointCloud2
 from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception import parameters
-from dynshape_perception.config import default_config
 from dynshape_perception.io.objects import (
     TrackStates,
     predicted_objects,
     tracks_from_tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import REASONS
+from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
@@ -36,12 +36,10 @@ from dynshape_perception.nodes.messages import (
     stamp_s,
     table_msg,
 )
-from dynshape_perception.perception.history import PREDICTOR_STEP_S
 from dynshape_perception.perception.objects import UuidIndex
 from dynshape_perception.perception.pipeline import Pose2D
-from dynshape_perception.perception.prediction import PredictionStage
-from dynshape_perception.perception.track_histories import TrackHistories
 from dynshape_perception.perception.transforms import inverse
+from dynshape_perception.scheduling.prediction_stage import IdleSpeculation, PredictionStage
 
 MS_PER_S = 1000.0
 AGENTS_DROPPED = "agents_dropped"
@@ -62,9 +60,12 @@ class PredictionNode(PerceptionNode):
                 *ODOM_REASONS,
             ),
         )
-        step_s = float(default_config().section("predictor").get("step_s", PREDICTOR_STEP_S))
-        self.histories = TrackHistories(self.bounds, step_s)
-        self.prediction = PredictionStage(self.engine["predictor"], step_s)
+        self.stage = PredictionStage(
+            self.engine["predictor"], parameters.prediction_settings(self.values)
+        )
+        # Speculation runs in the node's idle time: it has no tiered executor.
+        self.speculation = IdleSpeculation(self.stage)
+        self.diagnostics.add_task(diag.PREDICTION, self.report_prediction)
         self.ids = UuidIndex()
         self.frame = FixedFrame(self, self._reset)
         self.pose = PoseInput(self)
@@ -77,8 +78,16 @@ class PredictionNode(PerceptionNode):
         self.subscribe(TrackedObjects, "tracked_objects", self.on_tracks)
 
     def _reset(self) -> None:
-        self.histories.reset()
+        self.stage.reset()
         self.ids.reset()
+
+    def apply_parameters(self, changed: set[str]) -> None:
+        if any(name.startswith("prediction.") for name in changed):
+            self.stage.update_settings(parameters.prediction_settings(self.values))
+
+    def close(self) -> None:
+        self.speculation.close()
+        super().close()
 
     def on_tracks(self, msg: TrackedObjects) -> None:
         with self.handling("tracked_objects"):
@@ -93,14 +102,11 @@ class PredictionNode(PerceptionNode):
             tracks = received.tracks.copy()
             tracks["id"] = self.ids.update(received.uuids)
             states = TrackStates(tracks, received.uuids, received.existence, received.missed)
-            self.histories.update(tracks, stamp)
             # The vehicle in the tracks' frame: the nearest agents are predicted first.
             ego = Pose2D.of(inverse(located.to_fixed) @ located.vehicle)
-            ids, histories = self.histories.agent_histories(
-                tracks, ego, int(self.values["prediction.min_history_steps"])
-            )
             t1 = time.perf_counter()
-            paths = self.prediction.predict(ids, histories)
+            output = self.stage.predict(tracks, stamp, ego)
+            paths = output.paths(self.stage.settings.step_s)
             t2 = time.perf_counter()
             params = parameters.object_params(self.values)
             self.predicted.publish(
@@ -115,14 +121,20 @@ class PredictionNode(PerceptionNode):
             if self.markers is not None:
                 self.markers.publish(marker_array(tracks, table, head, self.marker_style()))
             self.count("frames_out")
-            self.set_counter(AGENTS_DROPPED, self.histories.dropped_agents)
+            self.set_counter(AGENTS_DROPPED, self.stage.counters.agents_dropped)
+            if self.stage.settings.speculation:
+                self.speculation.frame_done()
             self.record_latency(
                 {
-                    "histories": (t1 - t0) * MS_PER_S,
+                    "convert": (t1 - t0) * MS_PER_S,
                     "predict": (t2 - t1) * MS_PER_S,
                     "total": (time.perf_counter() - t0) * MS_PER_S,
                 }
             )
+
+    def report_prediction(self) -> diag.Report:
+        values = {f"prediction.{k}": v for k, v in self.stage.diagnostics().items()}
+        return 0, [], values
 
 
 def main(args: list[str] | None = None) -> int:

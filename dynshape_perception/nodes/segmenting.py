@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,18 +13,19 @@ from std_msgs.msg import Header
 from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.objects import detected_objects
+from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import Output, PerceptionNode
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import ros_message, stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.pipeline import Pipeline
-from dynshape_perception.scheduling.executor import Arrival, TieredExecutor
+from dynshape_perception.scheduling.executor import TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
     NEAR_FIELD,
     FullCloud,
     NearResult,
     Segmentation,
 )
-from dynshape_perception.scheduling.tiers import Tier
+from dynshape_perception.scheduling.sectors import SectorAssembler
 
 SEGMENTER = "segmenter"
 SEGMENTING_COUNTERS = {
@@ -42,10 +42,11 @@ SEGMENTING_COUNTERS = {
 class SegmentingNode(PerceptionNode):
     """A node whose lidar work runs through the tiered executor.
 
-    Per cloud, in the vehicle frame (``frames.base_frame``, the mount from TF): tier 1
-    segments the collision corridor on the node's second engine and publishes
-    ``near_objects`` as soon as it is done; tier 2 segments the whole cloud in chunks and
-    clusters it. Subclasses submit tier 2 and publish what it gives.
+    Per cloud or sector, in the vehicle frame (``frames.base_frame``, the mount from TF):
+    tier 1 segments the collision corridor on the node's second engine and publishes
+    ``near_objects`` as soon as it is done; tier 2 segments a whole revolution in chunks
+    and clusters it. Subclasses drive the core's ``PerceptionTiers`` and publish what it
+    gives.
     """
 
     def __init__(
@@ -100,16 +101,6 @@ class SegmentingNode(PerceptionNode):
         if table is not None:
             table.publish(table_msg(obstacles, head))
 
-    def submit_near_field(self, points: np.ndarray, head: Any, arrival: Arrival) -> None:
-        future = self.scheduler.submit(
-            self.segmentation.near_field(points),
-            Tier.COLLISION,
-            arrival=arrival,
-            name=NEAR_FIELD,
-            size=points.shape[0],
-        )
-        future.add_done_callback(self.deliver("near field", partial(self._publish_near, head)))
-
     def _publish_near(self, head: Any, result: NearResult) -> None:
         self.publish_obstacles(self.near_objects, self.near_obstacles, head, result.obstacles)
         self.count("near_field_out")
@@ -117,6 +108,20 @@ class SegmentingNode(PerceptionNode):
         if result.default_plane:
             self.count("near_field_default_plane")
         self.record_latency({NEAR_FIELD: result.ms})
+
+    def report_sectors(self, sectors: SectorAssembler) -> None:
+        """A diagnostics task for the sector clouds: counts, and WARN on lost sectors."""
+
+        def report() -> diag.Report:
+            counts = sectors.counters
+            values: dict[str, object] = {f"sectors.{k}": v for k, v in counts.as_dict().items()}
+            values["sectors.per_revolution"] = sectors.sectors_per_revolution
+            problems = []
+            if counts.incomplete_revolutions:
+                problems.append(f"{counts.incomplete_revolutions} revolution(s) missed a sector")
+            return int(bool(problems)), problems, values
+
+        self.diagnostics.add_task(diag.SECTORS, report)
 
     def count_full_cloud(self, cloud: FullCloud) -> None:
         if cloud.far_field_subsampled:

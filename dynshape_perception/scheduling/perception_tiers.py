@@ -69,6 +69,8 @@ class Tracked:
     tracks: np.ndarray | None
     track_ms: float
     revolution: Revolution | None = None
+    # What ``describe`` made of the tracks, under the lock that tracked them.
+    states: Any = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Predicted:
     tracks: np.ndarray
     output: StageOutput
     ms: float
+    states: Any = None
 
 
 class TierOutputs(Protocol):
@@ -122,6 +125,7 @@ class PerceptionTiers:
         stage: PredictionStage | None = None,
         sectors: SectorAssembler | None = None,
         track: bool = True,
+        describe: Callable[[np.ndarray], Any] | None = None,
     ) -> None:
         self.executor = executor
         self.segmentation = segmentation
@@ -130,6 +134,9 @@ class PerceptionTiers:
         self.stage = stage
         self.sectors = sectors or SectorAssembler(1)
         self.track = track
+        # Called with each frame's tracks while the tracker is locked (track identities that
+        # a reset restarts): its result travels with the tracks to the outputs.
+        self.describe = describe
         self.counts = {NOT_TRACKED: 0, NOT_PREDICTED: 0}
         # The tracker is touched by tier 2 (a lane), the stage by tier 3, and both are reset
         # from outside (a subscription); sectors by the subscription only.
@@ -192,7 +199,9 @@ class PerceptionTiers:
     def _full_cloud(
         self, revolution: Revolution, frame: FrameInfo
     ) -> Generator[None, None, Tracked]:
-        cloud = yield from self.segmentation.full_cloud(revolution.points, frame.seed)
+        # Sectors were bounded one by one; their revolution is bounded here.
+        points = self.segmentation.pipeline.bound_points(revolution.points)
+        cloud = yield from self.segmentation.full_cloud(points, frame.seed)
         if not self.track:
             return Tracked(cloud.obstacles, cloud, None, 0.0, revolution)
         return self._track_frame(cloud.obstacles, frame, cloud, revolution)
@@ -222,15 +231,16 @@ class PerceptionTiers:
                 return Tracked(obstacles, cloud, None, 0.0, revolution)
             self._last_tracked_s = frame.stamp_s
             tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, frame.pose), frame.stamp_s)
+            states = self.describe(tracks) if self.describe is not None else None
         ms = (time.perf_counter() - start) * MS_PER_S
-        return Tracked(obstacles, cloud, tracks, ms, revolution)
+        return Tracked(obstacles, cloud, tracks, ms, revolution, states)
 
     def _tracked(self, frame: FrameInfo, result: Tracked) -> None:
         self.outputs.tracked(frame, result)
         if result.tracks is None or self.stage is None:
             return
         self.executor.submit(
-            partial(self._predict, result.tracks, frame),
+            partial(self._predict, result.tracks, frame, result.states),
             Tier.COMFORT,
             arrival=frame.arrival,
             name=PREDICT,
@@ -238,7 +248,7 @@ class PerceptionTiers:
         ).add_done_callback(self.deliver("prediction", partial(self._predicted, frame)))
 
     # -- tier 3 and 4 ---------------------------------------------------------------------
-    def _predict(self, tracks: np.ndarray, frame: FrameInfo) -> Predicted | None:
+    def _predict(self, tracks: np.ndarray, frame: FrameInfo, states: Any) -> Predicted | None:
         assert self.stage is not None
         start = time.perf_counter()
         with self._predict_lock:
@@ -247,7 +257,7 @@ class PerceptionTiers:
                 return None
             self._last_predicted_s = frame.stamp_s
             output = self.stage.predict(tracks, frame.stamp_s, frame.vehicle())
-        return Predicted(tracks, output, (time.perf_counter() - start) * MS_PER_S)
+        return Predicted(tracks, output, (time.perf_counter() - start) * MS_PER_S, states)
 
     def _predicted(self, frame: FrameInfo, result: Predicted | None) -> None:
         if result is None:
