@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import rclpy
-from autoware_perception_msgs.msg import PredictedObjects, TrackedObjects
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from dynshape_perception.io.objects import (
-    TrackStates,
-    predictions_from_predicted_objects,
-    tracked_objects,
-)
+from dynshape_perception.io.objects import predictions_from_predicted_objects
 from dynshape_perception.io.tables import LABEL_PEDESTRIAN, TRACK_DTYPE
-from dynshape_perception.nodes.messages import ros_message, stamp_ns
-from dynshape_perception.perception.objects import ObjectParams
-from dynshape_perception.resources import config_path
-from dynshape_perception.testing.processes import (
-    NodeProcess,
-    dds_env,
-    domain_lease,
-    start_node,
+from dynshape_perception.testing.prediction_session import (
+    PredictionSession,
+    prediction_session,
 )
 from dynshape_perception.tools.sim.scenes import pedestrian_scene
 
@@ -42,8 +22,6 @@ AGENTS = 10
 FIRST_NS = 20_000_000_000
 STEP_NS = 100_000_000
 TIMEOUT_S = 20.0
-STARTUP_S = 120.0
-# Each variant is one prediction_node in a namespace of its own.
 VARIANTS: dict[str, dict[str, bool | int | float | str]] = {
     "full": {"prediction.mode": "full"},
     "incremental": {"prediction.mode": "incremental"},
@@ -51,92 +29,22 @@ VARIANTS: dict[str, dict[str, bool | int | float | str]] = {
 }
 # Long enough that the frames hold both kinds of agent: below the window and at it.
 HISTORY_STEPS = 16
-SPIN_S = 0.02
-
-
-@dataclass
-class Harness:
-    node: Node
-    executor: SingleThreadedExecutor
-    publishers: dict[str, Any]
-    received: dict[str, dict[int, Any]]
-    diagnostics: dict[str, dict[str, str]]
-
-    def spin_until(self, done: Any, timeout_s: float) -> bool:
-        end = rclpy.clock.Clock().now().nanoseconds + int(timeout_s * 1e9)
-        while not done():
-            if rclpy.clock.Clock().now().nanoseconds > end:
-                return False
-            self.executor.spin_once(timeout_sec=SPIN_S)
-        return True
-
-
-def _harness(context: Context) -> Harness:
-    node = Node("prediction_modes_probe", context=context)
-    qos = QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=100, reliability=ReliabilityPolicy.RELIABLE
-    )
-    received: dict[str, dict[int, Any]] = {name: {} for name in VARIANTS}
-    diagnostics: dict[str, dict[str, str]] = {}
-    publishers = {}
-    for name in VARIANTS:
-        publishers[name] = node.create_publisher(TrackedObjects, f"/{name}/tracked_objects", qos)
-
-        def keep(msg: Any, name: str = name) -> None:
-            received[name][stamp_ns(msg.header.stamp)] = msg
-
-        node.create_subscription(PredictedObjects, f"/{name}/predicted_objects", keep, qos)
-
-    def on_diagnostics(msg: Any) -> None:
-        for status in msg.status:
-            diagnostics[status.name] = {kv.key: kv.value for kv in status.values}
-
-    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, qos)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    return Harness(node, executor, publishers, received, diagnostics)
 
 
 @pytest.fixture(scope="module")
-def harness(
+def session(
     node_overrides: dict[str, bool | int | float | str],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Harness]:
+) -> Iterator[PredictionSession]:
+    overrides = {
+        **node_overrides,
+        "prediction.history_steps": HISTORY_STEPS,
+        # Generic kernels compute a row alike in any batch: exact comparisons.
+        "jit.mode": "off",
+    }
     logs = tmp_path_factory.mktemp("prediction_modes_logs")
-    with ExitStack() as stack:
-        domain = stack.enter_context(domain_lease())
-        env = dds_env(domain)
-        processes: list[NodeProcess] = []
-        for name, overrides in VARIANTS.items():
-            processes.append(
-                start_node(
-                    "prediction_node",
-                    env=env,
-                    log_dir=logs,
-                    params_file=config_path("x86_dev.param.yaml"),
-                    overrides={
-                        **node_overrides,
-                        **overrides,
-                        "prediction.history_steps": HISTORY_STEPS,
-                        # Generic kernels compute a row alike in any batch: exact comparisons.
-                        "jit.mode": "off",
-                    },
-                    remaps=[("__ns", f"/{name}")],
-                    name=f"prediction_{name}",
-                )
-            )
-            stack.callback(processes[-1].stop)
-        context = Context()
-        rclpy.init(context=context, domain_id=domain)
-        stack.callback(context.try_shutdown)
-        harness = _harness(context)
-        stack.callback(harness.node.destroy_node)
-        ready = harness.spin_until(
-            lambda: all(p.get_subscription_count() for p in harness.publishers.values()),
-            STARTUP_S,
-        )
-        assert ready, "\n".join(p.log()[-2000:] for p in processes)
-        yield harness
+    with prediction_session(VARIANTS, overrides, logs) as running:
+        yield running
 
 
 def _tables(frames: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -154,16 +62,6 @@ def _tables(frames: int) -> Iterator[tuple[int, np.ndarray]]:
         yield FIRST_NS + k * STEP_NS, rows
 
 
-def _states(rows: np.ndarray) -> TrackStates:
-    namespace = uuid.UUID(int=7)
-    uuids = np.array(
-        [np.frombuffer(uuid.uuid5(namespace, str(int(i))).bytes, np.uint8) for i in rows["id"]],
-        dtype=np.uint8,
-    ).reshape(-1, 16)
-    n = rows.shape[0]
-    return TrackStates(rows, uuids, np.full(n, 0.9), np.zeros(n, np.int64))
-
-
 def _paths(msg: Any) -> dict[bytes, tuple[np.ndarray, np.ndarray]]:
     return {
         p.uuid: (np.asarray(p.confidences), np.stack([q[:, :2] for q in p.paths]))
@@ -172,23 +70,22 @@ def _paths(msg: Any) -> dict[bytes, tuple[np.ndarray, np.ndarray]]:
     }
 
 
-def test_every_mode_predicts_alike_through_the_node(harness: Harness, tmp_path: Path) -> None:
+def test_every_mode_predicts_alike_through_the_node(session: PredictionSession) -> None:
     predicted_agents = 0
-    for ns, rows in _tables(FRAMES):
+    for stamp, rows in _tables(FRAMES):
         for name in VARIANTS:
-            msg = tracked_objects(ros_message, ns, "map", _states(rows), ObjectParams())
-            harness.publishers[name].publish(msg)
-        got = harness.spin_until(
-            lambda ns=ns: all(ns in harness.received[name] for name in VARIANTS), TIMEOUT_S
+            session.publish(name, stamp, rows)
+        got = session.spin_until(
+            lambda stamp=stamp: all(stamp in session.received[n] for n in VARIANTS), TIMEOUT_S
         )
-        assert got, f"no predictions of stamp {ns} from every variant"
-        full = _paths(harness.received["full"][ns])
-        incremental = _paths(harness.received["incremental"][ns])
+        assert got, f"no predictions of stamp {stamp} from every variant"
+        full = _paths(session.received["full"][stamp])
+        incremental = _paths(session.received["incremental"][stamp])
         assert incremental.keys() == full.keys()
         for key, (probs, paths) in incremental.items():
             np.testing.assert_allclose(paths, full[key][1], rtol=RTOL, atol=ATOL)
             np.testing.assert_allclose(probs, full[key][0], rtol=RTOL, atol=ATOL)
-        speculative = _paths(harness.received["speculative"][ns])
+        speculative = _paths(session.received["speculative"][stamp])
         assert speculative.keys() == incremental.keys()
         for key, (probs, paths) in speculative.items():
             np.testing.assert_array_equal(paths, incremental[key][1])
@@ -197,15 +94,14 @@ def test_every_mode_predicts_alike_through_the_node(harness: Harness, tmp_path: 
     assert predicted_agents > AGENTS * FRAMES // 2
 
     def reported() -> bool:
-        tasks = [harness.diagnostics.get(f"prediction_{n}: prediction") for n in VARIANTS]
+        tasks = [session.task(name) for name in VARIANTS]
         return all(t is not None and int(t["prediction.frames"]) == FRAMES for t in tasks)
 
-    assert harness.spin_until(reported, TIMEOUT_S)
-    full_task = harness.diagnostics["prediction_full: prediction"]
-    incremental = harness.diagnostics["prediction_incremental: prediction"]
-    speculative = harness.diagnostics["prediction_speculative: prediction"]
-    assert full_task["prediction.mode"] == "full" and int(full_task["prediction.forward_calls"]) > 0
-    assert int(incremental["prediction.step_decode_calls"]) > 0
-    assert int(incremental["prediction.forwarded"]) > 0
-    assert int(speculative["prediction.speculation.candidates"]) > 0
-    assert "prediction.speculation.saved_ms_total" in speculative
+    assert session.spin_until(reported, TIMEOUT_S)
+    full_task, incremental_task, speculative_task = (session.task(n) or {} for n in VARIANTS)
+    assert full_task["prediction.mode"] == "full"
+    assert int(full_task["prediction.forward_calls"]) > 0
+    assert int(incremental_task["prediction.step_decode_calls"]) > 0
+    assert int(incremental_task["prediction.forwarded"]) > 0
+    assert int(speculative_task["prediction.speculation.candidates"]) > 0
+    assert "prediction.speculation.saved_ms_total" in speculative_task
