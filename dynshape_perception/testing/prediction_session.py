@@ -23,6 +23,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.objects import TrackStates, tracked_objects
+from dynshape_perception.io.tables import TRACK_DTYPE
 from dynshape_perception.nodes.messages import ros_message, stamp_ns
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.resources import config_path
@@ -90,6 +91,24 @@ class PredictionSession:
         if not self.spin_until(lambda: stamp in self.received[name], timeout_s):
             return None
         return (self.arrived_s[name][stamp] - self.sent_s[name][stamp]) * 1000.0
+
+    def prime(self, first_ns: int, step_ns: int, attempts: int, timeout_s: float) -> int:
+        """Send empty tables until every node answers one (discovery settles); next stamp."""
+        stamp = first_ns
+        empty = np.zeros(0, dtype=TRACK_DTYPE)
+        for _ in range(attempts):
+            for name in self.publishers:
+                self.publish(name, stamp, empty)
+
+            def answered_all(stamp: int = stamp) -> bool:
+                return all(stamp in got for got in self.received.values())
+
+            answered = self.spin_until(answered_all, timeout_s)
+            stamp += step_ns
+            if answered:
+                return stamp
+            self.check_alive()
+        raise ConfigError(f"the prediction nodes did not answer in {attempts} attempts")
 
     def task(self, name: str, task: str = PREDICTION_TASK) -> dict[str, str] | None:
         return self.tasks.get(f"prediction_{name}: {task}")

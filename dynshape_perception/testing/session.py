@@ -6,7 +6,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +92,29 @@ class NodeSession:
             self.probe.publish_odometry(stamp_ns, pose.x, pose.y, pose.yaw)
         data = points_to_cloud(cloud) if isinstance(cloud, np.ndarray) else cloud
         self.probe.publish_cloud(data, stamp_ns, frame_id)
+        return self.collect(stamp_ns, timeout_s, wait_for)
+
+    def sectors(
+        self,
+        parts: Sequence[np.ndarray],
+        stamps_ns: Sequence[int],
+        poses: Sequence[Pose2D | None],
+        gap_s: float,
+        timeout_s: float = 10.0,
+        wait_for: tuple[str, ...] = OUTPUTS,
+    ) -> FrameTiming:
+        """Publish one scan as sector clouds ``gap_s`` apart, as a spinning lidar's driver
+        sends them; wait for the outputs of the last sector's stamp (the revolution's)."""
+        for k, (part, stamp, pose) in enumerate(zip(parts, stamps_ns, poses, strict=True)):
+            if k:
+                self.probe.spin_for(gap_s)
+            if pose is not None:
+                self.probe.publish_odometry(stamp, pose.x, pose.y, pose.yaw)
+            self.probe.publish_cloud(points_to_cloud(part), stamp)
+        return self.collect(stamps_ns[-1], timeout_s, wait_for)
+
+    def collect(self, stamp_ns: int, timeout_s: float, wait_for: tuple[str, ...]) -> FrameTiming:
+        """Wait for the outputs of ``stamp_ns``: when each came after it was published."""
         got = self.probe.received
         self.probe.spin_until(lambda: all(stamp_ns in got[t] for t in wait_for), timeout_s)
         sent = self.probe.published[stamp_ns]

@@ -22,6 +22,7 @@ AGENTS = 10
 FIRST_NS = 20_000_000_000
 STEP_NS = 100_000_000
 TIMEOUT_S = 20.0
+PRIME_ATTEMPTS = 5
 VARIANTS: dict[str, dict[str, bool | int | float | str]] = {
     "full": {"prediction.mode": "full"},
     "incremental": {"prediction.mode": "incremental"},
@@ -44,6 +45,7 @@ def session(
     }
     logs = tmp_path_factory.mktemp("prediction_modes_logs")
     with prediction_session(VARIANTS, overrides, logs) as running:
+        running.prime(FIRST_NS - PRIME_ATTEMPTS * STEP_NS, STEP_NS, PRIME_ATTEMPTS, TIMEOUT_S)
         yield running
 
 
@@ -95,7 +97,7 @@ def test_every_mode_predicts_alike_through_the_node(session: PredictionSession) 
 
     def reported() -> bool:
         tasks = [session.task(name) for name in VARIANTS]
-        return all(t is not None and int(t["prediction.frames"]) == FRAMES for t in tasks)
+        return all(t is not None and int(t["prediction.frames"]) >= FRAMES for t in tasks)
 
     assert session.spin_until(reported, TIMEOUT_S)
     full_task, incremental_task, speculative_task = (session.task(n) or {} for n in VARIANTS)

@@ -1,4 +1,4 @@
-"""``bench e2e``: latency from publishing the KITTI scan to receiving its predictions, over DDS."""
+"""``bench e2e``: scan to predicted objects over DDS, per feature mode; the prediction cost."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,37 +15,65 @@ import numpy as np
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
+from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.tools.bench.prediction_cost import LENGTHS
+from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames
+from dynshape_perception.tools.sim.scenes import sensor_sectors
 
-MODES = ("separate", "composed")
+SETUPS = ("composed", "separate")
+INPUTS = ("kitti", "drive")
+# Each mode turns one feature on, the others at their defaults (baseline: all off).
+MODES: dict[str, dict[str, bool | int | float | str]] = {
+    "baseline": {"prediction.mode": "full", "prediction.speculation": False},
+    "incremental": {"prediction.mode": "incremental"},
+    "speculation": {"prediction.mode": "incremental", "prediction.speculation": True},
+    "streaming": {},
+}
+STREAMING = "streaming"
+HEADLINE = ("composed", "kitti")
 # The standard outputs of testing.session (imported there with rclpy, only when measuring).
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 KITTI_SCAN = Path("lidar") / "kitti_000008.bin"
 FIRST_STAMP_NS = 1_000_000_000
+STAMP_STEP_NS = 100_000_000
+SCAN_PERIOD_S = 0.1
 PERCENTILE = 99.0
 # Long enough for one /diagnostics report at the default period.
 STATUS_WAIT_S = 1.5
+PRIME_ATTEMPTS = 5
+DRIVE_POINTS = (15_000, 40_000)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One input frame: the cloud and the vehicle's pose at its stamp."""
+
+    points: np.ndarray
+    pose: Pose2D
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--mode", choices=(*MODES, "both", "none"), default="both", help="none: no DDS run"
-    )
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--setups", nargs="*", choices=SETUPS, default=list(SETUPS))
+    parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS))
+    parser.add_argument("--sectors", type=int, default=36, help="sectors a scan is cut into")
     parser.add_argument(
         "--prediction-cost",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="per-frame prediction cost at history lengths 8, 32, 128 (prediction stage)",
+        choices=("stage", "node", "both", "none"),
+        default="both",
+        help="per-frame prediction cost at history lengths 8, 32, 128: through the stage "
+        "in process, through prediction_node over DDS",
     )
     parser.add_argument(
         "--cost-lengths", type=int, nargs="+", default=list(LENGTHS), help="history lengths"
     )
     parser.add_argument("--cost-agents", type=int, default=32, help="agents of every frame")
     parser.add_argument("--cost-repeats", type=int, default=10, help="scenes per length")
-    parser.add_argument("--frames", type=int, default=50, help="measured frames per mode")
+    parser.add_argument("--frames", type=int, default=50, help="measured frames per run")
     parser.add_argument("--warmup", type=int, default=5, help="frames sent before measuring")
     parser.add_argument("--scan", type=Path, default=None, help="KITTI .bin scan to publish")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated drive")
     parser.add_argument("--params-file", type=Path, default=None, help="node parameters YAML")
     parser.add_argument("--weights-dir", default="", help="weights folder (default: committed)")
     parser.add_argument("--cache-dir", default="", help="artefact cache folder of the nodes")
@@ -53,32 +83,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
 
 
-def _scan(path: Path | None) -> np.ndarray:
+def _kitti(path: Path | None, count: int) -> list[Scan]:
     if path is None:
         data = shared_data_dir()
         if data is None:
             raise ConfigError("no --scan given and ../shared/data is absent")
         path = data / KITTI_SCAN
-    return read_kitti_bin(path, allow_empty=False)
+    points = read_kitti_bin(path, allow_empty=False)
+    return [Scan(points, Pose2D())] * count
+
+
+def _drive(seed: int, count: int) -> list[Scan]:
+    """A generated 10 Hz drive along one street: tracks live through the whole run."""
+    config = DriveConfig(
+        seed=seed,
+        frames=count,
+        period_s=SCAN_PERIOD_S,
+        segment_frames=count,
+        points_range=DRIVE_POINTS,
+    )
+    return [Scan(f.points, Pose2D(*f.pose)) for f in drive_frames(config)]
 
 
 def summary(latencies_ms: list[float]) -> dict[str, float]:
     values = np.asarray(latencies_ms, dtype=np.float64)
     if values.size == 0:
-        return {"median_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
+        return {"p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
     return {
-        "median_ms": round(float(np.median(values)), 3),
+        "p50_ms": round(float(np.median(values)), 3),
         "p99_ms": round(float(np.percentile(values, PERCENTILE)), 3),
         "mean_ms": round(float(values.mean()), 3),
         "max_ms": round(float(values.max()), 3),
     }
 
 
-def measure(mode: str, points: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
-    """One closed-loop run: each scan is sent once the previous one's predictions are back."""
-    from dynshape_perception.perception.pipeline import Pose2D
-    from dynshape_perception.testing.session import OUTPUTS, STAMP_STEP_NS, node_session
-
+def _overrides(args: argparse.Namespace) -> dict[str, bool | int | float | str]:
     overrides: dict[str, bool | int | float | str] = {}
     if args.weights_dir:
         overrides["weights_dir"] = str(args.weights_dir)
@@ -86,33 +125,76 @@ def measure(mode: str, points: np.ndarray, args: argparse.Namespace) -> dict[str
         overrides["model_cache_dir"] = str(args.cache_dir)
     if args.jit:
         overrides["jit.mode"] = args.jit
-    per_topic: dict[str, list[float]] = {t: [] for t in OUTPUTS}
+    return overrides
+
+
+def _sectors(points: np.ndarray, sectors: int) -> list[np.ndarray]:
+    return [p for p in sensor_sectors(points, sectors) if p.shape[0]]
+
+
+def measure(
+    setup: str, mode: str, scans: Sequence[Scan], args: argparse.Namespace
+) -> dict[str, Any]:
+    """One closed-loop run: each scan is sent once the previous one's predictions are back.
+
+    In the streaming mode a scan goes out as its sectors, spread over the scan period as a
+    spinning lidar's driver sends them, and the latency counts from its last sector.
+    """
+    from dynshape_perception.testing.session import node_session
+
+    streaming = mode == STREAMING
+    overrides = {**_overrides(args), **MODES[mode]}
+    counts = {len(_sectors(s.points, args.sectors)) for s in scans} if streaming else {1}
+    if len(counts) != 1:
+        raise ConfigError(f"the scans hold points in different numbers of sectors: {counts}")
+    per_revolution = counts.pop()
+    overrides["points.sectors_per_revolution"] = per_revolution
+    per_topic: dict[str, list[float]] = {DETECTED: [], TRACKED: [], PREDICTED: []}
     lost = 0
     with node_session(
-        mode,
+        setup,
         params_file=args.params_file,
         overrides=overrides,
         startup_timeout_s=args.startup_timeout_s,
     ) as session:
-        stamp = session.prime(points, FIRST_STAMP_NS, args.warmup, args.frame_timeout_s)
-        for _ in range(args.warmup):
-            session.frame(points, stamp, Pose2D(), args.frame_timeout_s)
+        stamp = FIRST_STAMP_NS
+        primed = False
+        for k, scan in enumerate(scans):
+            if len(per_topic[PREDICTED]) + lost >= args.frames:
+                break
+            parts = _sectors(scan.points, args.sectors) if streaming else [scan.points]
+            step = STAMP_STEP_NS // max(len(parts), 1)
+            stamps = [stamp + j * step for j in range(len(parts))]
+            timing = session.sectors(
+                parts,
+                stamps,
+                [scan.pose] * len(parts),
+                SCAN_PERIOD_S / len(parts),
+                args.frame_timeout_s,
+                wait_for=(PREDICTED,),
+            )
             stamp += STAMP_STEP_NS
-        for _ in range(args.frames):
-            timing = session.frame(points, stamp, Pose2D(), args.frame_timeout_s)
-            stamp += STAMP_STEP_NS
-            for topic, ms in timing.after_publish_ms.items():
+            arrived = timing.after_publish_ms[PREDICTED] is not None
+            if k < args.warmup or not primed:
+                # Discovery settles and the models warm up; nothing is measured yet.
+                primed = primed or arrived
+                if k >= args.warmup + PRIME_ATTEMPTS and not primed:
+                    session.check_alive()
+                    raise ConfigError(f"no predictions came back in {setup}/{mode}")
+                continue
+            for topic in per_topic:
+                ms = timing.after_publish_ms[topic]
                 if ms is not None:
                     per_topic[topic].append(ms)
-            lost += timing.after_publish_ms[PREDICTED] is None
+            lost += not arrived
         session.probe.spin_for(float(STATUS_WAIT_S))
         statuses = {proc.name: session.probe.status(proc.name) for proc in session.processes}
+    measured = len(per_topic[PREDICTED]) + lost
     return {
-        "mode": mode,
-        "frames": args.frames,
+        "frames": measured,
         "lost": lost,
-        "points": int(points.shape[0]),
-        "scan_to_predictions": summary(per_topic[PREDICTED]),
+        "sectors_per_revolution": per_revolution,
+        **{k: v for k, v in summary(per_topic[PREDICTED]).items() if k in ("p50_ms", "p99_ms")},
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
         "node_status": {
             name: (status.values if status is not None else {}) for name, status in statuses.items()
@@ -142,44 +224,74 @@ def stage_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
     return {"path": "prediction stage, in process", "jit": jit.mode, **cost}
 
 
+def node_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """Tracked objects published to prediction_node until its predicted objects are back."""
+    from dynshape_perception.testing.prediction_session import prediction_session
+    from dynshape_perception.tools.bench.prediction_cost import node_cost
+
+    variants = {mode: {"prediction.mode": mode} for mode in ("incremental", "full")}
+    overrides = {**_overrides(args), "prediction.history_steps": max(args.cost_lengths)}
+    with prediction_session(variants, overrides, startup_timeout_s=args.startup_timeout_s) as s:
+        cost = node_cost(s, args.cost_lengths, args.cost_agents, args.cost_repeats)
+    return {"path": "prediction_node over DDS, tracked objects to predicted objects", **cost}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.params_file is not None:
         from dynshape_perception.tools.replay.params import load_params_file
 
         # The nodes would each fail to start on it, with rcl's traceback.
         load_params_file(args.params_file)
-    modes = {"both": MODES, "none": ()}.get(args.mode, (args.mode,))
-    points = _scan(args.scan) if modes else None
-    measured = {mode: measure(mode, points, args) for mode in modes if points is not None}
+    count = args.warmup + args.frames + PRIME_ATTEMPTS
+    inputs = {
+        name: _kitti(args.scan, count) if name == "kitti" else _drive(args.seed, count)
+        for name in args.inputs
+    }
+    modes: dict[str, dict[str, Any]] = {}
+    for mode in args.modes:
+        runs = {
+            f"{setup}/{name}": measure(setup, mode, scans, args)
+            for setup in args.setups
+            for name, scans in inputs.items()
+        }
+        if not runs:
+            continue
+        head = runs.get("/".join(HEADLINE), next(iter(runs.values())))
+        modes[mode] = {k: head[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {
+            "runs": runs
+        }
     results: dict[str, Any] = {
         "benchmark": "e2e",
         "machine": {"cpu_count": _cpu_count(), "platform": platform.platform()},
         "transport": "Fast DDS LARGE_DATA, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST",
-        "modes": measured,
+        "figure": "scan (its last sector when streaming) to predicted_objects, closed loop",
+        "modes": modes,
     }
-    if args.prediction_cost:
-        cost = stage_prediction_cost(args)
-        results["prediction_cost"] = cost
+    if modes:
+        print(f"{'mode':<13}{'run':<18}{'frames':>7}{'lost':>6}{'p50_ms':>9}{'p99_ms':>9}")
+        for mode, entry in modes.items():
+            for name, r in entry["runs"].items():
+                print(
+                    f"{mode:<13}{name:<18}{r['frames']:>7}{r['lost']:>6}"
+                    f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+                )
+    costs = {"stage": stage_prediction_cost, "node": node_prediction_cost}
+    wanted = {"both": ("stage", "node"), "none": ()}.get(
+        args.prediction_cost, (args.prediction_cost,)
+    )
+    for path in wanted:
+        cost = costs[path](args)
+        results[f"prediction_cost_{path}"] = cost
         print(f"prediction cost per frame, {cost['agents']} agents ({cost['path']}):")
         for mode in ("incremental", "full"):
             row = "  ".join(
                 f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items()
             )
             print(f"  {mode:<12} {row}")
-    print(
-        f"{'mode':<10}{'points':>8}{'frames':>8}{'lost':>6}{'median_ms':>11}{'p99_ms':>9}"
-        f"{'obstacles_ms':>14}{'tracks_ms':>11}"
-    )
-    for mode, r in measured.items():
-        e2e, to = r["scan_to_predictions"], r["scan_to"]
-        print(
-            f"{mode:<10}{r['points']:>8}{r['frames']:>8}{r['lost']:>6}{e2e['median_ms']:>11.1f}"
-            f"{e2e['p99_ms']:>9.1f}{to[DETECTED]['median_ms']:>14.1f}"
-            f"{to[TRACKED]['median_ms']:>11.1f}"
-        )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
-    return 0 if all(r["lost"] == 0 for r in measured.values()) else 1
+    lost = sum(r["lost"] for e in modes.values() for r in e["runs"].values())
+    return 0 if lost == 0 else 1
 
 
 def _cpu_count() -> int:

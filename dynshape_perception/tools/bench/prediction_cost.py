@@ -5,17 +5,28 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io.tables import TRACK_DTYPE
+from dynshape_perception.io.tables import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.perception.pipeline import ModelFn
 from dynshape_perception.scheduling.prediction_stage import PredictionSettings, PredictionStage
-from dynshape_perception.tools.sim.scenes import pedestrian_scene
+from dynshape_perception.tools.sim.scenes import PEDESTRIAN_SIZE_M, pedestrian_scene
+
+if TYPE_CHECKING:
+    from dynshape_perception.testing.prediction_session import PredictionSession
 
 LENGTHS = (8, 32, 128)
+FIRST_NS = 1_000_000_000
+STEP_NS = 100_000_000
+# Track ids of one run start here times its number: each run's tracks are new ones.
+RUN_IDS = 100_000
+ROUND_TRIP_TIMEOUT_S = 10.0
+PRIME_ATTEMPTS = 10
+# The tracks carry boxes and scores as a tracker gives them (the messages need sizes).
+TRACK_SCORE = 0.9
 FRAME_S = 0.1
 MS_PER_S = 1000.0
 FIRST_STAMP_S = 1000.0
@@ -28,6 +39,9 @@ def _tables(agents: int, frames: int, seed: int) -> list[np.ndarray]:
     for frame in range(frames):
         rows = np.zeros(agents, TRACK_DTYPE)
         rows["id"], rows["x"], rows["y"] = ids, paths[:, frame, 0], paths[:, frame, 1]
+        rows["length"], rows["width"], rows["height"] = PEDESTRIAN_SIZE_M
+        rows["label"] = LABEL_PEDESTRIAN
+        rows["score"] = TRACK_SCORE
         out.append(rows)
     return out
 
@@ -95,5 +109,56 @@ def stage_cost(
     if first_key in inc and last_key in inc:
         result["incremental_ratio_longest_to_shortest"] = round(
             inc[last_key]["p50_ms"] / inc[first_key]["p50_ms"], 3
+        )
+    return result
+
+
+def node_cost(
+    session: PredictionSession,
+    lengths: Sequence[int] = LENGTHS,
+    agents: int = 32,
+    repeats: int = 3,
+    phases: int = 4,
+) -> dict[str, Any]:
+    """Round trips (tracked objects out, predicted objects back) per frame while every
+    agent's history holds exactly L samples, through the nodes of ``session``.
+
+    Every variant gets each table, one after the other, so a change of the host's load
+    weighs on all alike. Each run (a length of a repeat) brings new track ids, which the
+    nodes start afresh; its frames before the histories reach L are sent but not timed,
+    and the nodes' window is the longest length, so no history slides.
+    """
+    if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
+        raise ConfigError(
+            f"need history lengths >= 2, agents >= 1 and repeats >= 1; got {list(lengths)}, "
+            f"{agents}, {repeats}"
+        )
+    names = list(session.publishers)
+    per: dict[str, dict[int, list[float]]] = {n: {length: [] for length in lengths} for n in names}
+    stamp = session.prime(FIRST_NS, STEP_NS, PRIME_ATTEMPTS, ROUND_TRIP_TIMEOUT_S)
+    run = 0
+    for repeat in range(repeats):
+        # Alternate the order, so no length always follows a longer one.
+        order = list(lengths) if repeat % 2 == 0 else list(reversed(lengths))
+        for length in order:
+            run += 1
+            timed = range(phases * (length - 1) + 1, phases * length + 1)
+            for k, tracks in enumerate(_tables(agents, timed.stop, seed=run)):
+                tracks["id"] += run * RUN_IDS
+                for name in names:
+                    ms = session.round_trip(name, stamp, tracks, ROUND_TRIP_TIMEOUT_S)
+                    if ms is None:
+                        session.check_alive()
+                        raise ConfigError(f"no predictions of stamp {stamp} from {name}")
+                    if k in timed:
+                        per[name][length].append(ms)
+                stamp += STEP_NS
+    result: dict[str, Any] = {"agents": agents, "window": max(lengths), "repeats": repeats}
+    for name in names:
+        result[name] = {str(length): _summary(v) for length, v in per[name].items() if v}
+    for name in names:
+        first_key, last_key = str(min(lengths)), str(max(lengths))
+        result[f"{name}_ratio_longest_to_shortest"] = round(
+            result[name][last_key]["p50_ms"] / result[name][first_key]["p50_ms"], 3
         )
     return result

@@ -5,19 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dynshape_perception.cli.main import main
 
 SUMMARY_KEYS = {"p50_ms", "p99_ms", "mean_ms", "frames"}
+MODE_KEYS = {"p50_ms", "p99_ms", "frames", "lost", "runs"}
 
 
 def test_prediction_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     out = tmp_path / "e2e.json"
-    args = ["bench", "e2e", "--mode", "none", "--json", str(out), "--cache-dir", str(cache_root)]
+    args = ["bench", "e2e", "--modes", "baseline", "--setups", "--inputs", "kitti"]
     small = ["--cost-lengths", "2", "5", "--cost-agents", "3", "--cost-repeats", "1"]
-    assert main([*args, *small]) == 0
+    common = ["--json", str(out), "--cache-dir", str(cache_root), "--prediction-cost", "stage"]
+    assert main([*args, *common, *small]) == 0
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "e2e" and doc["modes"] == {}
-    cost = doc["prediction_cost"]
+    cost = doc["prediction_cost_stage"]
     assert cost["window"] == 5 and cost["agents"] == 3
     for mode in ("incremental", "full"):
         assert set(cost[mode]) == {"2", "5"}
@@ -26,3 +30,26 @@ def test_prediction_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
             # One frame per grid point of a predictor step, every agent predicted.
             assert summary["frames"] == 4 and summary["p50_ms"] > 0.0
     assert cost["incremental_ratio_longest_to_shortest"] > 0.0
+
+
+@pytest.mark.usefixtures("kitti_bin")
+def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
+    """Every mode over DDS (the composed pipeline on the KITTI scan), and the node path's
+    prediction cost, in a few frames each."""
+    out = tmp_path / "e2e.json"
+    args = ["bench", "e2e", "--setups", "composed", "--inputs", "kitti", "--sectors", "36"]
+    frames = ["--frames", "2", "--warmup", "1", "--jit", "off"]
+    small = ["--cost-lengths", "2", "3", "--cost-agents", "2", "--cost-repeats", "1"]
+    common = ["--json", str(out), "--cache-dir", str(cache_root)]
+    assert main([*args, *frames, *small, *common, "--prediction-cost", "node"]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["modes"]) == {"baseline", "incremental", "speculation", "streaming"}
+    for mode, entry in doc["modes"].items():
+        assert set(entry) == MODE_KEYS, mode
+        assert entry["frames"] == 2 and entry["lost"] == 0
+        assert set(entry["runs"]) == {"composed/kitti"}
+    assert doc["modes"]["streaming"]["runs"]["composed/kitti"]["sectors_per_revolution"] > 1
+    cost = doc["prediction_cost_node"]
+    for mode in ("incremental", "full"):
+        assert set(cost[mode]) == {"2", "3"}
+        assert all(set(v) == SUMMARY_KEYS and v["frames"] == 4 for v in cost[mode].values())
