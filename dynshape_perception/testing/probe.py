@@ -86,8 +86,10 @@ TOPIC_TASK = " topic status"
 class Probe(Node):
     """Records outputs by stamp (ns) with their arrival time (``time.perf_counter``)."""
 
-    def __init__(self, context: Context | None = None, name: str = "dynshape_probe") -> None:
-        super().__init__(name, context=context)
+    def __init__(
+        self, context: Context | None = None, name: str = "dynshape_probe", namespace: str = ""
+    ) -> None:
+        super().__init__(name, context=context, namespace=namespace)
         qos = QoSProfile(
             history=HistoryPolicy.KEEP_LAST,
             depth=RECORD_DEPTH,
@@ -306,13 +308,16 @@ class Probe(Node):
 
 
 @contextmanager
-def probe_session(domain_id: int, name: str = "dynshape_probe") -> Iterator[Probe]:
-    """A probe in its own rclpy context on ``domain_id`` (no signal handlers installed)."""
+def probe_session(
+    domain_id: int, name: str = "dynshape_probe", namespace: str = ""
+) -> Iterator[Probe]:
+    """A probe in its own rclpy context on ``domain_id`` (no signal handlers installed); its
+    topics resolve in ``namespace``."""
     context = Context()
     rclpy.init(context=context, domain_id=domain_id)
     probe: Probe | None = None
     try:
-        probe = Probe(context=context, name=name)
+        probe = Probe(context=context, name=name, namespace=namespace)
         yield probe
     finally:
         if probe is not None:
