@@ -42,6 +42,17 @@ class SectorCounters:
         return dict(vars(self))
 
 
+def azimuth_centre(points: np.ndarray) -> float | None:
+    """The circular mean azimuth of a cloud's points (radians); None when it has none."""
+    x = points[:, 0].astype(np.float64)
+    y = points[:, 1].astype(np.float64)
+    r = np.hypot(x, y)
+    away = r > 0.0
+    if not away.any():
+        return None
+    return math.atan2(float((y[away] / r[away]).mean()), float((x[away] / r[away]).mean()))
+
+
 def azimuth_bins(points: np.ndarray) -> np.ndarray:
     """The occupied bins (of ``AZIMUTH_BINS`` around the sensor) of a cloud, as a mask."""
     mask = np.zeros(AZIMUTH_BINS, bool)
@@ -63,9 +74,12 @@ class SectorAssembler:
     covers, and the count seen then is used from the next revolution on (so that a
     revolution is given out with its last sector, not with the next one's first). Either
     way a sector that overlaps the revolution before it is complete ends it early (a lost
-    sector): that one is given out marked incomplete. A revolution begins with the first
-    sector after start or reset; empty sectors are counted and belong to none. A driver
-    that changes its sector count needs a reset to be detected again.
+    sector): that one is given out marked incomplete. So does a sector that jumps back
+    against the sensor's turn (learnt from the steps between sectors): the next revolution
+    of a scan that does not cover all around, whose first sectors may have been lost. A
+    revolution begins with the first sector after start or reset, or after such a jump;
+    empty sectors are counted and belong to none. A driver that changes its sector count
+    needs a reset to be detected again.
     """
 
     def __init__(self, sectors_per_revolution: int = DETECT) -> None:
@@ -78,6 +92,12 @@ class SectorAssembler:
         self.counters = SectorCounters()
         self._reset_revolution()
         self._last_stamp_s = -math.inf
+        self._reset_turn()
+
+    def _reset_turn(self) -> None:
+        self._centre: float | None = None
+        # Steps between sectors that turned counter-clockwise, and clockwise.
+        self._turns = [0, 0]
 
     def _reset_revolution(self) -> None:
         self._points: list[np.ndarray] = []
@@ -95,6 +115,26 @@ class SectorAssembler:
         self._reset_revolution()
         self.detected = DETECT
         self._last_stamp_s = -math.inf
+        self._reset_turn()
+
+    def _jumps_back(self, points: np.ndarray) -> bool:
+        """Whether this sector turns against the sensor's turn from the one before it.
+
+        Within a revolution most steps go with the turn; a spinning lidar's azimuth goes
+        clockwise seen from above, which is assumed until the steps say otherwise.
+        """
+        centre = azimuth_centre(points)
+        if centre is None:
+            return False
+        previous, self._centre = self._centre, centre
+        if previous is None:
+            return False
+        step = math.remainder(centre - previous, 2.0 * math.pi)
+        if step == 0.0:
+            return False
+        counter_clockwise = self._turns[0] > self._turns[1]
+        self._turns[0 if step > 0.0 else 1] += 1
+        return (step > 0.0) != counter_clockwise
 
     def add(self, points: np.ndarray, stamp_s: float) -> list[Revolution]:
         """Take one sector ``[P, 4]``; returns the revolutions it completes (none, or the
@@ -119,7 +159,8 @@ class SectorAssembler:
         bins = azimuth_bins(points)
         occupied = int(np.count_nonzero(bins))
         overlap = int(np.count_nonzero(bins & self._coverage)) / max(occupied, 1)
-        if self._points and overlap > OVERLAP_SHARE:
+        jumped = self._jumps_back(points)
+        if self._points and (overlap > OVERLAP_SHARE or jumped):
             # Below a known count (a revolution at the count was given out already): a
             # sector was lost, and what came is given out as incomplete.
             learning = self.sectors_per_revolution == DETECT

@@ -140,6 +140,32 @@ def test_a_lost_sector_gives_an_incomplete_revolution(kitti: np.ndarray) -> None
     assert assembler.counters.incomplete_revolutions == 1
 
 
+def test_a_scan_joined_after_its_first_sectors_aligns_on_the_next_one(kitti: np.ndarray) -> None:
+    """A node started mid-revolution: the front-facing scan's next first sector jumps back
+    against the turn, so revolutions end with their own last sector from then on."""
+    parts = [p for p in sensor_sectors(kitti, SECTORS) if p.shape[0]]
+    assembler = SectorAssembler(len(parts))
+    stamps = iter(10.0 + 0.001 * k for k in range(1000))
+    done = [r for p in parts[3:] for r in assembler.add(p, next(stamps))]
+    assert done == []
+    for _ in range(2):
+        done = [r for p in parts for r in assembler.add(p, next(stamps))]
+        assert [r.sectors for r in done] in ([len(parts) - 3, len(parts)], [len(parts)])
+        assert done[-1].complete
+        np.testing.assert_array_equal(done[-1].points, np.concatenate(parts))
+
+
+@pytest.mark.parametrize("clockwise", [True, False])
+def test_either_turn_of_the_sensor_is_learnt(kitti: np.ndarray, clockwise: bool) -> None:
+    parts = [p for p in sensor_sectors(kitti, SECTORS, clockwise=clockwise) if p.shape[0]]
+    assembler = SectorAssembler(len(parts))
+    stamps = iter(10.0 + 0.001 * k for k in range(1000))
+    done = [r for _ in range(4) for p in parts for r in assembler.add(p, next(stamps))]
+    # A counter-clockwise sensor's first step reads as a jump until the turn is learnt.
+    assert [r.complete for r in done][-3:] == [True, True, True]
+    assert all(r.sectors == len(parts) for r in done[-3:])
+
+
 def test_a_time_jump_backwards_discards_the_revolution_in_progress(kitti: np.ndarray) -> None:
     parts = [p for p in sensor_sectors(kitti, SECTORS) if p.shape[0]]
     assembler = SectorAssembler(len(parts))
