@@ -16,6 +16,8 @@ from diagnostic_updater import (
 )
 from rclpy.node import Node
 
+from dynshape_perception.scheduling.prediction_stage import PredictionStage, speculation_summary
+
 # Task names: the analyzer YAML of config/ groups the statuses by them.
 INPUT, POSE, JIT, TIERS = "input", "pose", "jit", "tiers"
 PREDICTION, SECTORS = "prediction", "sectors"
@@ -73,3 +75,10 @@ class NodeDiagnostics:
             task.tick(float(stamp_s))
         else:
             task.tick()
+
+
+def prediction_report(stage: PredictionStage) -> Report:
+    """The prediction stage's counters; the message says what speculation saved, or why
+    nothing (off, nothing verified or promoted yet, promotion no faster)."""
+    values = stage.diagnostics()
+    return 0, [speculation_summary(values)], {f"prediction.{k}": v for k, v in values.items()}

@@ -215,8 +215,7 @@ class PerceptionPipelineNode(SegmentingNode):
 
     # -- diagnostics ----------------------------------------------------------------------
     def report_prediction(self) -> diag.Report:
-        values = {f"prediction.{k}": v for k, v in self.stage.diagnostics().items()}
-        return 0, [], values
+        return diag.prediction_report(self.stage)
 
 
 class _Outputs:

@@ -133,8 +133,7 @@ class PredictionNode(PerceptionNode):
             )
 
     def report_prediction(self) -> diag.Report:
-        values = {f"prediction.{k}": v for k, v in self.stage.diagnostics().items()}
-        return 0, [], values
+        return diag.prediction_report(self.stage)
 
 
 def main(args: list[str] | None = None) -> int:

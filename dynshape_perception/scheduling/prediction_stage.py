@@ -6,7 +6,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -506,10 +506,10 @@ class PredictionStage:
             }
         verified, accepted = counts.pop("verified"), counts.pop("accepted")
         # What a promoted frame saved: the median critical path of frames that stepped less
-        # that of frames that were promoted; none until both kinds were seen.
-        saved = 0.0
-        if promoted.size and stepped.size:
-            saved = max(0.0, float(np.median(stepped)) - float(np.median(promoted)))
+        # that of frames that were promoted, signed (below 0: promotion cost time); only
+        # measured once both kinds were seen, and 0 until then.
+        measured = bool(promoted.size and stepped.size)
+        saved = float(np.median(stepped)) - float(np.median(promoted)) if measured else 0.0
         promoted_frames = counts.pop("promoted_frames")
         candidates = counts.pop("candidates")
         out.update(counts)
@@ -520,11 +520,37 @@ class PredictionStage:
                 "speculation.acceptance_rate": round(accepted / verified, 4) if verified else 0.0,
                 "speculation.promoted_frames": promoted_frames,
                 "speculation.candidates": candidates,
+                "speculation.saved_measured": measured,
                 "speculation.saved_ms_per_promoted_frame": round(saved, 3),
                 "speculation.saved_ms_total": round(saved * promoted_frames, 3),
             }
         )
         return out
+
+
+def speculation_summary(values: Mapping[str, object]) -> str:
+    """One line on speculation from ``diagnostics()``: what it saved, or why nothing."""
+    if not values["speculation"]:
+        return "speculation off"
+    if values["mode"] != "incremental":
+        return "speculation idle: it runs in incremental mode only"
+    verified = int(str(values["speculation.verified"]))
+    if not verified:
+        return "speculation on: no observation verified yet, no latency saved"
+    accepted = int(str(values["speculation.accepted"]))
+    head = f"acceptance {accepted}/{verified}"
+    promoted = int(str(values["speculation.promoted_frames"]))
+    if not promoted:
+        return f"{head}, no frame promoted: no latency saved"
+    if not values["speculation.saved_measured"]:
+        return f"{head}, {promoted} frame(s) promoted: saved latency not measured yet"
+    saved = float(str(values["speculation.saved_ms_per_promoted_frame"]))
+    if saved <= 0.0:
+        return f"{head}: promoted frames took {-saved:.3f} ms longer, no latency saved"
+    return (
+        f"{head}: {saved:.3f} ms saved per promoted frame, "
+        f"{float(str(values['speculation.saved_ms_total'])):.3f} ms in all"
+    )
 
 
 def _chain_counts(chains: Iterable[SpeculativePredictor]) -> dict[str, int]:

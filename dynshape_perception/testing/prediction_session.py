@@ -66,6 +66,8 @@ class PredictionSession:
     arrived_s: dict[str, dict[int, float]] = field(default_factory=dict)
     sent_s: dict[str, dict[int, float]] = field(default_factory=dict)
     tasks: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Each diagnostics task's latest message, by task name.
+    messages: dict[str, str] = field(default_factory=dict)
 
     def spin_until(self, done: Callable[[], bool], timeout_s: float) -> bool:
         end = time.monotonic() + timeout_s
@@ -112,6 +114,9 @@ class PredictionSession:
 
     def task(self, name: str, task: str = PREDICTION_TASK) -> dict[str, str] | None:
         return self.tasks.get(f"prediction_{name}: {task}")
+
+    def message(self, name: str, task: str = PREDICTION_TASK) -> str | None:
+        return self.messages.get(f"prediction_{name}: {task}")
 
 
 @contextmanager
@@ -182,6 +187,7 @@ def _wire(session: PredictionSession, names: list[str]) -> None:
     def on_diagnostics(msg: Any) -> None:
         for status in msg.status:
             session.tasks[status.name] = {kv.key: kv.value for kv in status.values}
+            session.messages[status.name] = status.message
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, qos)
 

@@ -107,3 +107,8 @@ def test_every_mode_predicts_alike_through_the_node(session: PredictionSession) 
     assert int(incremental_task["prediction.forwarded"]) > 0
     assert int(speculative_task["prediction.speculation.candidates"]) > 0
     assert "prediction.speculation.saved_ms_total" in speculative_task
+    assert "prediction.speculation.saved_measured" in speculative_task
+    assert session.message("full") == session.message("incremental") == "speculation off"
+    # Whether anything was promoted yet depends on the idle thread's timing; every message
+    # of speculation on says what it saved or that it saved nothing.
+    assert "saved" in (session.message("speculative") or "")

@@ -17,6 +17,7 @@ from dynshape_perception.scheduling.prediction_stage import (
     PredictionSettings,
     PredictionStage,
     StageOutput,
+    speculation_summary,
 )
 from dynshape_perception.tools.sim.scenes import pedestrian_scene
 
@@ -172,6 +173,26 @@ def test_speculation_never_changes_an_output(engine: Engine) -> None:
     assert 0.0 < float(d["speculation.acceptance_rate"]) < 1.0
     assert int(d["step_decode_calls"]) < int(plain.diagnostics()["step_decode_calls"])
     assert plain.speculate() == 0 and plain.diagnostics()["speculation.candidates"] == 0
+    # Both kinds of frame were timed: the saving is measured, whatever its sign.
+    assert d["speculation.saved_measured"] is True
+    assert speculation_summary(d).startswith(
+        f"acceptance {d['speculation.accepted']}/{d['speculation.verified']}"
+    )
+    assert speculation_summary(plain.diagnostics()) == "speculation off"
+
+
+def test_speculation_reports_no_saving_before_any_promotion(engine: Engine) -> None:
+    stage = PredictionStage(engine["predictor"], PredictionSettings(speculation=True))
+    d = stage.diagnostics()
+    assert d["speculation.saved_measured"] is False and d["speculation.saved_ms_total"] == 0.0
+    assert speculation_summary(d) == "speculation on: no observation verified yet, no latency saved"
+    for stamp, tracks in drive(2, 3, 8, lifetime=None):
+        stage.predict(tracks, stamp)
+    # Speculation never ran: nothing verified, nothing saved, and the summary says so.
+    assert stage.diagnostics()["speculation.saved_ms_total"] == 0.0
+    assert "no latency saved" in speculation_summary(stage.diagnostics())
+    full = stage.diagnostics() | {"mode": "full"}
+    assert speculation_summary(full) == "speculation idle: it runs in incremental mode only"
 
 
 def test_a_time_jump_backwards_resets(engine: Engine) -> None:
