@@ -717,9 +717,11 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
         ParamSpec(
             "prediction.mode",
             _STAGE.mode,
-            "incremental: each track keeps its GRU state and a frame costs one step_decode "
-            "call whatever the history length; full: forward over every history each frame "
-            "(the same outputs within the parity tolerance); a change restarts the tracks",
+            "incremental: each track below the window (history_steps) keeps its GRU state "
+            "and a frame costs one step_decode call whatever its history length; tracks at "
+            "the window slide, which a recurrent state cannot, and share one forward call; "
+            "full: forward over every history each frame (the same outputs within the "
+            "parity tolerance); a change restarts the tracks",
             choices=MODES_OF_PREDICTION,
         ),
         ParamSpec(

@@ -42,6 +42,9 @@ PERCENTILE = 99.0
 # Long enough for one /diagnostics report at the default period.
 STATUS_WAIT_S = 1.5
 PRIME_ATTEMPTS = 5
+# The node that predicts, and its diagnostics task (nodes.diagnostics.PREDICTION).
+PREDICTING_NODE = {"composed": "perception_pipeline", "separate": "prediction_node"}
+PREDICTION_TASK = "prediction"
 DRIVE_POINTS = (15_000, 40_000)
 
 
@@ -188,7 +191,14 @@ def measure(
                     per_topic[topic].append(ms)
             lost += not arrived
         session.probe.spin_for(float(STATUS_WAIT_S))
+        # A loaded host may publish the diagnostics late: wait for every node's.
+        session.probe.spin_until(
+            lambda: all(session.probe.status(p.name) is not None for p in session.processes)
+            and session.probe.task(PREDICTING_NODE[setup], PREDICTION_TASK) is not None,
+            args.frame_timeout_s,
+        )
         statuses = {proc.name: session.probe.status(proc.name) for proc in session.processes}
+        prediction = session.probe.task(PREDICTING_NODE[setup], PREDICTION_TASK)
     measured = len(per_topic[PREDICTED]) + lost
     return {
         "frames": measured,
@@ -196,6 +206,8 @@ def measure(
         "sectors_per_revolution": per_revolution,
         **{k: v for k, v in summary(per_topic[PREDICTED]).items() if k in ("p50_ms", "p99_ms")},
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
+        # What speculation saved, or why nothing (the prediction task's message).
+        "prediction_message": prediction.message if prediction is not None else None,
         "node_status": {
             name: (status.values if status is not None else {}) for name, status in statuses.items()
         },
@@ -273,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
             for name, r in entry["runs"].items():
                 print(
                     f"{mode:<13}{name:<18}{r['frames']:>7}{r['lost']:>6}"
-                    f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
+                    f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}  {r['prediction_message'] or ''}"
                 )
     costs = {"stage": stage_prediction_cost, "node": node_prediction_cost}
     wanted = {"both": ("stage", "node"), "none": ()}.get(

@@ -30,6 +30,11 @@ TRACK_SCORE = 0.9
 FRAME_S = 0.1
 MS_PER_S = 1000.0
 FIRST_STAMP_S = 1000.0
+WINDOW_NOTE = (
+    "the window is the longest length: histories below it advance their GRU state by one "
+    "step_decode call in incremental mode; histories at it (the longest length) slide, which "
+    "a recurrent state cannot, and take one forward call over the window in both modes"
+)
 
 
 def _tables(agents: int, frames: int, seed: int) -> list[np.ndarray]:
@@ -79,7 +84,12 @@ def stage_cost(
             f"repeats >= 1; got {list(lengths)}, {agents}, {repeats}"
         )
     window = max(lengths)
-    result: dict[str, Any] = {"agents": agents, "window": window, "repeats": repeats}
+    result: dict[str, Any] = {
+        "agents": agents,
+        "window": window,
+        "repeats": repeats,
+        "note": WINDOW_NOTE,
+    }
     for mode in ("incremental", "full"):
         config = replace(settings, mode=mode, history_steps=window, speculation=False)
         phases = config.phases
@@ -153,7 +163,12 @@ def node_cost(
                     if k in timed:
                         per[name][length].append(ms)
                 stamp += STEP_NS
-    result: dict[str, Any] = {"agents": agents, "window": max(lengths), "repeats": repeats}
+    result: dict[str, Any] = {
+        "agents": agents,
+        "window": max(lengths),
+        "repeats": repeats,
+        "note": WINDOW_NOTE,
+    }
     for name in names:
         result[name] = {str(length): _summary(v) for length, v in per[name].items() if v}
     for name in names:

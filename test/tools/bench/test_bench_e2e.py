@@ -48,7 +48,14 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
         assert set(entry) == MODE_KEYS, mode
         assert entry["frames"] == 2 and entry["lost"] == 0
         assert set(entry["runs"]) == {"composed/kitti"}
-    assert doc["modes"]["streaming"]["runs"]["composed/kitti"]["sectors_per_revolution"] > 1
+    runs = {mode: entry["runs"]["composed/kitti"] for mode, entry in doc["modes"].items()}
+    assert runs["streaming"]["sectors_per_revolution"] > 1
+    for mode in ("baseline", "incremental", "streaming"):
+        assert runs[mode]["prediction_message"] == "speculation off", mode
+    assert runs["baseline"]["node_status"]["perception_pipeline"]["prediction.mode"] == "full"
+    assert "saved" in runs["speculation"]["prediction_message"]
+    status = runs["speculation"]["node_status"]["perception_pipeline"]
+    assert status["prediction.mode"] == "incremental" and status["prediction.speculation"] == "True"
     cost = doc["prediction_cost_node"]
     for mode in ("incremental", "full"):
         assert set(cost[mode]) == {"2", "3"}
