@@ -812,7 +812,7 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
             "debug.publish_tables",
             False,
             "also publish the PointCloud2 tables (near_obstacles, obstacles, tracks, "
-            "predictions) of the README",
+            "predictions) laid out in docs/interfaces.md",
             True,
         ),
     ),
