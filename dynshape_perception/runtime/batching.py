@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.stats import median
 
 ModelFn = Callable[..., list[np.ndarray]]
 LAYOUTS = ("pad", "pack")
@@ -37,7 +38,7 @@ class LayoutStats:
         """The faster layout once both have ``calibration`` samples; None while calibrating."""
         if any(len(v) < self.calibration for v in self.samples.values()):
             return None
-        return min(LAYOUTS, key=lambda k: float(np.median(self.samples[k])))
+        return min(LAYOUTS, key=lambda k: median(self.samples[k]))
 
 
 class HistoryBatcher:
@@ -110,8 +111,8 @@ class HistoryBatcher:
         out: dict[str, dict[str, float | str | None]] = {}
         for (a_cls, waste_cls, size_cls), st in sorted(self.stats.items()):
             out[f"A<=2^{a_cls},waste~2^{waste_cls},S~2^{size_cls}"] = {
-                "pad_ms": float(np.median(st.samples["pad"])) if st.samples["pad"] else None,
-                "pack_ms": float(np.median(st.samples["pack"])) if st.samples["pack"] else None,
+                "pad_ms": median(st.samples["pad"]) if st.samples["pad"] else None,
+                "pack_ms": median(st.samples["pack"]) if st.samples["pack"] else None,
                 "choice": st.choice(),
             }
         return out

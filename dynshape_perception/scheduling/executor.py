@@ -21,6 +21,7 @@ import numpy as np
 from dynshape_perception.errors import ConfigError, SchedulingError
 from dynshape_perception.scheduling.blas import set_blas_threads
 from dynshape_perception.scheduling.tiers import TIERS, Tier, TierConfig, as_tier
+from dynshape_perception.stats import percentile_or_none
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +154,6 @@ class _TierStats:
     def __post_init__(self) -> None:
         self.latency_ms = deque(maxlen=self.window)
         self.wait_ms = deque(maxlen=self.window)
-
-
-def _percentile(data: np.ndarray, q: float) -> float | None:
-    return round(float(np.percentile(data, q)), 3) if data.size else None
 
 
 class _ExecutorBase:
@@ -452,16 +449,16 @@ class _ExecutorBase:
                 "queued": queued.get(int(tier), 0),
                 "starvations": starvations,
                 "starved": starved,
-                "p50_ms": _percentile(lat, 50),
-                "p99_ms": _percentile(lat, 99),
+                "p50_ms": percentile_or_none(lat, 50),
+                "p99_ms": percentile_or_none(lat, 99),
                 "max_ms": round(float(lat.max()), 3) if lat.size else None,
-                "wait_p99_ms": _percentile(wait, 99),
+                "wait_p99_ms": percentile_or_none(wait, 99),
             }
         transport = {
             topic: {
                 "count": int(v.size),
                 "mean_ms": round(float(v.mean()), 3),
-                "p99_ms": _percentile(v, 99),
+                "p99_ms": percentile_or_none(v, 99),
                 "max_ms": round(float(v.max()), 3),
             }
             for topic, v in transport_copy.items()

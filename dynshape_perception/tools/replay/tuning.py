@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import sqlalchemy.exc
 import yaml
@@ -19,6 +18,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import atomic_write_text
 from dynshape_perception.io.bags import BagReader
 from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.stats import percentile
 from dynshape_perception.tools.replay.inprocess import InProcessReplay, ReplayOptions, ReplayResult
 from dynshape_perception.tools.replay.params import Value, dump_params
 from dynshape_perception.tools.replay.settings import ReplaySettings, is_replay_parameter
@@ -251,7 +251,7 @@ def score_results(results: Sequence[ReplayResult], penalty_m: float) -> Score:
     scored = matched + unpredicted
     return Score(
         miss_rate=misses / checked if checked else 0.0,
-        latency_p95_ms=float(np.percentile(totals, 95)) if totals else 0.0,
+        latency_p95_ms=percentile(totals, 95) if totals else 0.0,
         prediction_error_m=(error_sum + penalty_m * unpredicted) / scored if scored else None,
         frames=len(totals),
     )

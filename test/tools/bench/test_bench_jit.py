@@ -10,16 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dynshape_perception import stats
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.runtime.metrics import CompileEvent, JitMetrics
 from dynshape_perception.tools.bench import jit
+from dynshape_perception.tools.bench.jit import probes, statistics
+from dynshape_perception.tools.bench.jit import stream as jit_stream
 
 KEYS = {"p50_ms", "p99_ms", "max_ms", "total_s", "compiles", "calling_thread_compile_s"}
 
 
 def test_stream_is_seeded_long_tailed_and_never_repeats_a_point_count() -> None:
-    stream = jit.shape_stream(4000, seed=3)
-    assert stream == jit.shape_stream(4000, seed=3)
+    stream = jit_stream.shape_stream(4000, seed=3)
+    assert stream == jit_stream.shape_stream(4000, seed=3)
     points = [c.dims["P"] for c in stream if c.model == "segmenter"]
     assert len(points) == len(set(points)) and min(points) >= 5000 and max(points) <= 150000
     lengths = {c.dims["T"] for c in stream if c.model == "predictor"}
@@ -47,7 +50,7 @@ class SteppedClock:
 
 
 def test_open_loop_keeps_the_probe_off_the_clock() -> None:
-    stream = jit.shape_stream(6, seed=1)
+    stream = jit_stream.shape_stream(6, seed=1)
     inputs: list[list[np.ndarray]] = [[] for _ in stream]
     clock = SteppedClock()
     probed: list[int] = []
@@ -57,10 +60,10 @@ def test_open_loop_keeps_the_probe_off_the_clock() -> None:
         probed.append(1)
         slow_probe()
 
-    def served(call: jit.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+    def served(call: jit_stream.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
         return False, False
 
-    out = jit.open_loop(
+    out = jit_stream.open_loop(
         stream, inputs, np.zeros(len(stream)), served, probe=probe, clock=clock, sleep=clock.sleep
     )
     assert len(probed) == len(stream) == out.served_calls
@@ -70,17 +73,17 @@ def test_open_loop_keeps_the_probe_off_the_clock() -> None:
 
 def test_bench_bookkeeping_delays_neither_latency_nor_the_next_call() -> None:
     """The probe stops the arrival schedule: latencies are those of the calls alone."""
-    stream = jit.shape_stream(8, seed=1)
+    stream = jit_stream.shape_stream(8, seed=1)
     inputs: list[list[np.ndarray]] = [[] for _ in stream]
     clock = SteppedClock()
     call_takes = clock.taking(0.001)
 
-    def served(call: jit.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
+    def served(call: jit_stream.Call, args: list[np.ndarray]) -> tuple[bool, bool]:
         call_takes()
         return False, False
 
     arrivals = np.arange(len(stream)) * 0.004
-    out = jit.open_loop(
+    out = jit_stream.open_loop(
         stream,
         inputs,
         arrivals,
@@ -95,15 +98,15 @@ def test_bench_bookkeeping_delays_neither_latency_nor_the_next_call() -> None:
 
 
 def test_extrapolation_charges_each_model_its_own_compile_time() -> None:
-    stream = [jit.Call("predictor", {"A": 1, "T": t}, t) for t in range(1, 5)] + [
-        jit.Call("segmenter", {"P": p}, p) for p in range(5000, 5006)
+    stream = [jit_stream.Call("predictor", {"A": 1, "T": t}, t) for t in range(1, 5)] + [
+        jit_stream.Call("segmenter", {"P": p}, p) for p in range(5000, 5006)
     ]
-    served = jit.Outcome(total_s=5.0, calling_thread_compile_s=4.0, served_calls=4)
-    out = jit.extrapolate(served, stream, {"predictor": 4.0}, {"predictor": 4})
+    served = jit_stream.Outcome(total_s=5.0, calling_thread_compile_s=4.0, served_calls=4)
+    out = statistics.extrapolate(served, stream, {"predictor": 4.0}, {"predictor": 4})
     # No segmenter compile was seen: the overall mean stands in for it (1 s each).
     assert out.calling_thread_compile_s == pytest.approx(4.0 + 6 * 1.0)
-    served = jit.Outcome(total_s=5.0, calling_thread_compile_s=4.5, served_calls=5)
-    out = jit.extrapolate(
+    served = jit_stream.Outcome(total_s=5.0, calling_thread_compile_s=4.5, served_calls=5)
+    out = statistics.extrapolate(
         served, stream, {"predictor": 4.0, "segmenter": 0.5}, {"predictor": 4, "segmenter": 1}
     )
     assert out.extra["extrapolated_new_signatures_by_model"] == {"segmenter": 5}
@@ -122,39 +125,45 @@ def test_the_compile_summary_counts_as_the_runtime_counters_do() -> None:
     metrics.record_compile(CompileEvent(0.0, "predictor", "d", False, 0.1, "timeout"))
     metrics.record_event(CompileEvent(0.0, "predictor", "a", True, 0.0, "demoted: x1.2"))
     counters, events = metrics.record()
-    row = jit.compile_summary(events)["predictor"]
-    assert (row["ok"], row["rejected"], row["failed"]) == (
-        counters["compiles_ok"],
-        counters["compiles_rejected"],
-        counters["compiles_failed"],
-    ) == (2, 1, 1)
+    row = statistics.compile_summary(events)["predictor"]
+    assert (
+        (row["ok"], row["rejected"], row["failed"])
+        == (
+            counters["compiles_ok"],
+            counters["compiles_rejected"],
+            counters["compiles_failed"],
+        )
+        == (2, 1, 1)
+    )
     assert row["demoted"] == 1
 
 
 def test_the_hit_rate_is_also_reported_over_keys_once_accepted() -> None:
-    outcome = jit.Outcome(
+    outcome = jit_stream.Outcome(
         latencies_ms=[1.0] * 8,
         served_special=[False] * 4 + [True, True, False, False],
         accepted=[False] * 4 + [True, True, False, False],
         ever_accepted=[False] * 4 + [True, True, True, True],
     )
-    row = jit.summarise(outcome, jit=True)
+    row = statistics.summarise(outcome, jit=True)
     assert row["hit_rate"] == 1.0 and row["hit_rate_ever_accepted"] == 0.5
 
 
 def test_a_hit_rate_without_accepted_calls_is_undefined_not_zero() -> None:
     """A runtime that accepted nothing (every build slower than generic) missed nothing."""
-    outcome = jit.Outcome(
+    outcome = jit_stream.Outcome(
         latencies_ms=[1.0] * 4,
         served_special=[False] * 4,
         accepted=[False] * 4,
         ever_accepted=[False, False, True, False],
     )
-    row = jit.summarise(outcome, jit=True)
+    row = statistics.summarise(outcome, jit=True)
     assert row["hit_rate"] is None and row["hit_rate_ever_accepted"] == 0.0
     assert (
-        jit.summarise(
-            jit.Outcome(latencies_ms=[1.0] * 2, served_special=[False] * 2, accepted=[False] * 2),
+        statistics.summarise(
+            jit_stream.Outcome(
+                latencies_ms=[1.0] * 2, served_special=[False] * 2, accepted=[False] * 2
+            ),
             jit=False,
         )["hit_rate"]
         is None
@@ -164,7 +173,7 @@ def test_a_hit_rate_without_accepted_calls_is_undefined_not_zero() -> None:
 def test_while_compiling_compares_the_same_calls_far_and_near() -> None:
     jit_ms = np.arange(1.0, 11.0)
     during = np.array([1, 1, 0, 0, 1, 0, 0, 0, 1, 0], bool)
-    row = jit.while_compiling(
+    row = statistics.while_compiling(
         jit_ms,
         during,
         {"generic": jit_ms / 2, "generic_repeat": jit_ms, "cut_short": jit_ms[:3]},
@@ -179,15 +188,19 @@ def test_while_compiling_compares_the_same_calls_far_and_near() -> None:
     assert (near["window_calls"], near["calls"], near["calls_outside"]) == (5, 3, 1)
     assert near["p99_ms"] == pytest.approx(np.percentile([1.0, 2.0, 5.0], 99), abs=1e-3)
     assert near["ratio_to_generic_before"] == 4.0 and near["ratio_to_generic_after"] == 1.0
-    assert jit.while_compiling(jit_ms, np.zeros(10, bool), {"generic": jit_ms}, {}) == {"calls": 0}
+    assert statistics.while_compiling(jit_ms, np.zeros(10, bool), {"generic": jit_ms}, {}) == {
+        "calls": 0
+    }
     # Nothing pending among the first calls: no near comparison to make.
     late = np.zeros(10, bool)
     late[9] = True
-    assert "adjacent" not in jit.while_compiling(jit_ms, late, {}, {"generic_before": jit_ms[:5]})
+    assert "adjacent" not in statistics.while_compiling(
+        jit_ms, late, {}, {"generic_before": jit_ms[:5]}
+    )
 
 
-def _pass(latency_ms: float, service_ms: float | None = None, calls: int = 4) -> jit.Outcome:
-    return jit.Outcome(
+def _pass(latency_ms: float, service_ms: float | None = None, calls: int = 4) -> jit_stream.Outcome:
+    return jit_stream.Outcome(
         latencies_ms=[latency_ms] * calls, service_ms=[service_ms or latency_ms] * calls
     )
 
@@ -200,7 +213,7 @@ def test_repeated_cold_starts_are_judged_against_their_neighbours() -> None:
         (_pass(5.0), np.zeros(4, bool)),
         (_pass(10.0, 4.0), during),
     ]
-    row = jit.while_compiling_repeated(runs, generic)
+    row = statistics.while_compiling_repeated(runs, generic)
     # 40 against (10 + 30) / 2; the start with nothing pending has no ratio; 10 against 20.
     assert row["ratios"] == [2.0, 0.5] and row["generic_aa"] == [3.0, 1.0]
     assert row["service_ratios"] == [1.5, 1.0]
@@ -210,40 +223,40 @@ def test_repeated_cold_starts_are_judged_against_their_neighbours() -> None:
     # Two starts, one each side of 1: resampled, the mean spans both.
     assert row["ci95"] == [0.5, 2.0] and row["verdict"] == "undecided"
     assert row["service_ci95"] == [1.0, 1.5] and row["service_verdict"] == "undecided"
-    one = jit.while_compiling_repeated(runs[:1], generic[:2])
+    one = statistics.while_compiling_repeated(runs[:1], generic[:2])
     assert one["ci95"] is None and one["verdict"] == "undecided"
-    assert "median_ratio" not in jit.while_compiling_repeated(runs[1:2], generic[:2])
+    assert "median_ratio" not in statistics.while_compiling_repeated(runs[1:2], generic[:2])
 
 
 def test_busy_time_of_each_start_is_set_against_its_neighbours() -> None:
-    def took(seconds: float) -> jit.Outcome:
-        return jit.Outcome(total_s=seconds)
+    def took(seconds: float) -> jit_stream.Outcome:
+        return jit_stream.Outcome(total_s=seconds)
 
-    row = jit.busy_repeated([took(9.0), took(10.0)], [took(10.0), took(8.0), took(12.0)])
+    row = statistics.busy_repeated([took(9.0), took(10.0)], [took(10.0), took(8.0), took(12.0)])
     assert row["ratios"] == [1.0, 1.0] and row["geomean"] == 1.0
     # A tie is no win: the target wants the runtime below generic.
     assert row["ci95"] == [1.0, 1.0] and row["verdict"] == "missed"
-    either = jit.busy_repeated([took(9.0), took(11.0)], [took(10.0)] * 3)
+    either = statistics.busy_repeated([took(9.0), took(11.0)], [took(10.0)] * 3)
     assert either["ci95"] == [0.9, 1.1] and either["verdict"] == "undecided"
-    faster = jit.busy_repeated([took(9.0)] * 3, [took(10.0)] * 4)
+    faster = statistics.busy_repeated([took(9.0)] * 3, [took(10.0)] * 4)
     assert faster["ci95"] == [0.9, 0.9] and faster["verdict"] == "met"
-    assert jit.busy_repeated([], [took(10.0)]) == {"ratios": []}
+    assert statistics.busy_repeated([], [took(10.0)]) == {"ratios": []}
 
 
 def test_the_p99_target_is_judged_on_the_interval_not_the_mean() -> None:
     near_one = [0.9, 0.95, 1.0, 1.05, 0.92, 0.98, 1.02, 0.97] * 4
-    mean, low, high = jit.geomean_ci(near_one)
+    mean, low, high = stats.geomean_ci(near_one)
     assert low is not None and high is not None
     assert low < mean < high and high < 1.1
-    assert jit.geomean_ci(near_one) == (mean, low, high), "seeded: the same report each time"
-    assert jit.verdict([low, high], 1.1) == "met"
-    assert jit.verdict([1.12, 1.5], 1.1) == "missed"
-    assert jit.verdict([0.8, 1.3], 1.1) == "undecided"
-    assert jit.verdict([0.8, 1.1], 1.1) == "met"
-    assert jit.verdict(None, 1.1) == "undecided"
+    assert stats.geomean_ci(near_one) == (mean, low, high), "seeded: the same report each time"
+    assert stats.verdict([low, high], 1.1) == "met"
+    assert stats.verdict([1.12, 1.5], 1.1) == "missed"
+    assert stats.verdict([0.8, 1.3], 1.1) == "undecided"
+    assert stats.verdict([0.8, 1.1], 1.1) == "met"
+    assert stats.verdict(None, 1.1) == "undecided"
     # Wide spread, as two generic passes alone can differ threefold: no verdict either way.
-    _, low, high = jit.geomean_ci([0.37, 3.4, 0.5, 2.0, 1.6])
-    assert jit.verdict([low or 0.0, high or 0.0], 1.1) == "undecided"
+    _, low, high = stats.geomean_ci([0.37, 3.4, 0.5, 2.0, 1.6])
+    assert stats.verdict([low or 0.0, high or 0.0], 1.1) == "undecided"
 
 
 def test_bench_jit_reports_every_strategy(
@@ -314,10 +327,10 @@ def test_bench_jit_reports_every_strategy(
     assert cost["calls"] > 0 and cost["cold"] > 0 and cost["warm"] > 0
     assert 0 < cost["signatures"] <= cost["calls"]
     assert report["generic_repeat"]["compiles"] == 0
-    assert set(report["segmenter_exact"]) == {str(p) for p in jit.EXACT_POINTS}
+    assert set(report["segmenter_exact"]) == {str(p) for p in probes.EXACT_POINTS}
     assert all(ratio > 0 for ratio in report["segmenter_exact"].values())
     roof = report["segmenter_roofline"]
-    assert roof["P"] == max(jit.EXACT_POINTS) and roof["tvm_threads"] >= 1
+    assert roof["P"] == max(probes.EXACT_POINTS) and roof["tvm_threads"] >= 1
     # A share of a timed peak: how far below it the build runs depends on the host and its
     # load, so only its sign is checked (a peak kernel that overflowed is a BenchError).
     assert roof["share_of_peak"] > 0.0
