@@ -73,16 +73,3 @@ class Bookkeeper:
                     settle()
                 except Exception:
                     log.exception("JIT: settling call records failed; later calls still settle")
-
-
-class StalledBookkeeperFaultInjector(Bookkeeper):
-    """Fault injector: a bookkeeper whose thread never settles anything, rung or not."""
-
-    def __init__(self) -> None:
-        super().__init__(poll_s=3600.0, name="jit-bookkeeper-stalled")
-
-    def add(self, settle: Settle) -> None:
-        pass
-
-    def ring(self, settle: Settle) -> None:
-        pass

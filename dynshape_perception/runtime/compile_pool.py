@@ -3,45 +3,37 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import ctypes
 import heapq
 import itertools
 import logging
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.runtime import compile_workers as workers
+from dynshape_perception.runtime.compile_workers import DaemonThreadExecutor, compile_to_cache
 from dynshape_perception.runtime.policy import InterferenceMeter
 from dynshape_perception.runtime.shapes import Signature
-from dynshape_perception.runtime.validation import CompileRequest, CompileResult, validate
-
-if TYPE_CHECKING:
-    from dynshape_perception.compiler.cache import Artefact, ArtefactCache
+from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 
 log = logging.getLogger(__name__)
 
 CompileFn = Callable[[CompileRequest, Mapping[str, np.ndarray]], CompileResult]
 OnDone = Callable[[Signature, CompileResult | None, float, str], None]
-# Compiles run at lower CPU priority so that the frame loop keeps its cores.
-WORKER_NICENESS = 10
 # How often a worker waiting on a compile checks whether the pool was closed.
 AWAIT_POLL_S = 0.2
 QUIET_POLL_S = 0.01
 ABANDONED_POLL_S = 1.0
-# A compile thread still inside TVM when the interpreter exits aborts the process
-# (std::terminate, exit status 134): closing waits this long for running compiles to return.
-EXIT_WAIT_S = 30.0
 # A thread pool must slow calls this much less than a process pool to be chosen, each
 # judged on this many calls that ran while it compiled.
 TRIAL_MARGIN = 0.02
@@ -51,155 +43,11 @@ TRIAL_SAMPLES = 200
 # out of the serving process.
 TRIAL_STRETCH = 1.5
 TRIAL_DRY_S = 10.0
-# How often a worker looks whether the process that spawned it is still there.
-PARENT_POLL_S = 0.1
-# prctl(2): the signal a process gets when the thread that created it ends.
-PR_SET_PDEATHSIG = 1
 
 
 class _CompileTimeout(Exception):
     """A compile ran past its timeout: distinct from a ``TimeoutError`` the compiler raises,
     which is its failure, not a hang."""
-
-
-# Per worker: the generic build each specialisation is validated against, loaded once.
-_GENERIC: dict[tuple[str, str, str, str], Any] = {}
-
-
-def compile_to_cache(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> CompileResult:
-    """Build (or fetch) a specialisation of one function into the artefact cache, then
-    validate and time it against the generic build; runs in a worker.
-
-    Building only the called entry point keeps compiles short and libraries small, and
-    validating here keeps that work off the process whose threads serve calls.
-    """
-    from dynshape_perception.compiler.cache import ArtefactCache
-
-    started = time.perf_counter()
-    cache = ArtefactCache(Path(request.cache_root), request.cache_max_bytes)
-    artefact = build_specialisation(request, weights, cache)
-    compile_s = time.perf_counter() - started
-    path = artefact.library_path
-    speedup = validate_in_worker(request, weights, path)
-    return CompileResult(str(path), compile_s, speedup, artefact.cache_hit, cache.evicted)
-
-
-def build_specialisation(
-    request: CompileRequest,
-    weights: Mapping[str, np.ndarray],
-    cache: ArtefactCache | None = None,
-) -> Artefact:
-    from dynshape_perception.compiler.cache import ArtefactCache
-    from dynshape_perception.compiler.targets import load_profile
-    from dynshape_perception.models import model_definition
-
-    cache = cache or ArtefactCache(Path(request.cache_root), request.cache_max_bytes)
-    return cache.get_or_build(
-        model_definition(request.model),
-        weights,
-        load_profile(request.profile),
-        request.key.as_dict(),
-        (request.key.function,),
-    )
-
-
-def validate_in_worker(
-    request: CompileRequest, weights: Mapping[str, np.ndarray], library: Path
-) -> float:
-    """Phase one against the generic build of ``weights``; returns specialised/generic time."""
-    from dynshape_perception.compiler.cache import ArtefactCache
-    from dynshape_perception.compiler.targets import load_profile
-    from dynshape_perception.models import model_definition
-    from dynshape_perception.models.weights import weights_checksum
-    from dynshape_perception.runtime.executable import LoadedModel
-
-    model = model_definition(request.model)
-    slot = (request.model, request.profile, request.cache_root, weights_checksum(weights))
-    if slot not in _GENERIC:
-        cache = ArtefactCache(Path(request.cache_root), request.cache_max_bytes)
-        generic = cache.get_or_build(model, weights, load_profile(request.profile))
-        _GENERIC[slot] = LoadedModel(model, generic.library_path)
-    special = LoadedModel(model, library, functions=(request.key.function,))
-    return validate(model, _GENERIC[slot], special, request)
-
-
-def _start_worker() -> None:
-    """Worker initialiser: import the compiler before the first job."""
-    import dynshape_perception.compiler.cache  # noqa: F401
-
-
-def _init_worker(start: Callable[[], None], parent_pid: int) -> None:
-    """Tie the worker's life to its parent's, then run ``start``.
-
-    A parent ended by SIGKILL runs no clean-up: without this its workers (hundreds of MB
-    each) would wait on their job queue under PID 1 for good, and the resource tracker,
-    which holds on while any of them lives, with them.
-    """
-    _wake_on_parent_death()
-    own_group = _own_process_group()
-    threading.Thread(
-        target=_watch_parent, args=(parent_pid, own_group), name="parent-watch", daemon=True
-    ).start()
-    start()
-
-
-def _own_process_group() -> bool:
-    """Lead a process group of its own: what the worker starts (a compiler) ends with it,
-    and a terminal's Ctrl-C reaches the parent alone, which closes the pool. It also tells
-    the parent that the guard is set (``_guarded``)."""
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        return False
-    return True
-
-
-def _wake_on_parent_death() -> None:
-    """SIGCONT when the spawning thread ends: a worker stopped through a heavy call runs no
-    code, so it would never see its parent gone. Not SIGKILL: the spawning thread may end
-    before the process does, and then the worker is to live on."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGCONT), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _watch_parent(parent_pid: int, own_group: bool) -> None:
-    """Once the parent is gone (the worker was handed to another), end the worker's group."""
-    while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_S)
-    if own_group:
-        try:
-            os.killpg(0, signal.SIGKILL)
-        except OSError:
-            pass
-    os._exit(1)
-
-
-def _ready() -> bool:
-    return True
-
-
-def _lower_priority(pid: int) -> None:
-    """SCHED_IDLE where the OS has it: a serving thread that wakes takes the core at once.
-    On Linux ``pid`` may name a thread of this process, which alone is lowered.
-
-    A nice-10 compile still holds a core until the scheduler's wake-up granularity passes,
-    and a small TVM call whose parallel region needs that core waits for it.
-    """
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, WORKER_NICENESS)
-    except OSError:
-        pass
-    idle = getattr(os, "SCHED_IDLE", None)
-    if idle is not None:
-        try:
-            os.sched_setscheduler(pid, idle, os.sched_param(0))
-        except OSError:
-            pass
 
 
 @dataclass(order=True)
@@ -284,16 +132,16 @@ class CompilePool:
             pool = cf.ProcessPoolExecutor(
                 max_workers=self._size,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(_start_worker, os.getpid()),
+                initializer=workers.init_worker,
+                initargs=(workers.start_worker, os.getpid()),
             )
             # Start the worker now: importing TVM would otherwise delay the first compile.
-            self._started = pool.submit(_ready)
+            self._started = pool.submit(workers.ready)
             # Lowered from here, not by the worker itself: its own code runs only after the
             # interpreter and TVM have been imported, seconds of CPU beside the serving thread.
-            for proc in _processes(pool):
+            for proc in workers.processes(pool):
                 if proc.pid is not None:
-                    _lower_priority(proc.pid)
+                    workers.lower_priority(proc.pid)
             return pool
         self._started = None
         return DaemonThreadExecutor("jit-build")
@@ -326,7 +174,7 @@ class CompilePool:
         old = self._executor
         self._executor = self._new_executor(mode)
         self.mode = mode
-        _terminate_processes(old)
+        workers.terminate_processes(old)
         if isinstance(old, DaemonThreadExecutor):
             self._abandoned.extend(old.threads)
         old.shutdown(wait=False, cancel_futures=True)
@@ -423,12 +271,12 @@ class CompilePool:
 
     def _signal_workers(self, sig: signal.Signals) -> list[int]:
         sent = []
-        for proc in _processes(self._executor):
+        for proc in workers.processes(self._executor):
             if proc.pid is None:
                 continue
             # A worker still starting has nothing to yield yet, and stopped before its
             # guard is set, it would outlive a parent that dies meanwhile.
-            if sig == signal.SIGSTOP and not _guarded(proc.pid):
+            if sig == signal.SIGSTOP and not workers.guarded(proc.pid):
                 continue
             try:
                 os.kill(proc.pid, sig)
@@ -556,9 +404,9 @@ class CompilePool:
         try:
             future = executor.submit(self._compile_fn, job.request, self._weights[job.model])
             # A pool of several spawns its later workers with its jobs, not at start.
-            for proc in _processes(executor):
+            for proc in workers.processes(executor):
                 if proc.pid is not None:
-                    _lower_priority(proc.pid)
+                    workers.lower_priority(proc.pid)
             result = self._await(future)
             if result is None:
                 return False
@@ -676,7 +524,7 @@ class CompilePool:
             self._cv.notify_all()
         for worker in self._workers:
             worker.join(timeout=5.0 if wait else 0.0)
-        _terminate_processes(self._executor)
+        workers.terminate_processes(self._executor)
         self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
@@ -696,80 +544,3 @@ def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) ->
     if process_stretch is not None and process_stretch >= TRIAL_STRETCH:
         return "thread"
     return "process"
-
-
-class DaemonThreadExecutor(cf.Executor):
-    """One daemon thread per compile, at idle priority on Linux.
-
-    A Python thread cannot be stopped: a compile past its timeout is abandoned and runs on.
-    ``ThreadPoolExecutor`` would join it at interpreter exit, so a hung compile would keep
-    the process from exiting; a daemon thread does not. Closing waits for running compiles
-    up to ``EXIT_WAIT_S``, since exiting beside one aborts the process.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._count = itertools.count()
-        self.threads: list[threading.Thread] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
-        future: cf.Future[Any] = cf.Future()
-
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            # As a worker process is: a compile thread at normal priority holds one of the
-            # cores a parallel call (a point cloud) splits its work over, and threads cannot
-            # be stopped through heavy calls as a process is.
-            if sys.platform.startswith("linux"):
-                _lower_priority(threading.get_native_id())
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as err:  # noqa: BLE001 - the waiting side re-raises it
-                future.set_exception(err)
-
-        thread = threading.Thread(target=run, name=f"{self._name}_{next(self._count)}", daemon=True)
-        self.threads = [t for t in self.threads if t.is_alive()]
-        self.threads.append(thread)
-        thread.start()
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """With ``wait``, let running compiles return, for ``EXIT_WAIT_S`` at most; one that
-        takes longer (hung) is abandoned."""
-        if not wait:
-            return
-        deadline = time.monotonic() + EXIT_WAIT_S
-        for thread in self.threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _guarded(pid: int) -> bool:
-    """Whether worker ``pid`` has set its parent-death guard (it leads its own group then)."""
-    try:
-        return os.getpgid(pid) == pid
-    except OSError:
-        return False
-
-
-def _processes(executor: cf.Executor) -> list[Any]:
-    """A process pool's worker processes (none for threads), copied: the pool's manager
-    thread may change its table meanwhile."""
-    return list(getattr(executor, "_processes", {}).values())
-
-
-def _terminate_processes(executor: cf.Executor) -> None:
-    """A process pool's shutdown waits for a running job; a compile may never finish. A
-    worker stopped through a heavy call holds SIGTERM until continued. Each worker leads
-    its own process group: ending the group ends what it started (a compiler) too."""
-    for proc in _processes(executor):
-        proc.terminate()
-        if proc.pid is not None:
-            try:
-                os.kill(proc.pid, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass

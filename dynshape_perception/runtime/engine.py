@@ -20,7 +20,8 @@ from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import check_arrays
 from dynshape_perception.runtime.bookkeeper import Bookkeeper
-from dynshape_perception.runtime.compile_pool import CompileFn, CompilePool, compile_to_cache
+from dynshape_perception.runtime.compile_pool import CompileFn, CompilePool
+from dynshape_perception.runtime.compile_workers import compile_to_cache
 from dynshape_perception.runtime.dispatcher import Dispatcher
 from dynshape_perception.runtime.executable import LoadedModel
 from dynshape_perception.runtime.metrics import JitMetrics

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from dynshape_perception.errors import CompileError
-from dynshape_perception.runtime.compile_pool import CompileRequest, CompileResult, compile_to_cache
+from dynshape_perception.runtime.bookkeeper import Bookkeeper, Settle
+from dynshape_perception.runtime.compile_workers import compile_to_cache
+from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 
 STALL_S = 3.0
 
@@ -48,7 +50,7 @@ def slow_or_crashing_compiler_fault_injector(
 
 def failing_worker_start_fault_injector() -> None:
     """Fault injector: a worker process whose start fails (a broken install), as the pool's
-    initialiser in place of ``_start_worker``."""
+    initialiser in place of ``start_worker``."""
     raise CompileError("injected failure of the compile worker's start")
 
 
@@ -57,3 +59,16 @@ def failing_compiler_fault_injector(
 ) -> CompileResult:
     """Fault injector for tests and drills: every compile fails like a broken toolchain."""
     raise CompileError(f"injected compile failure for {request.model} {request.key}")
+
+
+class StalledBookkeeperFaultInjector(Bookkeeper):
+    """Fault injector: a bookkeeper whose thread never settles anything, rung or not."""
+
+    def __init__(self) -> None:
+        super().__init__(poll_s=3600.0, name="jit-bookkeeper-stalled")
+
+    def add(self, settle: Settle) -> None:
+        pass
+
+    def ring(self, settle: Settle) -> None:
+        pass

@@ -15,13 +15,11 @@ from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
 from dynshape_perception.runtime import dispatcher as dispatcher_module
-from dynshape_perception.runtime.bookkeeper import (
-    Bookkeeper,
-    StalledBookkeeperFaultInjector,
-)
+from dynshape_perception.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.testing.faults import StalledBookkeeperFaultInjector
 
 ASSOC = model_definition("associator")
 WEIGHTS = {"associator": init_weights(parameter_shapes(ASSOC), seed=3)}

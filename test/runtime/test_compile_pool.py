@@ -23,15 +23,18 @@ from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
 from dynshape_perception.runtime import compile_pool as compile_pool_module
+from dynshape_perception.runtime import compile_workers
 from dynshape_perception.runtime.compile_pool import (
     TRIAL_MARGIN,
     TRIAL_SAMPLES,
     TRIAL_STRETCH,
-    WORKER_NICENESS,
     CompilePool,
+    choose_mode,
+)
+from dynshape_perception.runtime.compile_workers import (
+    WORKER_NICENESS,
     DaemonThreadExecutor,
     build_specialisation,
-    choose_mode,
     compile_to_cache,
     validate_in_worker,
 )
@@ -271,7 +274,7 @@ def test_a_specialisation_that_differs_from_generic_is_a_strike(cache_root: Path
 
 
 def test_a_library_for_another_key_is_refused(cache_root: Path, tmp_path: Path) -> None:
-    from dynshape_perception.runtime.dispatcher import check_sidecar
+    from dynshape_perception.runtime.specialisations import check_sidecar
 
     built = compile_to_cache(
         request(Signature.of("forward", {"N": 4, "M": 4}), cache_root), WEIGHTS["associator"]
@@ -488,7 +491,7 @@ def test_close_lets_a_running_thread_compile_return(tmp_path: Path) -> None:
 def test_close_abandons_a_thread_compile_past_its_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compile_pool_module, "EXIT_WAIT_S", 0.2)
+    monkeypatch.setattr(compile_workers, "EXIT_WAIT_S", 0.2)
     pool = running_thread_compile(tmp_path, [])
     started = time.monotonic()
     pool.shutdown()

@@ -22,19 +22,18 @@ from dynshape_perception.errors import CacheError, ConfigError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
-from dynshape_perception.runtime import compile_pool as compile_pool_module
+from dynshape_perception.runtime import compile_workers
 from dynshape_perception.runtime import dispatcher as dispatcher_module
 from dynshape_perception.runtime.bookkeeper import Bookkeeper
-from dynshape_perception.runtime.compile_pool import (
-    CompileFn,
-    compile_to_cache,
-)
-from dynshape_perception.runtime.dispatcher import JUDGE_HITS, Specialisation
+from dynshape_perception.runtime.compile_pool import CompileFn
+from dynshape_perception.runtime.compile_workers import compile_to_cache
+from dynshape_perception.runtime.dispatcher import JUDGE_HITS
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.executable import LoadedModel
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.runtime.shape_log import dump_shape_log, load_shape_log
 from dynshape_perception.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.runtime.specialisations import Specialisation
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.testing.faults import (
     failing_compiler_fault_injector,
@@ -605,7 +604,7 @@ def test_an_engine_starts_with_its_compile_worker_ready(cache_root: Path) -> Non
 def test_an_engine_whose_compile_worker_cannot_start_serves_generic(
     cache_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compile_pool_module, "_start_worker", failing_worker_start_fault_injector)
+    monkeypatch.setattr(compile_workers, "start_worker", failing_worker_start_fault_injector)
     config = eager_config(compile_mode="process", max_strikes=1)
     with caplog.at_level(logging.WARNING), associator_engine(cache_root, config) as eng:
         assert "compile worker failed to start" in caplog.text
