@@ -25,7 +25,6 @@ if (Path(sys.prefix) / "share" / "ament_index" / "resource_index" / "packages" /
     os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
 
 
-
 def _plain_loggers() -> None:
     """Importing launch (its pytest plugin does, and launch_testing again when it runs) makes
     every later logger a LaunchLogger that does not propagate, so the package's records would
@@ -106,9 +105,9 @@ def write_service_event_bag(path: Path, storage: str, clouds: int = 3) -> Path:
     from rosbags.rosbag2 import Writer
     from rosbags.typesys import get_types_from_idl
 
-    from dynshape_perception.io import bags
+    from dynshape_perception.io import bags, msgtypes
 
-    store = bags.typestore()
+    store = msgtypes.typestore()
     events = get_typestore_copy(store)
     events.register(get_types_from_idl(_EVENT_IDL))
     value_text, _ = store.generate_msgdef("rcl_interfaces/msg/ParameterValue", ros_version=2)

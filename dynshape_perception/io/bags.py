@@ -6,46 +6,42 @@ import heapq
 import logging
 import math
 import shutil
-import sqlite3
-import struct
 import sys
 import tempfile
-import zlib
 from collections.abc import Iterator, Sequence
-from contextlib import closing
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-import apsw
 import numpy as np
-from rosbags.highlevel import AnyReaderError
-from rosbags.interfaces import Connection, MessageDefinitionFormat
-from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer, WriterError
-from rosbags.rosbag2.storage_mcap import DECOMPRESSORS
-from rosbags.serde import SerdeError
+from rosbags.interfaces import Connection
+from rosbags.rosbag2 import Reader, StoragePlugin, Writer, WriterError
 from rosbags.typesys import (
     Stores,
-    TypesysError,
-    get_types_from_idl,
-    get_types_from_msg,
     get_typestore,
 )
 from rosbags.typesys.store import Typestore
 
 from dynshape_perception.errors import DataError, DynshapeError, MessageError
+from dynshape_perception.io.bag_storage import (
+    READ_ERRORS,
+    BagCheck,
+    check_mcap_chunks,
+    check_sqlite3,
+    reason,
+    seal_mcap_chunks,
+)
 from dynshape_perception.io.classes import name_of
-from dynshape_perception.io.objects import OBJECT_TYPES, yaw_of_quaternion
+from dynshape_perception.io.msgtypes import bag_typestore, typestore
+from dynshape_perception.io.objects import yaw_of_quaternion
 from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud, points_to_cloud
 from dynshape_perception.perception.transforms import Matrix, matrix, quaternion_of
-from dynshape_perception.resources import ament_prefixes
 
 if sys.version_info >= (3, 14):
-    from compression.zstd import ZstdError
+    pass
 else:
-    from backports.zstd import ZstdError
+    pass
 
 POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
 ODOMETRY = "nav_msgs/msg/Odometry"
@@ -54,114 +50,11 @@ DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
 TF_MESSAGE = "tf2_msgs/msg/TFMessage"
 TF_TOPIC = "/tf"
 TF_STATIC_TOPIC = "/tf_static"
-# Message packages whose definitions are read from their installed .msg files.
-INSTALLED_MSG_PACKAGES = ("autoware_perception_msgs",)
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 BAG_VERSION: Literal[9] = 9
 
-# vision_msgs 4.x (ROS 2 Humble and later), which cannot be installed here; registered from
-# the .msg text so that bags carry the exact definitions and type hashes.
-VISION_MSGS: dict[str, str] = {
-    "vision_msgs/msg/ObjectHypothesis": "string class_id\nfloat64 score\n",
-    "vision_msgs/msg/ObjectHypothesisWithPose": (
-        "vision_msgs/ObjectHypothesis hypothesis\ngeometry_msgs/PoseWithCovariance pose\n"
-    ),
-    "vision_msgs/msg/BoundingBox3D": "geometry_msgs/Pose center\ngeometry_msgs/Vector3 size\n",
-    "vision_msgs/msg/Detection3D": (
-        "std_msgs/Header header\nvision_msgs/ObjectHypothesisWithPose[] results\n"
-        "vision_msgs/BoundingBox3D bbox\nstring id\n"
-    ),
-    DETECTION3D_ARRAY: "std_msgs/Header header\nvision_msgs/Detection3D[] detections\n",
-}
-
-# Errors that rosbags and the storage libraries raise on truncated or corrupt files.
-_READ_ERRORS = (
-    AnyReaderError,
-    ReaderError,
-    SerdeError,
-    OSError,
-    EOFError,
-    ValueError,
-    KeyError,
-    IndexError,
-    TypeError,
-    AssertionError,
-    ArithmeticError,
-    RuntimeError,
-    MemoryError,
-    struct.error,
-    sqlite3.Error,
-    apsw.Error,
-    UnicodeDecodeError,
-    # Corrupt zstd data (file, message or mcap chunk compression); lz4 raises RuntimeError.
-    ZstdError,
-    TypesysError,
-)
-_REASON_CHARS = 120
-# rosbag2's delimiter of the dependent definitions in a ros2idl schema.
-_IDL_SEPARATOR = "=" * 80 + "\n"
 _NS = 1_000_000_000
 log = logging.getLogger(__name__)
-
-MCAP_MAGIC = b"\x89MCAP0\r\n"
-_OP_CHUNK = 0x06
-_OP_DATA_END = 0x0F
-_OP_FOOTER = 0x02
-# A chunk record's fixed head: start and end log time, uncompressed size, uncompressed CRC.
-_CHUNK_HEAD = struct.Struct("<QQQI")
-_RECORD_HEAD = struct.Struct("<BQ")
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-
-
-def installed_definitions(package: str) -> dict[str, str]:
-    """``pkg/msg/Name`` -> .msg text of an installed message package (first prefix that has
-    it); empty where none has."""
-    for prefix in ament_prefixes():
-        folder = prefix / "share" / package / "msg"
-        if folder.is_dir():
-            return {
-                f"{package}/msg/{path.stem}": path.read_text()
-                for path in sorted(folder.glob("*.msg"))
-            }
-    return {}
-
-
-@lru_cache(maxsize=1)
-def typestore() -> Typestore:
-    """The ROS 2 Jazzy typestore with the vision_msgs definitions and the installed ones of
-    ``INSTALLED_MSG_PACKAGES`` added, so that bags carry their exact definitions and hashes."""
-    store = get_typestore(Stores.ROS2_JAZZY)
-    types: dict[str, Any] = {}
-    texts = dict(VISION_MSGS)
-    for package in INSTALLED_MSG_PACKAGES:
-        texts.update(installed_definitions(package))
-    for name, text in texts.items():
-        types.update(get_types_from_msg(text, name))
-    store.register(types)
-    return store
-
-
-def has_type(msgtype: str) -> bool:
-    return msgtype in typestore().types
-
-
-def message(msgtype: str, /, **fields: Any) -> Any:
-    """A rosbags message of ``msgtype`` (the message factory of ``io.objects``)."""
-    try:
-        cls = typestore().types[msgtype]
-    except KeyError as err:
-        package = msgtype.split("/")[0]
-        raise DataError(
-            f"{msgtype} is not known here: install {package} (apt install "
-            f"ros-$ROS_DISTRO-{package.replace('_', '-')}) for its message definitions"
-        ) from err
-    return cls(**fields)
-
-
-def object_types() -> tuple[str, ...]:
-    """The standard object message types this installation can write."""
-    return tuple(t for t in OBJECT_TYPES if has_type(t))
 
 
 def stamp_ns(stamp: Any) -> int:
@@ -422,77 +315,6 @@ class BagMessage:
     raw: bytes | memoryview
 
 
-def _types_of(conn: Connection) -> dict[str, Any]:
-    """The types a connection's recorded definition (ros2msg or ros2idl) declares."""
-    text = conn.msgdef.data
-    if conn.msgdef.format == MessageDefinitionFormat.MSG:
-        return dict(get_types_from_msg(text, conn.msgtype))
-    types: dict[str, Any] = {}
-    if text.startswith(f"{_IDL_SEPARATOR}IDL: "):
-        for section in text.split(_IDL_SEPARATOR)[1:]:
-            types.update(get_types_from_idl(section.split("\n", 1)[1]))
-    else:
-        types.update(get_types_from_idl(text))
-    return types
-
-
-def _undecodable(conn: Connection, why: str) -> str:
-    service = "/srv/" in conn.msgtype and conn.msgtype.endswith("_Event")
-    return f"{'service event topic: ' if service else ''}{why}"
-
-
-def _first_line(err: BaseException) -> str:
-    """Parser errors quote the whole definition: their first line names the problem."""
-    line = (str(err).strip().splitlines() or [""])[0].rstrip(":")
-    if len(line) > _REASON_CHARS:
-        line = line[: _REASON_CHARS - 3] + "..."
-    return f"{type(err).__name__}: {line}" if line else type(err).__name__
-
-
-def bag_typestore(connections: Sequence[Connection]) -> tuple[Typestore, dict[str, str]]:
-    """The types the bag's connections decode with, and why the others cannot be decoded.
-
-    Each connection's recorded definition is parsed on its own: one that cannot be (a service
-    event's request/response text, an unknown encoding) or whose hash disagrees costs its own
-    topic only. A type recorded without a definition takes ROS 2 Jazzy's (or vision_msgs').
-    """
-    store = get_typestore(Stores.EMPTY)
-    unreadable: dict[str, str] = {}
-    for conn in connections:
-        if conn.msgdef.format == MessageDefinitionFormat.NONE or conn.msgtype in store.fielddefs:
-            continue
-        try:
-            store.register(_types_of(conn))
-        except _READ_ERRORS as err:
-            unreadable[conn.topic] = _undecodable(
-                conn,
-                f"its recorded definition of {conn.msgtype} cannot be parsed ({_first_line(err)})",
-            )
-    # Types without a recorded definition, and dependencies a definition leaves out (older
-    # rosbag2 recorded only the top-level text), take the package's.
-    store.register({k: v for k, v in typestore().fielddefs.items() if k not in store.fielddefs})
-    for conn in connections:
-        if conn.topic in unreadable:
-            continue
-        if conn.msgtype not in store.fielddefs:
-            unreadable[conn.topic] = _undecodable(
-                conn, f"unknown type {conn.msgtype}: the bag holds no definition of it"
-            )
-            continue
-        try:
-            digest = store.hash_rihs01(conn.msgtype)
-        except _READ_ERRORS as err:
-            unreadable[conn.topic] = _undecodable(
-                conn, f"its definition of {conn.msgtype} is incomplete ({_first_line(err)})"
-            )
-            continue
-        if conn.msgdef.format != MessageDefinitionFormat.NONE and conn.digest not in ("", digest):
-            unreadable[conn.topic] = _undecodable(
-                conn, f"its recorded type hash {conn.digest} is not that of its definition"
-            )
-    return store, unreadable
-
-
 class BagReader:
     """Opens a rosbag2 bag (mcap or sqlite3); every read failure becomes a DataError naming it.
 
@@ -518,19 +340,19 @@ class BagReader:
             reader.open()
         except FileNotFoundError as err:
             raise DataError(f"{self.path} is not a rosbag2 bag: {err}") from err
-        except _READ_ERRORS as err:
+        except READ_ERRORS as err:
             raise DataError(
-                f"cannot open bag {self.path}: it is corrupt or truncated ({_reason(err)})"
+                f"cannot open bag {self.path}: it is corrupt or truncated ({reason(err)})"
             ) from err
         self._reader = reader
         try:
             self._typestore, self._unreadable = bag_typestore(reader.connections)
             self._counts, self._span = self._stored_counts()
             self._storages = self._mismatched_storages()
-        except _READ_ERRORS as err:
+        except READ_ERRORS as err:
             self.__exit__()
             raise DataError(
-                f"cannot open bag {self.path}: it is corrupt or truncated ({_reason(err)})"
+                f"cannot open bag {self.path}: it is corrupt or truncated ({reason(err)})"
             ) from err
         for topic, why in sorted(self._unreadable.items()):
             log.info("%s: %s cannot be decoded: %s", self.path, topic, why)
@@ -598,7 +420,7 @@ class BagReader:
         if self._reader is not None:
             try:
                 self._reader.close()
-            except _READ_ERRORS:
+            except READ_ERRORS:
                 pass
             self._reader = None
 
@@ -673,11 +495,11 @@ class BagReader:
                 records = self.reader.messages(conns, start_ns)
             for conn, log_ns, raw in records:
                 yield BagMessage(conn.topic, conn.msgtype, int(log_ns), raw)
-        except _READ_ERRORS as err:
+        except READ_ERRORS as err:
             # A damaged chunk is named with its offset, as ``verify`` names it.
             self.verify()
             raise DataError(
-                f"bag {self.path} is corrupt or truncated: reading failed ({_reason(err)})"
+                f"bag {self.path} is corrupt or truncated: reading failed ({reason(err)})"
             ) from err
 
     def verify(self) -> BagCheck:
@@ -713,7 +535,7 @@ class BagReader:
             try:
                 recorded = self._typestore.hash_rihs01(conn.msgtype)
                 ours = typestore().hash_rihs01(conn.msgtype)
-            except _READ_ERRORS:
+            except READ_ERRORS:
                 return True
             if recorded != ours:
                 return True
@@ -725,158 +547,7 @@ class BagReader:
             raise MessageError(f"{message.topic} message at {message.log_ns} ns: {why}")
         try:
             return self._typestore.deserialize_cdr(bytes(message.raw), message.msgtype)
-        except _READ_ERRORS as err:
+        except READ_ERRORS as err:
             raise MessageError(
-                f"{message.topic} message at {message.log_ns} ns cannot be decoded: {_reason(err)}"
+                f"{message.topic} message at {message.log_ns} ns cannot be decoded: {reason(err)}"
             ) from err
-
-
-@dataclass
-class BagCheck:
-    """What ``BagReader.verify`` could check."""
-
-    chunks_checked: int = 0
-    chunks_unchecked: int = 0
-    sqlite3_files: int = 0
-    unchecked_files: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        parts = []
-        if self.chunks_checked or self.chunks_unchecked:
-            parts.append(f"{self.chunks_checked} mcap chunk(s) matched their CRC")
-        if self.chunks_unchecked:
-            parts.append(f"{self.chunks_unchecked} chunk(s) carry no CRC to check")
-        if self.sqlite3_files:
-            parts.append(
-                f"{self.sqlite3_files} sqlite3 file(s) structurally sound (sqlite3 keeps no "
-                "checksums of messages)"
-            )
-        if self.unchecked_files:
-            parts.append(f"not checked: {', '.join(self.unchecked_files)}")
-        return "; ".join(parts) or "nothing to check"
-
-
-@dataclass(frozen=True)
-class _Chunk:
-    offset: int
-    crc_at: int
-    crc: int
-    compression: str
-    uncompressed_size: int
-    data: bytes
-
-
-def _mcap_chunks(path: Path, handle: Any) -> Iterator[_Chunk]:
-    """The chunk records of an mcap file's data section, read record by record."""
-    size = path.stat().st_size
-    if handle.read(len(MCAP_MAGIC)) != MCAP_MAGIC:
-        raise DataError(f"{path} is no mcap file (its magic bytes are wrong)")
-    while True:
-        offset = handle.tell()
-        head = handle.read(_RECORD_HEAD.size)
-        if len(head) < _RECORD_HEAD.size:
-            raise DataError(f"{path} is truncated: no record at byte offset {offset}")
-        op, length = _RECORD_HEAD.unpack(head)
-        body_at = offset + _RECORD_HEAD.size
-        if body_at + length > size:
-            raise DataError(
-                f"{path} is damaged: the record at byte offset {offset} runs past the end "
-                f"of the file ({length} bytes)"
-            )
-        if op in (_OP_DATA_END, _OP_FOOTER):
-            return
-        if op == _OP_CHUNK:
-            body = handle.read(length)
-            try:
-                _, _, usize, crc = _CHUNK_HEAD.unpack_from(body)
-                at = _CHUNK_HEAD.size
-                (name_len,) = _U32.unpack_from(body, at)
-                compression = body[at + 4 : at + 4 + name_len].decode()
-                at += 4 + name_len
-                (csize,) = _U64.unpack_from(body, at)
-            except (struct.error, UnicodeDecodeError) as err:
-                raise DataError(
-                    f"{path} is damaged: the chunk at byte offset {offset} has a broken "
-                    f"header ({_reason(err)})"
-                ) from err
-            data = body[at + 8 : at + 8 + csize]
-            if len(data) != csize:
-                raise DataError(
-                    f"{path} is damaged: the chunk at byte offset {offset} holds "
-                    f"{len(data)} of its {csize} bytes"
-                )
-            yield _Chunk(offset, body_at + 24, crc, compression, usize, data)
-        else:
-            handle.seek(body_at + length)
-
-
-def _uncompressed(path: Path, chunk: _Chunk) -> bytes:
-    try:
-        raw = DECOMPRESSORS[chunk.compression](chunk.data, chunk.uncompressed_size)
-    except KeyError as err:
-        raise DataError(
-            f"{path}: the chunk at byte offset {chunk.offset} has unknown compression "
-            f"{chunk.compression!r}"
-        ) from err
-    except _READ_ERRORS as err:
-        raise DataError(
-            f"{path} is damaged: the chunk at byte offset {chunk.offset} does not "
-            f"decompress ({_reason(err)})"
-        ) from err
-    if len(raw) != chunk.uncompressed_size:
-        raise DataError(
-            f"{path} is damaged: the chunk at byte offset {chunk.offset} holds {len(raw)} "
-            f"bytes, its header says {chunk.uncompressed_size}"
-        )
-    return raw
-
-
-def seal_mcap_chunks(path: Path) -> int:
-    """Write the CRC of every chunk that has none (rosbags writes 0: unchecked); returns
-    how many were sealed. Replay then tells a damaged chunk from a good one."""
-    sealed = 0
-    with path.open("r+b") as handle:
-        chunks = [c for c in _mcap_chunks(path, handle) if c.crc == 0]
-        for chunk in chunks:
-            crc = zlib.crc32(_uncompressed(path, chunk))
-            handle.seek(chunk.crc_at)
-            handle.write(_U32.pack(crc))
-            sealed += 1
-    return sealed
-
-
-def check_mcap_chunks(path: Path) -> tuple[int, int]:
-    """(chunks whose CRC matched, chunks without a CRC); a DataError names a damaged one."""
-    checked = unchecked = 0
-    try:
-        with path.open("rb") as handle:
-            for chunk in _mcap_chunks(path, handle):
-                if chunk.crc == 0:
-                    unchecked += 1
-                    continue
-                if zlib.crc32(_uncompressed(path, chunk)) != chunk.crc:
-                    raise DataError(
-                        f"{path} is damaged: the chunk at byte offset {chunk.offset} does not "
-                        f"match its CRC"
-                    )
-                checked += 1
-    except OSError as err:
-        raise DataError(f"cannot read {path}: {_reason(err)}") from err
-    return checked, unchecked
-
-
-def check_sqlite3(path: Path) -> None:
-    """sqlite3's own structural check of a storage file; a DataError names what it found."""
-    try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
-            rows = conn.execute("PRAGMA quick_check").fetchall()
-    except sqlite3.Error as err:
-        raise DataError(f"{path} is damaged: {_reason(err)}") from err
-    problems = [str(r[0]) for r in rows if r[0] != "ok"]
-    if problems:
-        raise DataError(f"{path} is damaged: {problems[0]}")
-
-
-def _reason(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -20,7 +20,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import PointCloud2
 
-from dynshape_perception.io import bags
+from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
@@ -64,7 +64,7 @@ def drive_bag(tmp_path: Path) -> Path:
 @pytest.fixture
 def bag_with_a_foreign_type(drive_bag: Path, tmp_path: Path) -> Path:
     bag = tmp_path / "foreign"
-    plane = bags.typestore().types[NOT_INSTALLED](coef=np.array([0.0, 0.0, 1.0, 0.0]))
+    plane = msgtypes.typestore().types[NOT_INSTALLED](coef=np.array([0.0, 0.0, 1.0, 0.0]))
     with bags.BagReader(drive_bag) as reader, bags.BagWriter(bag) as writer:
         for message in reader.messages():
             writer.add_topic(message.topic, message.msgtype)

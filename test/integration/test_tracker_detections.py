@@ -16,7 +16,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from vision_msgs.msg import Detection3DArray
 
-from dynshape_perception.io import bags
+from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE
 from dynshape_perception.nodes.messages import message_class
 from dynshape_perception.resources import config_path
@@ -78,7 +78,7 @@ def tracker(
 
 def _detections(obstacles: np.ndarray, ns: int) -> Detection3DArray:
     """The Detection3DArray make-bag writes (class ids: names), as an rclpy message."""
-    raw = bags.typestore().serialize_cdr(
+    raw = msgtypes.typestore().serialize_cdr(
         bags.detections_message(obstacles, ns, "lidar"), bags.DETECTION3D_ARRAY
     )
     return deserialize_message(bytes(raw), message_class(bags.DETECTION3D_ARRAY))

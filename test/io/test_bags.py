@@ -11,7 +11,7 @@ from rosbags.interfaces import Connection, MessageDefinition, MessageDefinitionF
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Writer
 
 from dynshape_perception.errors import DataError, MessageError
-from dynshape_perception.io import bags
+from dynshape_perception.io import bag_storage, bags, msgtypes
 from dynshape_perception.tools.replay import sources
 
 T0 = 1_700_000_000 * 1_000_000_000
@@ -25,11 +25,11 @@ def _compressed(path: Path, storage: str, mode: CompressionMode) -> Path:
     writer = Writer(path, version=bags.BAG_VERSION, storage_plugin=bags.STORAGES[storage])
     writer.set_compression(mode, CompressionFormat.ZSTD)
     writer.open()
-    conn = writer.add_connection("/odom", bags.ODOMETRY, typestore=bags.typestore())
+    conn = writer.add_connection("/odom", bags.ODOMETRY, typestore=msgtypes.typestore())
     for k in range(MESSAGES):
         ns = T0 + k * 50_000_000
         msg = bags.odometry_message(ns, float(k), 0.0, 0.0, 1.0, 0.0)
-        writer.write(conn, ns, bags.typestore().serialize_cdr(msg, bags.ODOMETRY))
+        writer.write(conn, ns, msgtypes.typestore().serialize_cdr(msg, bags.ODOMETRY))
     writer.close()
     return path
 
@@ -138,7 +138,7 @@ def _connection(topic: str, msgtype: str, msgdef: MessageDefinition, digest: str
 def test_unknown_types_and_wrong_hashes_are_unreadable_topics_not_a_failed_bag() -> None:
     none = MessageDefinition(MessageDefinitionFormat.NONE, "")
     radar = MessageDefinition(MessageDefinitionFormat.MSG, "float32 range_m\n")
-    store, unreadable = bags.bag_typestore(
+    store, unreadable = msgtypes.bag_typestore(
         [
             _connection("/odom", bags.ODOMETRY, none),
             _connection("/radar", "acme_msgs/msg/Radar", radar),
@@ -155,7 +155,7 @@ def test_unknown_types_and_wrong_hashes_are_unreadable_topics_not_a_failed_bag()
 def _chunks(data: Path) -> list[tuple[int, int]]:
     """(record offset, CRC) of every chunk of an mcap file."""
     with data.open("rb") as handle:
-        return [(c.offset, c.crc) for c in bags._mcap_chunks(data, handle)]
+        return [(c.offset, c.crc) for c in bag_storage.mcap_chunks(data, handle)]
 
 
 def _flip(data: Path, at: int, count: int = 64) -> None:

@@ -12,7 +12,7 @@ import pytest
 from rclpy.serialization import serialize_message
 
 from dynshape_perception.errors import MessageError
-from dynshape_perception.io import bags
+from dynshape_perception.io import msgtypes
 from dynshape_perception.io.classes import PEDESTRIAN, label_of_class_id
 from dynshape_perception.io.objects import (
     DETECTED_OBJECTS,
@@ -40,7 +40,7 @@ from dynshape_perception.perception.objects import ObjectParams, TrackUuids
 from dynshape_perception.perception.prediction import PredictedPaths
 
 NS = 1_700_000_000_123_456_789
-FACTORIES: dict[str, MessageFactory] = {"rclpy": ros_message, "rosbags": bags.message}
+FACTORIES: dict[str, MessageFactory] = {"rclpy": ros_message, "rosbags": msgtypes.message}
 
 
 def _tracks() -> TrackStates:
@@ -66,7 +66,7 @@ def _paths() -> PredictedPaths:
 
 def _cdr(msg: Any) -> bytes:
     if hasattr(msg, "__msgtype__"):
-        return bytes(bags.typestore().serialize_cdr(msg, msg.__msgtype__))
+        return bytes(msgtypes.typestore().serialize_cdr(msg, msg.__msgtype__))
     return bytes(serialize_message(msg))
 
 
@@ -86,7 +86,7 @@ def test_rclpy_and_rosbags_build_the_same_message() -> None:
     """rclpy's bytes, decoded by rosbags (from the installed .msg definitions) and encoded
     again, are rosbags' own bytes (fastcdr leaves alignment padding unset: not compared)."""
     built = {name: _all(make) for name, make in FACTORIES.items()}
-    store = bags.typestore()
+    store = msgtypes.typestore()
     for msgtype in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
         decoded = store.deserialize_cdr(_cdr(built["rclpy"][msgtype]), msgtype)
         assert _cdr(decoded) == _cdr(built["rosbags"][msgtype]), msgtype
@@ -134,7 +134,7 @@ def test_messages_read_back_into_the_tables(factory: str) -> None:
 
 
 def test_degenerate_orientation_is_a_message_error() -> None:
-    msg = _all(bags.message)[DETECTED_OBJECTS]
+    msg = _all(msgtypes.message)[DETECTED_OBJECTS]
     q = msg.objects[0].kinematics.pose_with_covariance.pose.orientation
     q.x = q.y = q.z = q.w = 0.0
     with pytest.raises(MessageError, match="no rotation"):
@@ -142,11 +142,11 @@ def test_degenerate_orientation_is_a_message_error() -> None:
 
 
 def test_bad_uuid_and_size_are_message_errors() -> None:
-    msg = _all(bags.message)[TRACKED_OBJECTS]
+    msg = _all(msgtypes.message)[TRACKED_OBJECTS]
     msg.objects[0].object_id = SimpleNamespace(uuid=np.zeros(3, np.uint8))
     with pytest.raises(MessageError, match="16 bytes"):
         tracks_from_tracked_objects(msg)
-    msg = _all(bags.message)[DETECTED_OBJECTS]
+    msg = _all(msgtypes.message)[DETECTED_OBJECTS]
     msg.objects[0].shape.dimensions.x = -1.0
     with pytest.raises(CloudError, match=r"length -1\.0, which is not positive") as info:
         obstacles_from_detected_objects(msg)

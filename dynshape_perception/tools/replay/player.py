@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dynshape_perception.errors import ConfigError, MessageError
-from dynshape_perception.io import bags
+from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.tools.replay.topics import Skipped, absolute_name
 
 CLOCK_TOPIC = "/clock"
@@ -40,7 +40,7 @@ class PlayItem:
 
 def starts_with_header(msgtype: str) -> bool:
     """Whether the type's first field is a std_msgs/Header (its stamp can be patched)."""
-    store = bags.typestore()
+    store = msgtypes.typestore()
     if msgtype not in store.fielddefs:
         return False
     _, fields = store.fielddefs[msgtype]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io import bags
+from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.objects import (
     DETECTED_OBJECTS,
     PREDICTED_OBJECTS,
@@ -161,7 +161,7 @@ class RunRecorder:
                 self._bag.add_topic(topic, bags.POINTCLOUD2)
             # Written where this installation has the message definitions.
             self.object_topics = {
-                t: m for t, m in OBJECT_TOPICS.items() if m in bags.object_types()
+                t: m for t, m in OBJECT_TOPICS.items() if m in msgtypes.object_types()
             }
             for topic, msgtype in self.object_topics.items():
                 self._bag.add_topic(topic, msgtype)
@@ -176,7 +176,7 @@ class RunRecorder:
         frames = (out.obstacle_frame, out.fixed_frame, out.fixed_frame)
         for topic, table, frame in zip(OUTPUT_TOPICS, tables, frames, strict=True):
             self._bag.write(topic, log_ns, bags.table_message(table, stamp_ns, frame))
-        make = bags.message
+        make = msgtypes.message
         messages = {
             "/detected_objects": lambda: detected_objects(
                 make, stamp_ns, out.obstacle_frame, out.obstacles

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import DataError
-from dynshape_perception.io import bags
+from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.classes import CLASSES
 from dynshape_perception.io.objects import detections_to_obstacles
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
@@ -115,7 +115,7 @@ def test_vision_msgs_definitions_are_embedded(tmp_path: Path) -> None:
     with bags.BagReader(tmp_path / "bag") as reader:
         conn = next(c for c in reader.reader.connections if c.topic == "/detections")
         assert "vision_msgs/Detection3D[] detections" in conn.msgdef.data
-        assert conn.digest == bags.typestore().hash_rihs01(bags.DETECTION3D_ARRAY)
+        assert conn.digest == msgtypes.typestore().hash_rihs01(bags.DETECTION3D_ARRAY)
 
 
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io import bags
+from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.tools.replay.player import (
     header_stamp,
@@ -42,13 +42,13 @@ def _bag(path: Path) -> Path:
 
 
 def test_stamps_are_read_and_shifted_in_place() -> None:
-    raw = bags.typestore().serialize_cdr(
+    raw = msgtypes.typestore().serialize_cdr(
         bags.odometry_message(T0 + 123, 1.0, 2.0, 0.5, 0.0, 0.0), bags.ODOMETRY
     )
     assert header_stamp(raw) == T0 + 123
     moved = shift_stamp(raw, 2 * 1_000_000_000 + 999_999_900)
     assert header_stamp(moved) == T0 + 123 + 2_999_999_900
-    msg = bags.typestore().deserialize_cdr(moved, bags.ODOMETRY)
+    msg = msgtypes.typestore().deserialize_cdr(moved, bags.ODOMETRY)
     assert (msg.pose.pose.position.x, msg.child_frame_id) == (1.0, "base_link")
     assert starts_with_header(bags.POINTCLOUD2) and not starts_with_header(bags.CLOCK)
 
