@@ -1,0 +1,144 @@
+"""What the executors queue and how they are set up: units of work, arrivals, options."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Generator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.scheduling.tiers import Tier
+
+Lane = Literal["reserved", "shared"]
+JobFn = Callable[[], Any]
+# Why a unit never completed: a newer frame of its stream replaced it, it was refused at
+# submission, it could no longer meet its deadline, degraded mode skipped it (speculative
+# work), the executor shut down first, or the submitter cancelled its future.
+DROP_REASONS = ("stale", "admission", "expired", "degraded", "shutdown", "cancelled")
+# Sheds that mean overload (stale replacement and skipped speculation do not).
+TROUBLE = frozenset({"admission", "expired"})
+COST_SMOOTHING = 0.2
+CostKey = tuple[str, int | None]
+
+
+def size_bucket(size: int | None) -> int | None:
+    """The power of two at or above ``size``: units within a factor of two share a cost."""
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise ConfigError(f"a unit's size must be an integer >= 0, got {size!r}")
+    return 1 << max(0, int(size) - 1).bit_length()
+
+
+class PoolControl(Protocol):
+    """What the executor needs of a background compile pool (``Engine.pool``)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A frame's arrival at the executor; deadlines count from ``arrival_s`` (executor clock)."""
+
+    topic: str
+    arrival_s: float
+    stamp_s: float | None = None
+    transport_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Structural settings (read-only node parameters); TierConfig holds the tunable ones."""
+
+    reserved_workers: int = 1
+    shared_workers: int = 1
+    # Nice value of shared lanes (-20..19; below 0 needs CAP_SYS_NICE): a low value keeps
+    # other processes from preempting a shared lane that holds the GIL, without the
+    # real-time throttling a busy SCHED_FIFO lane meets.
+    shared_nice: int | None = None
+    # SCHED_FIFO priority of reserved lanes (needs CAP_SYS_NICE or an rtprio limit; without,
+    # a warning and normal scheduling). A lane blocks when idle, so it cannot starve the host.
+    reserved_rt_priority: int | None = None
+    # SCHED_FIFO priority that shared lanes take while tier-1 work is queued or running (the
+    # tiered executor): priority inheritance for the GIL, so that no other process preempts
+    # a shared lane holding the GIL that tier 1 waits for. Held only that briefly, it never
+    # meets real-time throttling, which a busy SCHED_FIFO lane would (stalling tier 1).
+    shared_boost_rt_priority: int | None = None
+    # sys.setswitchinterval while the executor runs: the default 5 ms GIL slice would let a
+    # lower-tier thread's Python code hold tier-1 work up for half its budget.
+    switch_interval_ms: float | None = None
+    # OpenBLAS threads while the executor runs (NumPy's BLAS, process-wide): with more
+    # than one, a lane's BLAS call waits on BLAS worker threads that any lane pre-empts,
+    # and they spin after each call, taking a core from the lanes. None: left as it is.
+    blas_threads: int | None = None
+    latency_window: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.reserved_workers < 0 or self.shared_workers < 1:
+            raise ConfigError("need reserved_workers >= 0 and shared_workers >= 1")
+        if self.shared_nice is not None and not -20 <= self.shared_nice <= 19:
+            raise ConfigError(f"shared_nice must lie in [-20, 19], got {self.shared_nice}")
+        if self.switch_interval_ms is not None and not 0.0 < self.switch_interval_ms <= 100.0:
+            raise ConfigError("switch_interval_ms must lie in (0, 100]")
+        if self.latency_window < 1:
+            raise ConfigError("latency_window must be >= 1")
+        if self.blas_threads is not None and self.blas_threads < 1:
+            raise ConfigError(f"blas_threads must be >= 1, got {self.blas_threads}")
+        for name in ("reserved_rt_priority", "shared_boost_rt_priority"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 99:
+                raise ConfigError(f"{name} must lie in [1, 99]")
+        boost, reserved = self.shared_boost_rt_priority, self.reserved_rt_priority
+        if boost is not None and reserved is not None and reserved <= boost:
+            raise ConfigError("shared_boost_rt_priority must stay below reserved_rt_priority")
+
+
+@dataclass(eq=False)
+class Work:
+    """One unit of work: a callable, or a generator whose every ``yield`` ends a chunk."""
+
+    fn: JobFn
+    tier: Tier
+    name: str
+    arrival: Arrival
+    deadline_s: float
+    seq: int
+    stream: str | None
+    speculative: bool
+    est_ms: float | None
+    future: Future[Any]
+    # Input size (points, agents): the cost is estimated per (name, size bucket).
+    size: int | None = None
+    gen: Generator[Any, None, Any] | None = None
+    state: str = "queued"
+    chunks: int = 0
+    service_ms: float = 0.0
+    started_s: float | None = None
+    # Queued or running tier-1 work: shared lanes stay boosted while any is.
+    active: bool = False
+
+
+@dataclass
+class TierStats:
+    window: int
+    submitted: int = 0
+    completed: int = 0
+    misses: int = 0
+    failed: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    # Units refused or expired since the tier last completed one, and how often that run
+    # reached TierConfig.starvation_frames.
+    unserved: int = 0
+    starvations: int = 0
+    latency_ms: deque[float] = field(init=False)
+    wait_ms: deque[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.latency_ms = deque(maxlen=self.window)
+        self.wait_ms = deque(maxlen=self.window)
