@@ -12,7 +12,6 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import rclpy
-from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import (
     FloatingPointRange,
     IntegerRange,
@@ -31,19 +30,18 @@ from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, M
 from dynshape_perception.interrupts import startup_done
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
-from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, odometry_pose, stamp_s
+from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, stamp_s
 from dynshape_perception.perception import scan
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.localization import Located
-from dynshape_perception.perception.odometry import PoseBuffer
-from dynshape_perception.perception.pipeline import ModelFn, Pipeline, Pose2D
+from dynshape_perception.perception.pipeline import ModelFn, Pipeline
 from dynshape_perception.perception.stamps import (
     FUTURE_STAMP,
     OUTLIER_STAMP,
     RESTART,
     StampScreen,
 )
-from dynshape_perception.perception.transforms import DegenerateQuaternion, Matrix
+from dynshape_perception.perception.transforms import Matrix
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.metrics import LatencyStats
 from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
@@ -530,108 +528,6 @@ class PerceptionNode(Node):
         if degraded:
             problems.append("overload: degraded mode (far field subsampled)")
         return max(level, int(degraded)), problems, values
-
-
-class OdometryInput:
-    """Subscribes to ``odom``: the vehicle's (odometry child frame's) pose at a stamp.
-
-    Quaternions are normalised (a degenerate one drops the message, counted); a change of
-    the odometry's frame clears the buffer (logged and counted), so that no pose is ever
-    interpolated between two frames.
-    """
-
-    def __init__(self, node: PerceptionNode) -> None:
-        self.node = node
-        values = node.values
-        self.buffer = PoseBuffer(int(values["odometry.buffer_size"]))
-        self.stamps = StampScreen(parameters.stamp_policy(values))
-        self.frame_id: str | None = None
-        self._stale = False
-        node.on_time_jump(self._restart)
-        node.counters.setdefault(ODOM_FRAME_CHANGES, 0)
-        node.note("odometry", "none received yet")
-        node.create_subscription(Odometry, "odom", self._on_odom, node.input_qos)
-
-    @property
-    def active(self) -> bool:
-        return self.frame_id is not None
-
-    def _on_odom(self, msg: Odometry) -> None:
-        try:
-            stamp, x, y, yaw = odometry_pose(msg)
-        except DegenerateQuaternion as err:
-            self.node.drops.drop(ODOM_BAD_QUATERNION, f"odometry: {err}")
-            return
-        if not np.isfinite((stamp, x, y, yaw)).all():
-            self.node.drops.drop(ODOM_NON_FINITE, "odometry holds NaN or Inf")
-            return
-        if not self.node.screen_stamp(self.stamps, stamp, self.buffer.newest_stamp_s, "odometry"):
-            return
-        frame_id = str(msg.header.frame_id)
-        if self.frame_id is not None and frame_id != self.frame_id:
-            self.node.get_logger().warning(
-                f"odometry frame changed from {self.frame_id!r} to {frame_id!r}: its "
-                f"{len(self.buffer)} buffered pose(s) cleared"
-            )
-            self.node.count(ODOM_FRAME_CHANGES)
-            self.buffer.clear()
-        newest = self.buffer.newest_stamp_s
-        if not self.buffer.add(stamp, x, y, yaw):
-            self.node.drops.drop(
-                ODOM_BACKWARDS, f"odometry stamp {stamp:.6f} s is not after {newest:.6f} s"
-            )
-            return
-        if self.frame_id != frame_id:
-            self.frame_id = frame_id
-            self.node.get_logger().info(f"odometry received: tracking in frame {frame_id!r}")
-            self.node.note("odometry", f"ok (frame {frame_id})")
-
-    def _restart(self) -> None:
-        self.buffer.clear()
-        self.stamps.clear()
-
-    def note_static(self, frame: str) -> None:
-        """Say once that neither TF nor odometry places the vehicle: it stands still."""
-        if self.node.drops.once(
-            "no_odometry",
-            f"no odometry on {self.node.resolve_topic_name('odom')!r} and no TF to the fixed "
-            f"frame: static sensor assumed, tracking in the input frame {frame!r}",
-        ):
-            self.node.note("odometry", NO_ODOMETRY, warn=True)
-
-    def pose_at(self, stamp_s: float, sensor_frame: str) -> tuple[Pose2D, str] | None:
-        """The vehicle pose and the fixed frame; without odometry the input frame is fixed.
-
-        None (a counted ``odom_stale`` drop) once odometry was received but none lies within
-        ``odometry.max_extrapolation_s`` of the stamp: the end pose would put the frame in
-        the wrong place.
-        """
-        if self.frame_id is None:
-            self.note_static(sensor_frame)
-            return Pose2D(), sensor_frame
-        pose = self.buffer.pose_at(stamp_s)
-        gap_s = self.buffer.gap_s(stamp_s)
-        limit_s = float(self.node.values["odometry.max_extrapolation_s"])
-        if pose is None or gap_s > limit_s:
-            newest = self.buffer.newest_stamp_s
-            since = "none buffered" if newest is None else f"newest {newest:.6f} s"
-            self.node.drops.drop(
-                ODOM_STALE,
-                f"no odometry within odometry.max_extrapolation_s {limit_s} of the frame "
-                f"stamp {stamp_s:.6f} s ({since})",
-            )
-            self._stale = True
-            self.node.note("odometry", f"stale ({since}, frame {self.frame_id})", warn=True)
-            return None
-        if self._stale:
-            self._stale = False
-            self.node.note("odometry", f"ok (frame {self.frame_id})")
-        return pose, self.frame_id
-
-    def vehicle_at(self, stamp_s: float) -> tuple[Matrix, str] | None:
-        """``pose_at`` as a transform (the localizer's odometry source)."""
-        located = self.pose_at(stamp_s, "")
-        return None if located is None else (located[0].matrix(), located[1])
 
 
 class FixedFrame:

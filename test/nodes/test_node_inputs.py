@@ -32,10 +32,10 @@ from dynshape_perception.nodes.base import (
     STALE_STAMP,
     TIME_JUMP_RESET,
     FixedFrame,
-    OdometryInput,
     PerceptionNode,
     model_not_loaded,
 )
+from dynshape_perception.nodes.frames import OdometryInput
 from dynshape_perception.nodes.messages import NS_PER_S, cloud_msg, header, time_msg
 from dynshape_perception.nodes.segmenting import SEGMENTING_COUNTERS, SegmentingNode
 from dynshape_perception.perception.drops import DropCounter
