@@ -1,8 +1,9 @@
-"""Atomic file writes: readers in other processes never see a half-written file."""
+"""Atomic file and folder writes: readers in other processes never see a half-written one."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -47,3 +48,56 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, text.encode())
+
+
+class StagedDir:
+    """A folder written under a hidden name beside its target, then renamed into place whole:
+    readers see no folder or a complete one, never a half-written one.
+
+    ``path`` is where to write: the target's name inside a hidden folder (``prefix`` and a
+    random suffix) in the target's parent, created with the umask-derived mode unless
+    ``create`` is off (for a writer that creates its folder itself). Leaving the ``with``
+    block, or ``discard``, removes whatever was not published.
+    """
+
+    def __init__(self, target: Path, prefix: str | None = None, create: bool = True) -> None:
+        self.target = Path(target)
+        self.prefix = f".{self.target.name}." if prefix is None else prefix
+        self.create = create
+        self._hidden: Path | None = None
+
+    def open(self) -> StagedDir:
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self._hidden = Path(tempfile.mkdtemp(dir=self.target.parent, prefix=self.prefix))
+        if self.create:
+            try:
+                self.path.mkdir()
+            except BaseException:
+                self.discard()
+                raise
+        return self
+
+    @property
+    def path(self) -> Path:
+        assert self._hidden is not None, "open() first"
+        return self._hidden / self.target.name
+
+    def publish(self, replace: bool = False) -> Path:
+        """Rename the written folder to the target; ``replace`` removes a folder there first.
+        Without it, a folder in the way fails the rename (``OSError``) and the staged one stays."""
+        if replace and self.target.is_dir():
+            shutil.rmtree(self.target)
+        os.rename(self.path, self.target)
+        self.discard()
+        return self.target
+
+    def discard(self) -> None:
+        if self._hidden is not None:
+            shutil.rmtree(self._hidden, ignore_errors=True)
+            self._hidden = None
+
+    def __enter__(self) -> StagedDir:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()

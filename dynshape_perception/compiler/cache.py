@@ -26,7 +26,7 @@ from dynshape_perception.compiler.build import (
 )
 from dynshape_perception.compiler.targets import TargetProfile
 from dynshape_perception.errors import CacheError, ConfigError
-from dynshape_perception.fsutil import atomic_write_text
+from dynshape_perception.fsutil import StagedDir, atomic_write_text
 from dynshape_perception.models.common import ModelDef
 from dynshape_perception.models.weights import weights_checksum
 
@@ -259,15 +259,12 @@ class ArtefactCache:
         weights: Mapping[str, np.ndarray],
         result: BuildResult,
     ) -> Artefact:
-        self.root.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(dir=self.root, prefix=STAGE_PREFIX))
-        try:
+        with StagedDir(self.entry_dir(key), prefix=STAGE_PREFIX) as staged:
+            stage = staged.path
             tvmx.export_library(result.executable, stage / LIBRARY, result.profile.cross_compiler)
             sidecar = make_sidecar(model, weights, result, file_sha256(stage / LIBRARY))
             (stage / SIDECAR).write_text(sidecar.to_json())
-            artefact = self._publish(stage, key, sidecar)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            artefact = self._publish(staged, key, sidecar)
         self.keep_bound()
         return artefact
 
@@ -353,12 +350,12 @@ class ArtefactCache:
             shutil.rmtree(gone, ignore_errors=True)
         return True
 
-    def _publish(self, stage: Path, key: str, sidecar: Sidecar) -> Artefact:
+    def _publish(self, staged: StagedDir, key: str, sidecar: Sidecar) -> Artefact:
         folder = self.entry_dir(key)
         # Twice at most: a folder in the way that does not verify is removed, then retried.
         for _ in range(2):
             try:
-                os.rename(stage, folder)
+                staged.publish()
                 return Artefact(folder / LIBRARY, sidecar, cache_hit=False)
             except OSError as err:
                 if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from rosbags.typesys import (
 from rosbags.typesys.store import Typestore
 
 from dynshape_perception.errors import DataError, DynshapeError, MessageError
+from dynshape_perception.fsutil import StagedDir
 from dynshape_perception.io.bag_storage import (
     READ_ERRORS,
     BagCheck,
@@ -235,7 +234,7 @@ class BagWriter:
             raise DataError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
         self.path = Path(path)
         self.storage = storage
-        self._tmp: Path | None = None
+        self._staged = StagedDir(self.path, create=False)
         self._writer: Writer | None = None
         self._connections: dict[str, Connection] = {}
         self.counts: dict[str, int] = {}
@@ -244,17 +243,16 @@ class BagWriter:
         if self.path.exists():
             raise DataError(f"{self.path} exists already; remove it or choose another path")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+            self._staged.open()
         except OSError as err:
             raise DataError(f"cannot create bag {self.path}: {err}") from err
         self._writer = Writer(
-            self._tmp / self.path.name, version=BAG_VERSION, storage_plugin=STORAGES[self.storage]
+            self._staged.path, version=BAG_VERSION, storage_plugin=STORAGES[self.storage]
         )
         try:
             self._writer.open()
         except (WriterError, OSError) as err:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._staged.discard()
             raise DataError(f"cannot create bag {self.path}: {err}") from err
         return self
 
@@ -283,18 +281,17 @@ class BagWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._writer is not None and self._tmp is not None
+        assert self._writer is not None
         try:
             if exc_type is None:
                 self._writer.close()
-                written = self._tmp / self.path.name
-                for storage in sorted(written.glob("*.mcap")):
+                for storage in sorted(self._staged.path.glob("*.mcap")):
                     seal_mcap_chunks(storage)
-                written.rename(self.path)
+                self._staged.publish()
             else:
                 self._writer.abort()
         finally:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._staged.discard()
 
 
 @dataclass(frozen=True)

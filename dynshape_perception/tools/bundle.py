@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ from dynshape_perception.compiler import tvm_adapter as tvmx
 from dynshape_perception.compiler.cache import ArtefactCache, export_to, file_sha256
 from dynshape_perception.compiler.targets import TargetProfile, load_profile
 from dynshape_perception.errors import DynshapeError
-from dynshape_perception.fsutil import current_umask
+from dynshape_perception.fsutil import StagedDir
 from dynshape_perception.models import MODEL_NAMES
 from dynshape_perception.tools.verify.common import load_models, make_cases, repo_root, save_arrays
 from dynshape_perception.tools.verify.elf import ElfFile
@@ -242,24 +241,15 @@ def write_bundle(
     cache = cache or ArtefactCache()
     wheel_cache = wheel_cache or wheel_cache_dir()
     _check_out_dir(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
-    try:
-        report = _assemble(target, profile, dest, work, cache, models, wheel_cache)
+    with StagedDir(out_dir) as staged:
+        report = _assemble(target, profile, dest, staged.path, cache, models, wheel_cache)
         if report.total_bytes > max_mb * 1e6:
             raise BundleError(
                 f"the {target} bundle is {report.total_bytes / 1e6:.1f} MB, over its "
                 f"{max_mb:g} MB limit: {report.sizes}"
             )
-        # mkdtemp makes the folder 0700; a published bundle gets the usual umask-derived mode.
-        os.chmod(work, 0o777 & ~current_umask())
         _check_out_dir(out_dir)
-        if out_dir.is_dir():
-            shutil.rmtree(out_dir)
-        work.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+        staged.publish(replace=True)
     report.out_dir = out_dir
     return report
 

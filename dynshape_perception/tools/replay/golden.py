@@ -12,7 +12,7 @@ import yaml
 from scipy.optimize import linear_sum_assignment
 
 from dynshape_perception.errors import ConfigError, DataError, DynshapeError
-from dynshape_perception.fsutil import atomic_write_text
+from dynshape_perception.fsutil import StagedDir, atomic_write_text
 from dynshape_perception.io import bags
 from dynshape_perception.io.pointcloud2 import cloud_to_table
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
@@ -131,13 +131,9 @@ def read_outputs(bag: Path) -> dict[str, Tables]:
 
 def write_golden(output_bag: Path, golden: Path, tolerances: Tolerances | None = None) -> Path:
     """Store a run's output bag as the expectation; existing tolerances are kept."""
-    golden.mkdir(parents=True, exist_ok=True)
-    expected = golden / EXPECTED_BAG
-    staging = golden / f".{EXPECTED_BAG}.new"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(output_bag, staging)
-    shutil.rmtree(expected, ignore_errors=True)
-    staging.rename(expected)
+    with StagedDir(golden / EXPECTED_BAG) as staged:
+        shutil.copytree(output_bag, staged.path, dirs_exist_ok=True)
+        staged.publish(replace=True)
     tol_path = golden / TOLERANCES_FILE
     if tolerances is not None or not tol_path.exists():
         atomic_write_text(tol_path, (tolerances or Tolerances()).dump())

@@ -7,8 +7,6 @@ so an interrupted or failed run leaves nothing half-written behind.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -17,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.fsutil import StagedDir
 from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.objects import (
     DETECTED_OBJECTS,
@@ -146,17 +145,16 @@ class RunRecorder:
         self.run_dir = Path(run_dir)
         self.storage = storage
         self.force = force
-        self._tmp: Path | None = None
+        self._staged = StagedDir(self.run_dir)
         self._bag: bags.BagWriter | None = None
         self.object_topics: dict[str, str] = {}
 
     def __enter__(self) -> RunRecorder:
         if self.run_dir.exists() and not self.force:
             raise ConfigError(f"{self.run_dir} exists already; remove it or pass --force")
-        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.run_dir.name}.", dir=self.run_dir.parent))
+        self._staged = StagedDir(self.run_dir).open()
         try:
-            self._bag = bags.BagWriter(self._tmp / OUTPUT_BAG, self.storage).__enter__()
+            self._bag = bags.BagWriter(self._staged.path / OUTPUT_BAG, self.storage).__enter__()
             for topic in OUTPUT_TOPICS:
                 self._bag.add_topic(topic, bags.POINTCLOUD2)
             # Written where this installation has the message definitions.
@@ -166,7 +164,7 @@ class RunRecorder:
             for topic, msgtype in self.object_topics.items():
                 self._bag.add_topic(topic, msgtype)
         except BaseException:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._staged.discard()
             raise
         return self
 
@@ -198,17 +196,12 @@ class RunRecorder:
 
     def finish(self, metrics: dict[str, Any], params_yaml: str) -> Path:
         """Close the bag, write metrics and parameters, and move the run into place."""
-        assert self._bag is not None and self._tmp is not None
+        assert self._bag is not None
         bag, self._bag = self._bag, None
         bag.__exit__(None, None, None)
-        (self._tmp / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
-        (self._tmp / PARAMS_FILE).write_text(params_yaml)
-        self._tmp.chmod(0o755)
-        if self.run_dir.exists():
-            shutil.rmtree(self.run_dir)
-        self._tmp.rename(self.run_dir)
-        self._tmp = None
-        return self.run_dir
+        (self._staged.path / METRICS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
+        (self._staged.path / PARAMS_FILE).write_text(params_yaml)
+        return self._staged.publish(replace=True)
 
     def __exit__(
         self,
@@ -219,6 +212,4 @@ class RunRecorder:
         if self._bag is not None:
             self._bag.__exit__(exc_type or RuntimeError, exc, tb)
             self._bag = None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        self._staged.discard()
