@@ -17,24 +17,16 @@ from dynshape_perception.io.tables import (
     OBSTACLE_DTYPE,
     TRACK_DTYPE,
 )
+from dynshape_perception.tools.sim import lidar
+from dynshape_perception.tools.sim.lidar import SENSOR_HEIGHT_M, UPSAMPLE_JITTER_M
 from dynshape_perception.tools.sim.scenes import (
-    ASPHALT_INTENSITY,
-    CAR_INTENSITY,
     CAR_SIZE_M,
     CAR_SIZE_SPREAD_M,
-    INTENSITY_NOISE,
-    LANE_MARKING_WIDTH_M,
-    MARKING_INTENSITY,
-    PEDESTRIAN_INTENSITY,
     PEDESTRIAN_SIZE_M,
     PEDESTRIAN_SIZE_SPREAD_M,
     POLE_HEIGHT_M,
-    POLE_INTENSITY,
     POLE_WIDTH_M,
-    SENSOR_HEIGHT_M,
     SIDEWALK_Y_M,
-    UPSAMPLE_JITTER_M,
-    beam_elevations_rad,
     pedestrian_scene,
 )
 
@@ -291,100 +283,6 @@ def _segment(
     return _Segment(ids, labels, sizes, xy, yaw, velocity, pacer)
 
 
-def _rays(step_deg: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Unit directions ``[R, 3]`` column by column (clockwise), elevations, the step (rad)."""
-    half = math.radians(FOV_DEG) / 2.0
-    step = math.radians(step_deg)
-    azimuth = half - step * np.arange(math.floor(2.0 * half / step))
-    elevation = beam_elevations_rad()
-    az, el = np.meshgrid(azimuth, elevation, indexing="ij")
-    az, el = az.ravel(), el.ravel()
-    return np.c_[np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], elevation, step
-
-
-def _cast(
-    dirs: np.ndarray,
-    beams: int,
-    step: float,
-    boxes: np.ndarray,
-    sensor_height_m: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Range along every ray and the box it hits (-1: ground or nothing); inf when no return.
-
-    Each box is tested only against the columns its azimuth span covers, which keeps a
-    150,000-point scan of 80 objects fast.
-    """
-    half = math.radians(FOV_DEG) / 2.0
-    with np.errstate(divide="ignore"):
-        t_ground = -sensor_height_m / dirs[:, 2]
-    best = np.where(t_ground > 0.0, t_ground, np.inf)
-    hit = np.full(dirs.shape[0], -1, dtype=np.int32)
-    columns = dirs.shape[0] // beams
-    for k, box in enumerate(boxes):
-        cos, sin = math.cos(float(box["yaw"])), math.sin(float(box["yaw"]))
-        hl, hw = float(box["length"]) / 2.0, float(box["width"]) / 2.0
-        corners_x = (
-            float(box["x"])
-            + np.array([hl, hl, -hl, -hl]) * cos
-            - np.array([hw, -hw, hw, -hw]) * sin
-        )
-        corners_y = (
-            float(box["y"])
-            + np.array([hl, hl, -hl, -hl]) * sin
-            + np.array([hw, -hw, hw, -hw]) * cos
-        )
-        if (corners_x <= 0.0).all():
-            continue
-        az = np.arctan2(corners_y, corners_x)
-        if az.max() - az.min() > math.pi:
-            continue
-        c0 = max(math.floor((half - az.max()) / step), 0)
-        c1 = min(math.ceil((half - az.min()) / step) + 1, columns)
-        if c0 >= c1:
-            continue
-        sl = slice(c0 * beams, c1 * beams)
-        local_dirs = dirs[sl]
-        to_box = np.array([[cos, sin, 0.0], [-sin, cos, 0.0], [0.0, 0.0, 1.0]])
-        centre = np.array([box["x"], box["y"], box["z"]], dtype=np.float64)
-        origin = to_box @ -centre
-        local = local_dirs @ to_box.T
-        half_size = 0.5 * np.array([box["length"], box["width"], box["height"]], dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t_lo = (-half_size - origin) / local
-            t_hi = (half_size - origin) / local
-        t_near = np.nanmax(np.minimum(t_lo, t_hi), axis=1)
-        t_far = np.nanmin(np.maximum(t_lo, t_hi), axis=1)
-        t_box = np.where((t_near <= t_far) & (t_near > 0.0), t_near, np.inf)
-        closer = t_box < best[sl]
-        best[sl] = np.where(closer, t_box, best[sl])
-        hit[sl][closer] = k
-    best[best > MAX_RANGE_M] = np.inf
-    return best, hit
-
-
-def _intensity(
-    rng: np.random.Generator, world_y: np.ndarray, hit: np.ndarray, labels: np.ndarray
-) -> np.ndarray:
-    low = np.full(hit.size, ASPHALT_INTENSITY[0])
-    high = np.full(hit.size, ASPHALT_INTENSITY[1])
-    ground = hit < 0
-    marking = ground & (
-        np.abs(world_y[:, None] - np.asarray(MARKING_Y_M)[None, :]).min(axis=1)
-        < LANE_MARKING_WIDTH_M / 2.0
-    )
-    low[marking], high[marking] = MARKING_INTENSITY
-    point_label = np.r_[labels, 0][hit]
-    for label, (lo, hi) in (
-        (LABEL_CAR, CAR_INTENSITY),
-        (LABEL_POLE, POLE_INTENSITY),
-        (LABEL_PEDESTRIAN, PEDESTRIAN_INTENSITY),
-    ):
-        surface = ~ground & (point_label == label)
-        low[surface], high[surface] = lo, hi
-    value = rng.uniform(low, high) + rng.normal(0.0, INTENSITY_NOISE, hit.size)
-    return np.clip(value, 0.0, 1.0)
-
-
 def _scan(
     config: DriveConfig,
     rng: np.random.Generator,
@@ -394,26 +292,23 @@ def _scan(
     num_points: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A scan of exactly ``num_points`` points (sensor frame) and the box each one hit."""
-    probe, _, probe_step = _rays(AZIMUTH_PROBE_DEG)
-    beams = beam_elevations_rad().size
-    t_probe, _ = _cast(probe, beams, probe_step, boxes, config.sensor_height_m)
+    ground = np.array([0.0, 0.0, 1.0, config.sensor_height_m])
+
+    def cast(step_deg: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        dirs, _ = lidar.ray_directions(FOV_DEG, step_deg)
+        return dirs, *lidar.cast(dirs, boxes, ground, MAX_RANGE_M, (FOV_DEG, step_deg))
+
+    probe, t_probe, _ = cast(AZIMUTH_PROBE_DEG)
     ratio = max(float(np.isfinite(t_probe).mean()) * (1.0 - DROPOUT), 1e-3)
     step_deg = AZIMUTH_PROBE_DEG * probe.shape[0] * ratio / max(num_points, 1) * 0.98
     step_deg = min(max(step_deg, 0.005), AZIMUTH_PROBE_DEG)
-    dirs, _, step = _rays(step_deg)
-    t, hit = _cast(dirs, beams, step, boxes, config.sensor_height_m)
+    dirs, t, hit = cast(step_deg)
     returns = np.isfinite(t) & (rng.random(t.size) >= DROPOUT)
     index = np.flatnonzero(returns)
     if index.size == 0:
         raise ConfigError("the generated scan returned no points")
-    if num_points <= index.size:
-        keep = np.sort(rng.choice(index.size, num_points, replace=False))
-        index, duplicate = index[keep], np.zeros(num_points, dtype=bool)
-    else:
-        extra = rng.choice(index.size, num_points - index.size, replace=True)
-        order = np.argsort(np.r_[np.arange(index.size), extra], kind="stable")
-        duplicate = np.r_[np.zeros(index.size, bool), np.ones(extra.size, bool)][order]
-        index = np.r_[index, index[extra]][order]
+    picked, duplicate = lidar.resample(rng, index.size, num_points)
+    index = index[picked]
     rng_t = t[index] + rng.normal(0.0, RANGE_NOISE_M, index.size)
     xyz = dirs[index] * rng_t[:, None]
     hit = hit[index]
@@ -422,7 +317,7 @@ def _scan(
     xyz[duplicate] += rng.normal(0.0, UPSAMPLE_JITTER_M, (int(duplicate.sum()), 3))
     _, y0, yaw0 = pose
     world_y = y0 + math.sin(yaw0) * xyz[:, 0] + math.cos(yaw0) * xyz[:, 1]
-    intensity = _intensity(rng, world_y, hit, labels)
+    intensity = lidar.surface_intensity(rng, world_y, hit, labels, MARKING_Y_M)
     return np.c_[xyz, intensity].astype(np.float32), hit
 
 

@@ -14,13 +14,8 @@ from dynshape_perception.io.tables import (
     LABEL_POLE,
     OBSTACLE_DTYPE,
 )
-
-SENSOR_HEIGHT_M = 1.73
-# HDL-64E beam layout: an upper block of 32 beams from +2 to -8.33 deg, a lower block of 32
-# from -8.83 to -24.33 deg.
-UPPER_BLOCK_DEG = (2.0, -8.33)
-LOWER_BLOCK_DEG = (-8.83, -24.33)
-BEAMS_PER_BLOCK = 32
+from dynshape_perception.tools.sim import lidar
+from dynshape_perception.tools.sim.lidar import SENSOR_HEIGHT_M, UPSAMPLE_JITTER_M
 
 CAR_SIZE_M = (4.2, 1.8, 1.5)
 CAR_SIZE_SPREAD_M = (0.3, 0.1, 0.1)
@@ -32,20 +27,10 @@ POLE_HEIGHT_M = (3.0, 6.0)
 CAR_ROWS_Y_M = (-7.0, -3.5, 3.5, 7.0)
 SIDEWALK_Y_M = (9.0, 12.0)
 LANE_MARKING_Y_M = (-5.25, 0.0, 5.25)
-LANE_MARKING_WIDTH_M = 0.15
 STREET_ALIGNED_SHARE = 0.6
 STREET_YAW_SPREAD_RAD = 0.05
 ROW_Y_SPREAD_M = 0.3
 
-# Reflectance ranges of the surfaces, in [0, 1].
-ASPHALT_INTENSITY = (0.05, 0.3)
-MARKING_INTENSITY = (0.6, 0.9)
-CAR_INTENSITY = (0.05, 0.5)
-POLE_INTENSITY = (0.3, 0.7)
-PEDESTRIAN_INTENSITY = (0.1, 0.4)
-INTENSITY_NOISE = 0.03
-
-UPSAMPLE_JITTER_M = 0.01
 PLACEMENT_TRIES = 512
 # Azimuth steps finer than this would mean more than ~2M rays for a half turn.
 MIN_AZIMUTH_STEP_DEG = 0.005
@@ -64,8 +49,6 @@ GROUP_OFFSET_M = (0.5, 0.9)
 GROUP_FOLLOW_NOISE = 0.02
 
 _STRAIGHT, _TURN, _STOP_GO = 0, 1, 2
-# Index -1 (ground) picks this appended entry, which matches no object label.
-LABEL_UNKNOWN_SURFACE = np.iinfo(np.uint32).max
 
 
 @dataclass(frozen=True)
@@ -85,16 +68,6 @@ class DrivingScene:
     boxes: np.ndarray
     ground_plane: np.ndarray
     seed: int
-
-
-def beam_elevations_rad() -> np.ndarray:
-    """The 64 beam elevations of an HDL-64E-like sensor, radians, top beam first."""
-    return np.deg2rad(
-        np.r_[
-            np.linspace(*UPPER_BLOCK_DEG, BEAMS_PER_BLOCK),
-            np.linspace(*LOWER_BLOCK_DEG, BEAMS_PER_BLOCK),
-        ]
-    )
 
 
 def _sample_sizes(
@@ -173,36 +146,6 @@ def _place_objects(
     return centres, yaws
 
 
-def _ray_directions(fov_deg: float, azimuth_step_deg: float) -> tuple[np.ndarray, np.ndarray]:
-    """Unit directions ``[R, 3]`` and azimuths ``[R]``, column by column as the sensor fires."""
-    half = np.deg2rad(fov_deg) / 2.0
-    step = np.deg2rad(azimuth_step_deg)
-    # Clockwise from the left edge of the field of view, as a Velodyne spins.
-    azimuth = half - step * np.arange(int(np.floor(2.0 * half / step)))
-    elevation = beam_elevations_rad()
-    az, el = np.meshgrid(azimuth, elevation, indexing="ij")
-    az, el = az.ravel(), el.ravel()
-    dirs = np.c_[np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)]
-    return dirs, az
-
-
-def _ray_box_distance(
-    dirs: np.ndarray, centre: np.ndarray, half_size: np.ndarray, yaw: float
-) -> np.ndarray:
-    """Range along each ray from the origin to an oriented box, inf where it misses."""
-    cos, sin = np.cos(yaw), np.sin(yaw)
-    to_box_frame = np.array([[cos, sin, 0.0], [-sin, cos, 0.0], [0.0, 0.0, 1.0]])
-    origin = to_box_frame @ -centre
-    local = dirs @ to_box_frame.T
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_lo = (-half_size - origin) / local
-        t_hi = (half_size - origin) / local
-    t_near = np.nanmax(np.minimum(t_lo, t_hi), axis=1)
-    t_far = np.nanmin(np.maximum(t_lo, t_hi), axis=1)
-    hit = (t_near <= t_far) & (t_near > 0.0)
-    return np.where(hit, t_near, np.inf)
-
-
 def _cast(
     rng: np.random.Generator,
     dirs: np.ndarray,
@@ -214,61 +157,14 @@ def _cast(
     dropout: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Points ``[P, 3]`` and hit object ``[P]`` (-1 ground) of the rays that return."""
-    a, b, c, d = plane
-    # Ground: a*x + b*y + c*z + d = 0 along x = t * dir.
-    with np.errstate(divide="ignore"):
-        t_ground = -d / (dirs @ np.array([a, b, c]))
-    best = np.where(t_ground > 0.0, t_ground, np.inf)
-    hit_object = np.full(dirs.shape[0], -1, dtype=np.int32)
-    for k, box in enumerate(boxes):
-        centre = np.array([box["x"], box["y"], box["z"]], dtype=np.float64)
-        half = 0.5 * np.array([box["length"], box["width"], box["height"]], dtype=np.float64)
-        t_box = _ray_box_distance(dirs, centre, half, float(box["yaw"]))
-        closer = t_box < best
-        best = np.where(closer, t_box, best)
-        hit_object[closer] = k
-    returns = (best <= max_range_m) & (rng.random(dirs.shape[0]) >= dropout)
+    best, hit_object = lidar.cast(dirs, boxes, plane, max_range_m)
+    returns = np.isfinite(best) & (rng.random(dirs.shape[0]) >= dropout)
     t = best[returns] + rng.normal(0.0, range_noise_m, int(returns.sum()))
     xyz = dirs[returns] * t[:, None]
     hit_object = hit_object[returns]
     ground = hit_object < 0
     xyz[ground, 2] += rng.normal(0.0, ground_noise_m, int(ground.sum()))
     return xyz, hit_object
-
-
-def _intensity(
-    rng: np.random.Generator, xyz: np.ndarray, hit_object: np.ndarray, labels: np.ndarray
-) -> np.ndarray:
-    low = np.full(xyz.shape[0], ASPHALT_INTENSITY[0])
-    high = np.full(xyz.shape[0], ASPHALT_INTENSITY[1])
-    ground = hit_object < 0
-    marking = ground & (
-        np.abs(xyz[:, 1, None] - np.asarray(LANE_MARKING_Y_M)[None, :]).min(axis=1)
-        < LANE_MARKING_WIDTH_M / 2.0
-    )
-    low[marking], high[marking] = MARKING_INTENSITY
-    point_label = np.r_[labels, LABEL_UNKNOWN_SURFACE][hit_object]
-    for label, (lo, hi) in (
-        (LABEL_CAR, CAR_INTENSITY),
-        (LABEL_POLE, POLE_INTENSITY),
-        (LABEL_PEDESTRIAN, PEDESTRIAN_INTENSITY),
-    ):
-        surface = ~ground & (point_label == label)
-        low[surface], high[surface] = lo, hi
-    value = rng.uniform(low, high) + rng.normal(0.0, INTENSITY_NOISE, xyz.shape[0])
-    return np.clip(value, 0.0, 1.0)
-
-
-def _resample(rng: np.random.Generator, count: int, wanted: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices ``[wanted]`` into ``count`` returns in scan order, and which are duplicates."""
-    if wanted <= count:
-        keep = np.sort(rng.choice(count, size=wanted, replace=False))
-        return keep, np.zeros(wanted, dtype=bool)
-    extra = rng.choice(count, size=wanted - count, replace=True)
-    index = np.r_[np.arange(count), extra]
-    duplicate = np.r_[np.zeros(count, dtype=bool), np.ones(extra.size, dtype=bool)]
-    order = np.argsort(index, kind="stable")
-    return index[order], duplicate[order]
 
 
 def driving_scene(
@@ -356,7 +252,7 @@ def driving_scene(
     boxes["yaw"], boxes["label"], boxes["score"] = yaws, labels, 1.0
 
     def cast(step_deg: float) -> tuple[np.ndarray, np.ndarray]:
-        dirs, _ = _ray_directions(fov_deg, step_deg)
+        dirs, _ = lidar.ray_directions(fov_deg, step_deg)
         return _cast(rng, dirs, boxes, plane, max_range_m, range_noise_m, ground_noise_m, dropout)
 
     xyz, hit_object = cast(azimuth_step_deg)
@@ -370,11 +266,11 @@ def driving_scene(
     if num_points is not None:
         if xyz.shape[0] == 0 and num_points > 0:
             raise ConfigError("the scene returned no points to resample; widen fov_deg")
-        index, duplicate = _resample(rng, xyz.shape[0], num_points)
+        index, duplicate = lidar.resample(rng, xyz.shape[0], num_points)
         xyz, hit_object = xyz[index], hit_object[index]
         xyz[duplicate] += rng.normal(0.0, UPSAMPLE_JITTER_M, (int(duplicate.sum()), 3))
 
-    intensity = _intensity(rng, xyz, hit_object, labels)
+    intensity = lidar.surface_intensity(rng, xyz[:, 1], hit_object, labels, LANE_MARKING_Y_M)
     boxes["num_points"] = np.bincount(hit_object[hit_object >= 0], minlength=boxes.shape[0])
     points = np.c_[xyz, intensity].astype(np.float32)
     return DrivingScene(
