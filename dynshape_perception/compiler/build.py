@@ -76,6 +76,20 @@ def bound_module(
     return mod, bounds
 
 
+def hashed_module(
+    model: ModelDef,
+    weights: Mapping[str, np.ndarray],
+    profile: TargetProfile,
+    dims: Mapping[str, int] | None,
+    functions: Sequence[str] | None,
+    bound: tuple[tvmx.IRModule, dict[str, int]] | None,
+) -> tuple[tvmx.IRModule, dict[str, int], str]:
+    """``bound_module`` for ``profile`` (unless ``bound`` holds it already) and its IR's
+    structural hash: what a build compiles and what its cache key names."""
+    mod, bounds = bound or bound_module(model, weights, dims, profile.is_cuda, functions)
+    return mod, bounds, tvmx.structural_hash(mod)
+
+
 # Told (thread id, seconds) of every compile in this process: how a benchmark measures, rather
 # than asserts, the compile time spent on a serving thread.
 COMPILE_OBSERVERS: list[Callable[[int, float], None]] = []
@@ -96,8 +110,7 @@ def compile_model(
     started = time.perf_counter()
     target = profile.target()
     # Step 1-2: export and bind weights.
-    mod, bounds = bound or bound_module(model, weights, dims, profile.is_cuda, functions)
-    ir_hash = tvmx.structural_hash(mod)
+    mod, bounds, ir_hash = hashed_module(model, weights, profile, dims, functions, bound)
     # Step 3: upper bounds for memory planning of the symbolic dims left.
     mod = tvmx.set_upper_bounds(mod, bounds)
     # Step 4: legalise, fuse, then schedule with the CPU rules or GPU defaults.

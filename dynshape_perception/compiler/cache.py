@@ -22,6 +22,7 @@ from dynshape_perception.compiler.build import (
     BuildResult,
     bound_module,
     compile_model,
+    hashed_module,
     pipeline_version,
 )
 from dynshape_perception.compiler.targets import TargetProfile
@@ -145,8 +146,7 @@ def cache_key(
     bound: tuple[tvmx.IRModule, dict[str, int]] | None = None,
 ) -> tuple[str, str]:
     """(key, IR hash): IR structural hash + exact target + TVM version + weights + pipeline."""
-    mod, _ = bound or bound_module(model, weights, dims, profile.is_cuda, functions)
-    ir_hash = tvmx.structural_hash(mod)
+    _, _, ir_hash = hashed_module(model, weights, profile, dims, functions, bound)
     parts = [
         model.name,
         model.version,

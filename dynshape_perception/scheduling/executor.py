@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import heapq
-import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from dynshape_perception.errors import SchedulingError
 from dynshape_perception.scheduling.executor_base import ExecutorBase
-from dynshape_perception.scheduling.tiers import TIERS, Tier, TierConfig
+from dynshape_perception.scheduling.tiers import TIERS, Tier
 from dynshape_perception.scheduling.work import (
     COST_SMOOTHING,
     DROP_REASONS,
     Arrival,
     ExecutorOptions,
     Lane,
-    PoolControl,
     Work,
 )
 
@@ -42,15 +39,7 @@ class TieredExecutor(ExecutorBase):
 
     kind = "tiered"
 
-    def __init__(
-        self,
-        config: TierConfig | None = None,
-        options: ExecutorOptions | None = None,
-        pools: Sequence[PoolControl | None] = (),
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        start: bool = True,
-    ) -> None:
+    def _init_queue(self) -> None:
         self._heaps: dict[Tier, list[tuple[float, int, Work]]] = {t: [] for t in TIERS}
         self._live: Counter[Tier] = Counter()
         self._by_stream: dict[str, Work] = {}
@@ -60,7 +49,6 @@ class TieredExecutor(ExecutorBase):
         self._degraded_total_s = 0.0
         self._degraded_entries = 0
         self._last_trouble_s = float("-inf")
-        super().__init__(config, options, pools, clock, wall_clock, start)
 
     def _lanes(self) -> list[Lane]:
         reserved: list[Lane] = ["reserved"] * self.options.reserved_workers
@@ -226,20 +214,12 @@ class FifoExecutor(ExecutorBase):
     """
 
     kind = "fifo"
+    # FIFO knows no tiers: nothing boosts its lanes or pauses compiles.
     boosts_for_tier1 = False
+    pauses_pools_for_tier1 = False
 
-    def __init__(
-        self,
-        config: TierConfig | None = None,
-        options: ExecutorOptions | None = None,
-        pools: Sequence[PoolControl | None] = (),
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        start: bool = True,
-    ) -> None:
+    def _init_queue(self) -> None:
         self._queue: deque[Work] = deque()
-        # FIFO knows no tiers, so it has nothing to pause compiles for.
-        super().__init__(config, options, (), clock, wall_clock, start)
 
     def _lanes(self) -> list[Lane]:
         total = self.options.reserved_workers + self.options.shared_workers

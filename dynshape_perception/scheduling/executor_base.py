@@ -42,8 +42,10 @@ class ExecutorBase:
     """Submission, accounting, workers and shutdown; subclasses own the queue policy."""
 
     kind = "base"
-    # Whether queued tier-1 work boosts the shared lanes (a FIFO knows no tier 1).
+    # Whether queued tier-1 work boosts the shared lanes, and whether running tier-1 work
+    # pauses the compile pools (a FIFO knows no tier 1).
     boosts_for_tier1 = True
+    pauses_pools_for_tier1 = True
 
     def __init__(
         self,
@@ -56,7 +58,7 @@ class ExecutorBase:
     ) -> None:
         self.config = config or TierConfig()
         self.options = options or ExecutorOptions()
-        self._pools = [p for p in pools if p is not None]
+        self._pools = [p for p in pools if p is not None] if self.pauses_pools_for_tier1 else []
         self._clock = clock
         self._wall = wall_clock
         self._cv = threading.Condition()
@@ -75,6 +77,7 @@ class ExecutorBase:
         self._boosted = False
         self._boosts = 0
         self._boost_ok = True
+        self._init_queue()
         if start:
             if self.options.switch_interval_ms is not None:
                 self._saved_switch = sys.getswitchinterval()
@@ -91,6 +94,10 @@ class ExecutorBase:
                 thread.start()
 
     # -- policy hooks ----------------------------------------------------------------
+    def _init_queue(self) -> None:
+        """Set up the policy's queue; runs before any lane starts."""
+        raise NotImplementedError
+
     def _lanes(self) -> list[Lane]:
         raise NotImplementedError
 
