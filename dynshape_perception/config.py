@@ -101,7 +101,7 @@ def _mapping(raw: dict[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
-def _interval(name: str, value: Any) -> tuple[float, float]:
+def _interval(name: str, value: object) -> tuple[float, float]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ConfigError(f"roi {name} must be [min, max], got {value!r}")
     lo, hi = value

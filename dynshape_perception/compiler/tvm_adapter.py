@@ -281,7 +281,8 @@ def to_numpy(value: Any) -> list[np.ndarray]:
 
 
 def vm_function(vm: VirtualMachine, name: str) -> Callable[..., Any]:
-    return vm[name]
+    fn: Callable[..., Any] = vm[name]
+    return fn
 
 
 def structural_hash(mod: IRModule) -> str:

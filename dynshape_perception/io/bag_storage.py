@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import apsw
 from rosbags.highlevel import AnyReaderError
@@ -107,7 +107,7 @@ class _Chunk:
     data: bytes
 
 
-def mcap_chunks(path: Path, handle: Any) -> Iterator[_Chunk]:
+def mcap_chunks(path: Path, handle: BinaryIO) -> Iterator[_Chunk]:
     """The chunk records of an mcap file's data section, read record by record."""
     size = path.stat().st_size
     if handle.read(len(MCAP_MAGIC)) != MCAP_MAGIC:

@@ -161,17 +161,20 @@ class Dense(nn.Module):
 
 
 def dense_ref(x: np.ndarray, weights: Mapping[str, np.ndarray], prefix: str) -> np.ndarray:
-    return x @ weights[f"{prefix}.weight"] + weights[f"{prefix}.bias"]
+    out: np.ndarray = x @ weights[f"{prefix}.weight"] + weights[f"{prefix}.bias"]
+    return out
 
 
 def relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, np.float32(0))
+    out: np.ndarray = np.maximum(x, np.float32(0))
+    return out
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     # exp of -|x| only: the textbook form overflows (and warns) for large negative x.
     e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(np.float32)
+    out: np.ndarray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(np.float32)
+    return out
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ class GroundPlane:
         """Signed height (metres, float64 ``[P]``) of ``[P, >=3]`` points above the plane."""
         xyz = _xyz(points)
         normal = np.array([self.a, self.b, self.c])
-        return xyz @ normal + self.d
+        height: np.ndarray = xyz @ normal + self.d
+        return height
 
     def z_at(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The plane's z at the given x, y (metres)."""

@@ -60,7 +60,8 @@ def reference_affinity(
     """NumPy reference associator: Gaussian of centre distance, float32 ``[N, M]`` in [0, 1]."""
     delta = det_feats[:, None, :2].astype(np.float64) - trk_feats[None, :, :2]
     dist_sq = np.einsum("nmk,nmk->nm", delta, delta)
-    return np.exp(-0.5 * dist_sq / sigma_m**2).astype(np.float32)
+    affinity: np.ndarray = np.exp(-0.5 * dist_sq / sigma_m**2).astype(np.float32)
+    return affinity
 
 
 @dataclass(frozen=True)

@@ -221,9 +221,10 @@ class TransformTree:
         common = next((f for f in up_source if f in up_target), None)
         if common is None:
             raise TransformError(f"frames {source!r} and {target!r} are not connected")
-        return inverse(self._to_ancestor(target, common, stamp_s)) @ self._to_ancestor(
-            source, common, stamp_s
-        )
+        up: Matrix = inverse(self._to_ancestor(target, common, stamp_s))
+        down: Matrix = self._to_ancestor(source, common, stamp_s)
+        chained: Matrix = up @ down
+        return chained
 
     def latest(self, target: str, source: str) -> tuple[Matrix, float]:
         """The transform at the newest stamp every dynamic link between the frames has."""

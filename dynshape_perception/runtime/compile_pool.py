@@ -117,7 +117,7 @@ class CompilePool:
         self.yields = 0
         self._yield_started = 0.0
         # The process worker's start-up job: done once it has imported the compiler.
-        self._started: cf.Future[Any] | None = None
+        self._started: cf.Future[bool] | None = None
         self._executor = self._new_executor(self.mode)
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)

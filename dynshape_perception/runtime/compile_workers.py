@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 
 if TYPE_CHECKING:
     from dynshape_perception.compiler.cache import Artefact, ArtefactCache
+    from dynshape_perception.runtime.executable import LoadedModel
 
 
 # Compiles run at lower CPU priority so that the frame loop keeps its cores.
@@ -34,7 +36,7 @@ PR_SET_PDEATHSIG = 1
 
 
 # Per worker: the generic build each specialisation is validated against, loaded once.
-_GENERIC: dict[tuple[str, str, str, str], Any] = {}
+_GENERIC: dict[tuple[str, str, str, str], LoadedModel] = {}
 
 
 def compile_to_cache(request: CompileRequest, weights: Mapping[str, np.ndarray]) -> CompileResult:
@@ -227,7 +229,7 @@ def guarded(pid: int) -> bool:
         return False
 
 
-def processes(executor: cf.Executor) -> list[Any]:
+def processes(executor: cf.Executor) -> list[BaseProcess]:
     """A process pool's worker processes (none for threads), copied: the pool's manager
     thread may change its table meanwhile."""
     return list(getattr(executor, "_processes", {}).values())

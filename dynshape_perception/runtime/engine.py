@@ -71,7 +71,7 @@ class Engine:
         self.metrics = JitMetrics()
         self.weights: dict[str, Mapping[str, np.ndarray]] = {}
         self.dispatchers: dict[str, Dispatcher] = {}
-        self.planned: dict[str, Any] = {}
+        self.planned: dict[str, dict[str, int]] = {}
         for name in models:
             model = model_definition(name)
             if weights is not None and name in weights:

@@ -8,10 +8,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.runtime.shapes import DimPolicy, Signature
+
+if TYPE_CHECKING:
+    from dynshape_perception.runtime.specialisations import Specialisation
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +190,14 @@ class KeyState:
     blacklisted: bool = False
     rejected: bool = False
     accepted: bool = False
-    sample: list[Any] | None = None
+    sample: list[np.ndarray] | None = None
     # Generic-served calls counted on the calling thread, ahead of ``calls``, which is
     # settled later: the call that makes the key hot copies its inputs as the compile sample.
     arrivals: int = 0
     # Accepted later than that call, with no sample: the next call copies its inputs.
     want_sample: bool = False
-    # The specialisation serving this key (a ``Specialisation``) while it is cached.
-    entry: Any = None
+    # The specialisation serving this key while it is cached.
+    entry: Specialisation | None = None
 
 
 class InterferenceMeter:

@@ -49,7 +49,9 @@ class NearField:
 
     def mask(self, points: np.ndarray) -> np.ndarray:
         x, y = points[:, 0], points[:, 1]
-        return (x >= -self.behind_m) & (x < self.ahead_m) & (np.abs(y) < self.half_width_m)
+        ahead = (x >= -self.behind_m) & (x < self.ahead_m)
+        inside: np.ndarray = ahead & (np.abs(y) < self.half_width_m)
+        return inside
 
     def select(self, points: np.ndarray, ground: GroundPlane | None = None) -> np.ndarray:
         """Indices of the corridor's points, at most ``max_points`` nearest, in scan order.
@@ -85,7 +87,8 @@ def subsample_far_field(
     far = np.flatnonzero(~near_mask)
     rng = np.random.default_rng(seed)
     kept = rng.choice(far, size=round(keep_fraction * far.size), replace=False)
-    return points[np.sort(np.concatenate([np.flatnonzero(near_mask), kept]))]
+    subsampled: np.ndarray = points[np.sort(np.concatenate([np.flatnonzero(near_mask), kept]))]
+    return subsampled
 
 
 @dataclass
