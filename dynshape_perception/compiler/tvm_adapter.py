@@ -602,9 +602,9 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def to_tensor_view(array: np.ndarray) -> Any:
-    """A CPU tensor over ``array``'s memory through DLPack (about 1 us, against about 20 us for
-    ``to_tensor``'s copy). TVM requires 64-byte aligned data, so other arrays are copied into
-    an aligned buffer first; the tensor keeps its buffer alive."""
+    """A CPU tensor over ``array``'s memory through DLPack, without ``to_tensor``'s copy.
+    TVM requires 64-byte aligned data, so other arrays are copied into an aligned buffer
+    first; the tensor keeps its buffer alive."""
     data = np.ascontiguousarray(array)
     if data.size == 0:
         return tvm.runtime.empty(data.shape, str(data.dtype))

@@ -11,7 +11,7 @@ log = logging.getLogger(__name__)
 
 Settle = Callable[[], None]
 # How often the thread settles what the calls queued. Waking it on every call would cost the
-# caller a futex wake (15 us after a point cloud here), as much as the work it moves away.
+# caller a futex wake, as much as the work it moves away.
 POLL_S = 0.01
 
 

@@ -56,8 +56,7 @@ DEFAULT_WEAK_EDGES: dict[str, dict[str, tuple[int, ...]]] = {
     "associator": {},
     # Agents are independent rows, so A pads exactly; small counts keep exact edges, where
     # padding one agent would cost a large share of a call. Short histories, the most common,
-    # stay exact too: a one-agent call padded from T=2 to 8 took x1.17 of generic, at T=2
-    # exactly x0.87.
+    # stay exact too: padded to the next edge, a short call costs more than generic.
     "predictor": {
         "A": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
         "T": (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 48, 64, 96, 128),
@@ -206,7 +205,7 @@ class InterferenceMeter:
     Each generic call is timed against its key's idle baseline. Per compile mode, the time
     calls took while a compile of that mode ran, over what their baselines predicted, against
     the same ratio while none ran, is that mode's slowdown: weighted by time, so that a slowed
-    20 ms point cloud counts for more than a slowed 50 us prediction. Times the share of wall
+    point cloud counts for more than a slowed prediction. Times the share of wall
     time the calling path is busy, it gives the calling-path seconds one compile-second
     costs. Until both sides have ``min_samples`` calls, the prior stands.
     """

@@ -109,9 +109,8 @@ class Padding:
     """How a signature's arrays reach its key's shapes and back, worked out once.
 
     A hit on a small predictor key saves a few microseconds; finding which axes grow by
-    walking the specs on every call cost more than that (x1.11-1.25 of a generic call at the
-    first buckets). Built with a signature's first hit, the plan leaves a call only the
-    copies it makes.
+    walking the specs on every call costs more than that. Built with a signature's first
+    hit, the plan leaves a call only the copies it makes.
 
     Inputs pad up to ``target`` with their ``pad`` value where the model declares one, else by
     repeating the last slice. Repeating real rows keeps padding exact for every model here:
@@ -187,12 +186,12 @@ class Padding:
 
 
 def _pad_axis(arr: np.ndarray, axis: int, m: int) -> np.ndarray:
-    """One axis edge-padded to ``m``, as ``np.pad(mode="edge")`` does, in a tenth of its time.
+    """One axis edge-padded to ``m``, as ``np.pad(mode="edge")`` does, without its overhead.
 
     Padding axes one after another, in order, repeats the corner element into the corners,
     as np.pad does; the padded axis has length >= 1. The array is aligned for the VM, which
-    would copy a cloud again otherwise (60-180 us at 65k-131k points); the small declared-value
-    fills skip that, as finding an address costs more than copying a few rows.
+    would copy a cloud again otherwise; the small declared-value fills skip that, as finding
+    an address costs more than copying a few rows.
     """
     n = arr.shape[axis]
     out = aligned_empty((*arr.shape[:axis], m, *arr.shape[axis + 1 :]), arr.dtype)

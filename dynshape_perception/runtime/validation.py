@@ -103,11 +103,11 @@ def _interleaved_ratio(
     """Best of each side over at least ``n`` alternating pairs, and as many more as fit in
     ``budget_s``: a burst of load hits both sides alike.
 
-    Five pairs time a call of milliseconds well, not one of 20 us: for one predictor key on
-    an idle machine, best-of-5 ratios ranged x0.79-0.93 over 15 validations and best-of-200
-    x0.85-0.89. A spread of x0.14 is wider than the key's distance from the 0.95 acceptance
-    ratio, so five pairs could accept or reject it by chance. Small calls fit hundreds of
-    pairs in the budget, and the first verdict on a function steers its cost model.
+    Five pairs time a call of milliseconds well, not one of microseconds: the best of five
+    pairs of a small predictor key spreads wider than a key's distance from the acceptance
+    ratio, so five pairs could accept or reject it by chance, where the best of hundreds
+    holds still. Small calls fit hundreds of pairs in the budget, and the first verdict on
+    a function steers its cost model.
     """
     best_s = best_g = float("inf")
     started = clock()

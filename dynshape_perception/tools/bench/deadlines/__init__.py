@@ -144,7 +144,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         )
         calibration = calibrate(bench)
         estimates = calibrated_estimates(calibration)
-        # A full collection over the setup's objects holds the GIL for ~100 ms; after a
+        # A full collection over the setup's objects holds the GIL for a long pause; after a
         # freeze, collections scan only what the runs allocate (what a node does after setup).
         gc.collect()
         gc.freeze()

@@ -133,8 +133,8 @@ def speculation_pass(
         spec.speculate()
     plain_ms, spec_ms = np.asarray(wall["plain"]), np.asarray(wall["spec"])
     # A frame where either path took longer than a platform stall was preempted (by the
-    # hypervisor or another process): a 50 ms stall in one frame would move the mean of
-    # a 0.2 ms path by more than speculation changes it. Such frames are left out of the
+    # hypervisor or another process): one stall moves the mean of a sub-millisecond path
+    # by more than speculation changes it. Such frames are left out of the
     # headline figure, counted, and kept in the raw means.
     calm = (plain_ms <= STALL_MS) & (spec_ms <= STALL_MS)
     plain_mean, spec_mean = float(plain_ms[calm].mean()), float(spec_ms[calm].mean())

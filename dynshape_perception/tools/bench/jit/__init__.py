@@ -19,8 +19,8 @@ __all__ = ["STRATEGIES", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # Long enough for a steady state: the first compiles land after ~10 s, and the hit rate
-    # is judged on the second half.
+    # Long enough for a steady state: the first compiles land seconds into the stream, and
+    # the hit rate is judged on the second half.
     parser.add_argument(
         "--calls",
         type=int,

@@ -55,8 +55,8 @@ from dynshape_perception.tools.bench.kernels import BenchError
 STRATEGIES = ("generic", "sync_exact", "static_buckets", "jit", "jit_warm", "generic_repeat")
 # Cold starts of the runtime over the stream's first calls, each between two generic passes
 # over them: the p99 while compiling, interleaved and repeated (``while_compiling_repeated``).
-# Two generic passes over the same calls alone differed up to 3.4-fold here, so one start
-# decides nothing; 30 narrowed the interval of the service-time ratio to about +-5 %.
+# Two generic passes over the same calls alone differ widely on a busy host, so one start
+# decides nothing; this many narrow the interval of the service-time ratio enough to judge.
 PENDING_REPEATS = 30
 # The stream's first calls, replayed generic-only just before and just after the runtime's
 # run: compiles run in its first seconds, and a reference minutes away on a noisy machine
@@ -106,7 +106,7 @@ def _run(
         for name, (m, w) in models.items()
     }
     # Throughput of the generic path on this very stream sets the open-loop rate: a sample
-    # would hold too few point clouds, whose cost spans 30x, to get their mean right.
+    # would hold too few point clouds, whose cost grows with their size, to get their mean right.
     mean_service_s = closed_loop_mean_s(stream, inputs, generic)
     arrivals = arrival_times(mean_service_s, rate_fraction, len(stream))
     results: dict[str, Any] = {
