@@ -130,28 +130,6 @@ def test_parameters_replay_cannot_use_are_refused(
         ("parameters: {}\nobjective: {speed: 1}", "objective takes"),
         ("parameters: {}\nsurprise: 1", "unknown keys"),
         ("fixed: {}", "needs a 'parameters' mapping"),
-    ],
-)
-def test_bad_spaces(tmp_path: Path, text: str, message: str) -> None:
-    path = tmp_path / "space.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError, match=message):
-        load_space(path)
-
-
-def test_example_space_loads() -> None:
-    example = Path(__file__).resolve().parents[2] / "config" / "tune_space.example.yaml"
-    space = load_space(example)
-    assert {d.name for d in space.dimensions} >= {
-        "segmentation.cell_size_m",
-        "tracking.gate_distance_m",
-    }
-    assert space.weights.unpredicted_penalty_m == 2.0
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
         ("sampler: 5\nparameters: {a.b: {low: 0, high: 1}}", "sampler must be a mapping"),
         ("sampler: {startup_trials: many}\nparameters: {}", "startup_trials must be an integer"),
         ("sampler: {startup_trials: 2.5}\nparameters: {}", "startup_trials must be an integer"),
@@ -175,11 +153,21 @@ def test_example_space_loads() -> None:
         ("objective: {latency_ms: true}\nparameters: {}", "objective.latency_ms"),
     ],
 )
-def test_bad_space_values(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_spaces(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "space.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_space(path)
+
+
+def test_example_space_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "tune_space.example.yaml"
+    space = load_space(example)
+    assert {d.name for d in space.dimensions} >= {
+        "segmentation.cell_size_m",
+        "tracking.gate_distance_m",
+    }
+    assert space.weights.unpredicted_penalty_m == 2.0
 
 
 def _constant_score(_: object) -> Score:
@@ -203,31 +191,37 @@ def test_seeds_must_fit_optuna(tmp_path: Path) -> None:
         tune(space, _constant_score, 1, 2**32 - 2, storage)
 
 
-def test_tune_cli_refuses_a_negative_seed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _engine_fault_injector(*_: object) -> Engine:
+    raise AssertionError("the engine must not be built for a bad command line")
+
+
+@pytest.fixture
+def space_without_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A search space file, with the engine replaced by a fault injector: the command line
+    is to fail before any engine is built."""
     monkeypatch.setattr(tune_cli, "build_engine", _engine_fault_injector)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
+    return space
+
+
+def test_tune_cli_refuses_a_negative_seed(
+    tmp_path: Path, space_without_engine: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = space_without_engine
     args = ["tune", "--space", str(space), "--bags", str(tmp_path), "--seed", "-1"]
     assert main(args) == 2
     assert "--seed must be an integer >= 0" in capsys.readouterr().err
-
-
-def _engine_fault_injector(*_: object) -> Engine:
-    raise AssertionError("the engine must not be built for a bad command line")
 
 
 @pytest.mark.parametrize("kind", ["plain path", "garbage file", "other sqlite", "bad scheme"])
 def test_a_storage_that_is_no_study_fails_before_the_engine(
     tmp_path: Path,
     kind: str,
-    monkeypatch: pytest.MonkeyPatch,
+    space_without_engine: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(tune_cli, "build_engine", _engine_fault_injector)
-    space = tmp_path / "space.yaml"
-    space.write_text(SPACE)
+    space = space_without_engine
     db = tmp_path / "x.db"
     if kind == "garbage file":
         db.write_bytes(b"garbage!")
@@ -298,12 +292,10 @@ def _bad_bag(tmp_path: Path, kind: str) -> Path:
 def test_bad_bags_are_refused_before_the_shared_study_runs_a_trial(
     tmp_path: Path,
     kind: str,
-    monkeypatch: pytest.MonkeyPatch,
+    space_without_engine: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(tune_cli, "build_engine", _engine_fault_injector)
-    space = tmp_path / "space.yaml"
-    space.write_text(SPACE)
+    space = space_without_engine
     good = tmp_path / "good"
     sources.write_crowd(good, "mcap", seed=3, frames=4, agents=2)
     bad = _bad_bag(tmp_path, kind)

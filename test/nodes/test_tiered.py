@@ -29,6 +29,7 @@ from dynshape_perception.scheduling.lidar_tiers import (
 )
 from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
+from dynshape_perception.testing.clocks import FakeClock
 from dynshape_perception.tools.sim.scenes import driving_scene
 
 EDGES = (2048, 4096, 8192)
@@ -238,16 +239,8 @@ def test_degraded_mode_subsamples_the_far_field_only(scene: np.ndarray) -> None:
 
 
 # -- diagnostics ---------------------------------------------------------------------------
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_period_reports_only_what_happened_in_it() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     ex = TieredExecutor(clock=clock, start=False)
 
     def late() -> None:

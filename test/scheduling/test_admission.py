@@ -12,23 +12,13 @@ from hypothesis import strategies as st
 from dynshape_perception.scheduling.executor import Arrival, TieredExecutor, diagnostic_status
 from dynshape_perception.scheduling.lidar_tiers import since
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
+from dynshape_perception.testing.clocks import FakeClock
 
 # The lidar node's shape of work: a frame's tier-1 job runs first, then its tier-2 job is
 # submitted with the frame's arrival; the tier-2 job runs in chunks of about this length.
 SUBMIT_AFTER_MS = 15.0
 CHUNK_MS = 5.0
 FULL_CLOUD = "full_cloud"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance_ms(self, ms: float) -> None:
-        self.now += ms / 1000.0
 
 
 def chunked_cloud(clock: FakeClock, ms: float) -> Callable[[], Generator[None, None, float]]:

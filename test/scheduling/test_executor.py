@@ -18,19 +18,9 @@ from dynshape_perception.scheduling.executor import (
     diagnostic_status,
 )
 from dynshape_perception.scheduling.tiers import TierConfig
+from dynshape_perception.testing.clocks import FakeClock
 
 WAIT_S = 10.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance_ms(self, ms: float) -> None:
-        self.now += ms / 1000.0
 
 
 class RecordingPool:
