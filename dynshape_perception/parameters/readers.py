@@ -1,0 +1,265 @@
+"""The parameter values turned into the core objects, each checked by its own constructor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dynshape_perception.config import (
+    Bounds,
+    Roi,
+    default_config,
+    predictor_history_steps,
+)
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.parameters.limits import (
+    AXES,
+    BOUND_NAMES,
+    BOUNDS,
+    CLUSTER,
+    FRAMES,
+    JIT,
+    NEAR,
+    OBJECTS,
+    OFF,
+    PIPELINE,
+    STAGE,
+    STAMPS,
+    TRACKER,
+)
+from dynshape_perception.parameters.spec import ParamSpec, Value
+from dynshape_perception.perception.clustering import ClusterParams
+from dynshape_perception.perception.localization import FrameParams
+from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.scan import Box, ScanParams
+from dynshape_perception.perception.stamps import StampPolicy
+from dynshape_perception.perception.tracking import TrackerParams
+from dynshape_perception.perception.transforms import planar
+from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.scheduling.executor import ExecutorOptions
+from dynshape_perception.scheduling.prediction_stage import PredictionSettings
+from dynshape_perception.scheduling.streaming import NearField
+from dynshape_perception.scheduling.tiers import TierConfig
+
+
+def _pick(values: Mapping[str, Value], prefix: str, names: Iterable[str]) -> dict[str, Any]:
+    """The values under ``prefix``; their types were checked against the specs' defaults."""
+    return {name: values[f"{prefix}.{name}"] for name in names if f"{prefix}.{name}" in values}
+
+
+def bounds_from(values: Mapping[str, Value]) -> Bounds:
+    picked: dict[str, Any] = {
+        dim: values[name] for dim, name in BOUND_NAMES.items() if name in values
+    }
+    return replace(BOUNDS, **picked)
+
+
+def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
+    names = ("score_threshold", "cell_size_m", "min_points", "closing_cells", "max_height_m")
+    return replace(base, **_pick(values, "segmentation", names))
+
+
+def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -> TrackerParams:
+    names = (
+        "gate_distance_m",
+        "min_affinity",
+        "max_missed_frames",
+        "min_hits_to_confirm",
+        "velocity_smoothing",
+        "publish_coasting",
+    )
+    return replace(base, **_pick(values, "tracking", names))
+
+
+def _interval(values: Mapping[str, Value], prefix: str, axis: str) -> tuple[float, float]:
+    return float(values[f"{prefix}_{axis}_min_m"]), float(values[f"{prefix}_{axis}_max_m"])
+
+
+def scan_params(values: Mapping[str, Value]) -> ScanParams | None:
+    """The crop of the lidar nodes (None where a node declares no ``scan.*``)."""
+    if "scan.min_range_m" not in values:
+        return None
+    roi = Roi(*(_interval(values, "scan.roi", axis) for axis in AXES))
+    ego = Box(*(_interval(values, "scan.ego", axis) for axis in AXES))
+    return ScanParams(
+        roi=roi,
+        ego=ego if values["scan.crop_ego"] else None,
+        min_range_m=float(values["scan.min_range_m"]),
+    )
+
+
+def object_params(values: Mapping[str, Value]) -> ObjectParams:
+    names = ("position_std_m", "height_std_m", "yaw_std_rad", "velocity_std_mps")
+    return replace(OBJECTS, **_pick(values, "objects", (*names, "stationary_speed_mps")))
+
+
+def frame_params(values: Mapping[str, Value]) -> FrameParams:
+    picked: dict[str, Any] = _pick(values, "frames", ("base_frame", "fixed_frame"))
+    if "odometry.max_extrapolation_s" in values:
+        picked["max_extrapolation_s"] = float(values["odometry.max_extrapolation_s"])
+    mount = _pick(values, "frames", ("mount_x_m", "mount_y_m", "mount_z_m", "mount_yaw_rad"))
+    fallback = planar(
+        float(mount.get("mount_x_m", 0.0)),
+        float(mount.get("mount_y_m", 0.0)),
+        float(mount.get("mount_yaw_rad", 0.0)),
+        float(mount.get("mount_z_m", 0.0)),
+    )
+    return replace(FRAMES, fallback_mount=fallback, **picked)
+
+
+def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
+    extra: dict[str, Any] = {}
+    if "points.subsample_over_bound" in values:
+        extra["subsample_over_bound"] = values["points.subsample_over_bound"]
+    if "prediction.min_history_steps" in values:
+        extra["min_history_steps"] = values["prediction.min_history_steps"]
+    scan = scan_params(values)
+    cluster = cluster_params(values)
+    if scan is not None:
+        cluster = replace(cluster, roi=scan.roi)
+    return replace(
+        PIPELINE,
+        cluster=cluster,
+        tracker=tracker_params(values),
+        scan=scan,
+        objects=object_params(values),
+        **extra,
+    )
+
+
+def history_steps(values: Mapping[str, Value]) -> int:
+    """History samples fed to the predictor: the parameter, else the fitted window."""
+    bounds = bounds_from(values)
+    steps = int(values.get("prediction.history_steps", OFF))
+    return min(steps, bounds.T) if steps != OFF else predictor_history_steps(bounds)
+
+
+def prediction_settings(values: Mapping[str, Value]) -> PredictionSettings:
+    """The prediction stage's settings; the predictor's step comes from config/models.yaml."""
+    bounds = bounds_from(values)
+    picked: dict[str, Any] = {
+        "history_steps": history_steps(values),
+        "max_agents": bounds.A,
+        "step_s": float(default_config().section("predictor").get("step_s", STAGE.step_s)),
+    }
+    for name, field_name in (
+        ("min_history_steps", "min_history_steps"),
+        ("mode", "mode"),
+        ("speculation", "speculation"),
+        ("grid_phases", "phases"),
+        ("position_quantum_m", "quantum_m"),
+        ("speculation_radius_cells", "speculation_radius_cells"),
+        ("speculation_hypotheses", "speculation_hypotheses"),
+    ):
+        if f"prediction.{name}" in values:
+            picked[field_name] = values[f"prediction.{name}"]
+    return replace(STAGE, **picked)
+
+
+def sectors_per_revolution(values: Mapping[str, Value]) -> int:
+    return int(values.get("points.sectors_per_revolution", 1))
+
+
+def jit_config(values: Mapping[str, Value]) -> JitConfig:
+    names = (
+        "mode",
+        "hotness_threshold",
+        "max_entries",
+        "max_bytes",
+        "disk_max_bytes",
+        "pool_size",
+        "compile_mode",
+        "compile_timeout_s",
+    )
+    return replace(JIT, **_pick(values, "jit", names))
+
+
+def stamp_policy(values: Mapping[str, Value]) -> StampPolicy:
+    names = (
+        "future_tolerance_s",
+        "jump_back_tolerance_s",
+        "jump_ahead_tolerance_s",
+        "jump_confirm_frames",
+    )
+    return replace(STAMPS, **_pick(values, "stamps", names))
+
+
+def tier_config(values: Mapping[str, Value]) -> TierConfig:
+    """The ``tiers.*`` values as one checked config (raises ConfigError with the reason)."""
+    return TierConfig.from_mapping(
+        {name.removeprefix("tiers."): v for name, v in values.items() if name.startswith("tiers.")}
+    )
+
+
+def _or_none(value: Value) -> Any:
+    return None if value == OFF else value
+
+
+def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
+    picked = _pick(
+        values,
+        "executor",
+        (
+            "reserved_workers",
+            "shared_workers",
+            "reserved_rt_priority",
+            "shared_boost_rt_priority",
+            "switch_interval_ms",
+            "blas_threads",
+        ),
+    )
+    for name in (
+        "reserved_rt_priority",
+        "shared_boost_rt_priority",
+        "switch_interval_ms",
+        "blas_threads",
+    ):
+        if name in picked:
+            picked[name] = _or_none(picked[name])
+    return ExecutorOptions(**picked)
+
+
+def near_field(values: Mapping[str, Value]) -> NearField:
+    names = (
+        "ahead_m",
+        "half_width_m",
+        "behind_m",
+        "min_z_m",
+        "max_z_m",
+        "max_points",
+        "ground_band_m",
+    )
+    return replace(NEAR, **_pick(values, "near_field", names))
+
+
+def optional_path(value: Value) -> Path | None:
+    return Path(str(value)).expanduser() if value else None
+
+
+def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> None:
+    """Check every value, then build the core objects so that their own checks run too."""
+    for name, value in values.items():
+        specs[name].check(value)
+    bounds = bounds_from(values)
+    jit_config(values)
+    tier_config(values)
+    executor_options(values)
+    near_field(values)
+    stamp_policy(values)
+    frame_params(values)
+    pipeline = pipeline_params(values)
+    # Only where the node predicts: the others would refuse to start over a value they
+    # never use (bounds.max_history_steps: 1 with the default minimum of 2).
+    if "prediction.min_history_steps" in specs:
+        steps = history_steps(values)
+        if pipeline.min_history_steps > steps:
+            raise ConfigError(
+                f"prediction.min_history_steps {pipeline.min_history_steps} exceeds the "
+                f"{steps} history steps the predictor gets (prediction.history_steps or "
+                f"predictor.history_steps, at most bounds.max_history_steps {bounds.T}): no "
+                "agent could ever be predicted"
+            )
+        prediction_settings(values)

@@ -1,0 +1,210 @@
+"""Parameter groups of the inputs: points, frames, mount, crop, odometry, stamps."""
+
+from __future__ import annotations
+
+import math
+
+from dynshape_perception.parameters.limits import (
+    AXES,
+    EGO_BOX_M,
+    FRAMES,
+    MAX_CONFIRM_FRAMES,
+    MAX_COUNT,
+    MAX_INTENSITY_SCALE,
+    MAX_MOUNT_M,
+    MAX_RANGE_M,
+    MAX_SECTORS,
+    MAX_STAMP_TOLERANCE_S,
+    MIN_INTENSITY_SCALE,
+    MIN_STAMP_TOLERANCE_S,
+    OFF,
+    PIPELINE,
+    STAMPS,
+)
+from dynshape_perception.parameters.spec import ParamSpec
+from dynshape_perception.perception.scan import SURROUND_ROI
+
+
+def points_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "points.subsample_over_bound",
+            PIPELINE.subsample_over_bound,
+            "subsample a cloud above bounds.max_points (seeded) instead of dropping it",
+        ),
+        ParamSpec(
+            "points.intensity_scale",
+            1.0,
+            "factor applied to the cloud's intensity field: the segmenter expects [0, 1] "
+            "(1/255 for 8-bit drivers such as Velodyne, 1/65535 for 16-bit ones such as "
+            "Ouster); clouds outside [0, 1] after it are clipped and counted",
+            low=MIN_INTENSITY_SCALE,
+            high=MAX_INTENSITY_SCALE,
+        ),
+        ParamSpec(
+            "points.sectors_per_revolution",
+            1,
+            "clouds per sensor revolution: 1 whole scans; N > 1 sector clouds (tier 1 runs "
+            "per sector, the full cloud once per revolution); 0 detect from azimuth coverage",
+            True,
+            low=OFF,
+            high=MAX_SECTORS,
+        ),
+    )
+
+
+def odometry_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "odometry.buffer_size",
+            200,
+            "odometry messages kept for interpolating the pose at a cloud's stamp",
+            True,
+            low=2,
+            high=MAX_COUNT,
+        ),
+        ParamSpec(
+            "odometry.max_extrapolation_s",
+            0.5,
+            "a frame stamped further than this outside the buffered odometry (odometry "
+            "stopped or lagging) is dropped as odom_stale instead of using the end pose; "
+            "likewise past the newest /tf of the fixed frame (tf_unavailable)",
+            low=0.0,
+            high=MAX_STAMP_TOLERANCE_S,
+        ),
+    )
+
+
+def stamps_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "stamps.future_tolerance_s",
+            STAMPS.future_tolerance_s,
+            "an input stamped further than this ahead of the node's clock is dropped "
+            "(future_stamp) and never advances the node's state",
+            low=MIN_STAMP_TOLERANCE_S,
+            high=MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_back_tolerance_s",
+            STAMPS.jump_back_tolerance_s,
+            "an input stamped further than this before the newest one jumps back in time (a "
+            "looped bag, a clock reset): dropped as outlier_stamp until "
+            "stamps.jump_confirm_frames in a row follow it, then tracks and odometry "
+            "restart (time_jump_reset); a smaller step back is dropped as stale",
+            low=MIN_STAMP_TOLERANCE_S,
+            high=MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_ahead_tolerance_s",
+            STAMPS.jump_ahead_tolerance_s,
+            "an input stamped further than this after the newest one, beyond how far the "
+            "node's clock ran meanwhile, jumps ahead: dropped as outlier_stamp until "
+            "stamps.jump_confirm_frames in a row follow it, so that one stray stamp cannot "
+            "make the inputs after it stale (a pause of the input, the clock running on, is "
+            "no jump)",
+            low=MIN_STAMP_TOLERANCE_S,
+            high=MAX_STAMP_TOLERANCE_S,
+        ),
+        ParamSpec(
+            "stamps.jump_confirm_frames",
+            STAMPS.jump_confirm_frames,
+            "inputs in a row, each after the one before, that make a time jump a new "
+            "timeline; 1 takes every jump at once",
+            low=1,
+            high=MAX_CONFIRM_FRAMES,
+        ),
+    )
+
+
+def base_frame_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "frames.base_frame",
+            FRAMES.base_frame,
+            "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
+            "segmentation; region of interest, ego crop and collision corridor lie in it",
+            True,
+        ),
+    )
+
+
+def mount_group() -> tuple[ParamSpec, ...]:
+    fallback = "where TF has no transform from the cloud's frame to frames.base_frame"
+    return (
+        *(
+            ParamSpec(
+                f"frames.mount_{axis}_m",
+                0.0,
+                f"sensor position along {axis} in frames.base_frame, {fallback}",
+                True,
+                low=-MAX_MOUNT_M,
+                high=MAX_MOUNT_M,
+            )
+            for axis in AXES
+        ),
+        ParamSpec(
+            "frames.mount_yaw_rad",
+            0.0,
+            f"sensor yaw in frames.base_frame, {fallback}",
+            True,
+            low=-math.pi,
+            high=math.pi,
+        ),
+    )
+
+
+def fixed_frame_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "frames.fixed_frame",
+            FRAMES.fixed_frame,
+            "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
+            "each input's stamp, else from odometry on 'odom'; without either the vehicle "
+            "stands still in the input's frame",
+            True,
+        ),
+    )
+
+
+def scan_group() -> tuple[ParamSpec, ...]:
+    roi = tuple(
+        ParamSpec(
+            f"scan.roi_{axis}_{end}_m",
+            getattr(SURROUND_ROI, f"{axis}_m")[i],
+            f"region of interest in frames.base_frame: {end}imum {axis}; points outside are "
+            "left out before segmentation (live)",
+            low=-MAX_RANGE_M,
+            high=MAX_RANGE_M,
+        )
+        for axis in AXES
+        for i, end in enumerate(("min", "max"))
+    )
+    ego = tuple(
+        ParamSpec(
+            f"scan.ego_{axis}_{end}_m",
+            EGO_BOX_M[axis][i],
+            f"ego crop box in frames.base_frame: {end}imum {axis} (live)",
+            low=-MAX_RANGE_M,
+            high=MAX_RANGE_M,
+        )
+        for axis in AXES
+        for i, end in enumerate(("min", "max"))
+    )
+    return (
+        *roi,
+        ParamSpec(
+            "scan.crop_ego",
+            False,
+            "leave out the points inside the ego crop box (the vehicle's own body)",
+        ),
+        *ego,
+        ParamSpec(
+            "scan.min_range_m",
+            0.5,
+            "points nearer the sensor than this are left out (housing, rain, dust); points "
+            "at exactly (0, 0, 0) are no-returns and always left out",
+            low=0.0,
+            high=MAX_RANGE_M,
+        ),
+    )
