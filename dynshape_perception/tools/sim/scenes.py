@@ -371,6 +371,166 @@ def pedestrian_scene(
     return tracks
 
 
+# Social force (Helbing and Molnar 1995): relaxation towards the desired velocity, exponential
+# repulsion between pedestrians, weaker from behind, and a pull that keeps groups together.
+CROWD_SUBSTEPS = 4
+RELAXATION_S = 0.5
+REPULSION_MPS2 = 2.0
+REPULSION_RANGE_M = 0.35
+BODY_RADIUS_M = 0.45
+# Weight of a neighbour straight behind, against 1 straight ahead.
+REPULSION_FROM_BEHIND = 0.35
+# Members of a group repel each other this much less: they walk shoulder to shoulder.
+GROUP_REPULSION_SHARE = 0.3
+GROUP_SPACING_M = 0.6
+GROUP_PULL_PER_S2 = 1.5
+GROUP_SIZE = (2, 4)
+GROUP_SCATTER_M = 0.6
+# Walkers steer towards a point this far away, so they cross the scene.
+GOAL_DISTANCE_M = 100.0
+CROWD_MIN_SPEED_MPS = 0.3
+SPEED_CAP_SHARE = 1.3
+# The desired heading wanders as an Ornstein-Uhlenbeck process: noise and memory.
+WOBBLE_RAD_PER_SQRT_S = 0.15
+WOBBLE_MEMORY_S = 3.0
+CROWD_TURN_RAD = (np.pi / 6, np.pi / 2)
+CROWD_STOP_S = (1.0, 6.0)
+# Group members keep their leader's desired speed to within this share.
+GROUP_SPEED_SPREAD = 0.05
+_DISTANCE_FLOOR_M = 1e-6
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """How the pedestrians of a ``crowd_scene`` behave; every share is of agents."""
+
+    area_m: float = 20.0
+    speed_mps: float = 1.2
+    speed_spread_mps: float = 0.25
+    # Agents in groups of 2 to 4 that walk, stop and turn together.
+    group_share: float = 0.4
+    # Agents (and whole groups) standing for the whole scene: waiting, talking.
+    stand_share: float = 0.15
+    # Walkers that stop once for 1 to 6 s, then walk on.
+    stop_share: float = 0.2
+    # Walkers that turn once, by 30 to 90 deg, and keep the new heading.
+    turn_share: float = 0.3
+
+    def __post_init__(self) -> None:
+        sizes = (self.area_m, self.speed_mps)
+        if not all(np.isfinite(v) and v > 0.0 for v in sizes):
+            raise ConfigError(f"crowd area_m and speed_mps must be finite and > 0, got {sizes}")
+        if not (np.isfinite(self.speed_spread_mps) and self.speed_spread_mps >= 0.0):
+            raise ConfigError(f"speed_spread_mps must be >= 0, got {self.speed_spread_mps!r}")
+        shares = (self.group_share, self.stand_share, self.stop_share, self.turn_share)
+        if not all(0.0 <= share <= 1.0 for share in shares):
+            raise ConfigError(f"crowd shares must lie in [0, 1], got {shares}")
+
+
+def _crowd_groups(rng: np.random.Generator, count: int, share: float) -> np.ndarray:
+    """The leader of each agent ``[A]``: itself, or the first member of its group."""
+    leader = np.arange(count)
+    agent = 0
+    while agent < count:
+        size = 1
+        if agent + 1 < count and rng.random() < share:
+            size = min(int(rng.integers(GROUP_SIZE[0], GROUP_SIZE[1] + 1)), count - agent)
+        leader[agent : agent + size] = agent
+        agent += size
+    return leader
+
+
+def _social_force(
+    position: np.ndarray, velocity: np.ndarray, leader: np.ndarray, members: np.ndarray
+) -> np.ndarray:
+    """Repulsion between pedestrians and the pull of each group's centre, ``[A, 2]``."""
+    count = position.shape[0]
+    offset = position[:, None] - position[None]
+    distance = np.linalg.norm(offset, axis=2) + np.eye(count) / _DISTANCE_FLOOR_M
+    away = offset / distance[..., None]
+    speed = np.linalg.norm(velocity, axis=1)
+    facing = velocity / np.maximum(speed, _DISTANCE_FLOOR_M)[:, None]
+    # cos of the angle between my walking direction and the direction to the other.
+    ahead = -(away * facing[:, None]).sum(axis=2)
+    weight = REPULSION_FROM_BEHIND + (1.0 - REPULSION_FROM_BEHIND) * (1.0 + ahead) / 2.0
+    weight = np.where(leader[:, None] == leader[None], weight * GROUP_REPULSION_SHARE, weight)
+    magnitude = REPULSION_MPS2 * np.exp((BODY_RADIUS_M - distance) / REPULSION_RANGE_M) * weight
+    force = (magnitude[..., None] * away).sum(axis=1)
+    centre = np.zeros((count, 2))
+    np.add.at(centre, leader, position)
+    to_centre = centre[leader] / members[leader][:, None] - position
+    gap = np.linalg.norm(to_centre, axis=1)
+    pull = np.where(members[leader] > 1, np.maximum(gap - GROUP_SPACING_M, 0.0), 0.0)
+    inward = to_centre / np.maximum(gap, _DISTANCE_FLOOR_M)[:, None]
+    return force + inward * (GROUP_PULL_PER_S2 * pull)[:, None]
+
+
+def crowd_scene(
+    seed: int = 0,
+    num_agents: int = 40,
+    num_steps: int = 60,
+    dt_s: float = 0.4,
+    crowd: Crowd | None = None,
+) -> np.ndarray:
+    """Social-force pedestrian tracks, float32 ``[A, S, 2]`` (x, y in metres), one row per step.
+
+    Agents start anywhere in a square of side ``crowd.area_m`` (its density is
+    ``num_agents / area_m**2``) and walk across it at their own desired speed, with a
+    wandering heading; groups keep together, some agents stand, stop for a while or turn,
+    and everyone gives way to everyone else. Integrated in ``CROWD_SUBSTEPS`` steps per
+    ``dt_s``.
+    """
+    crowd = crowd or Crowd()
+    if num_agents < 0 or num_steps < 1 or not (np.isfinite(dt_s) and dt_s > 0.0):
+        raise ConfigError(
+            f"need num_agents >= 0, num_steps >= 1, finite dt_s > 0; "
+            f"got {num_agents}, {num_steps}, {dt_s}"
+        )
+    rng = np.random.default_rng(seed)
+    count = num_agents
+    leader = _crowd_groups(rng, count, crowd.group_share)
+    members = np.bincount(leader, minlength=count).astype(np.float64)
+    desired = np.maximum(
+        rng.normal(crowd.speed_mps, crowd.speed_spread_mps, count), CROWD_MIN_SPEED_MPS
+    )
+    desired = desired[leader] * rng.uniform(1 - GROUP_SPEED_SPREAD, 1 + GROUP_SPEED_SPREAD, count)
+    standing = (rng.random(count) < crowd.stand_share)[leader]
+    in_group = leader != np.arange(count)
+    position = rng.uniform(-crowd.area_m / 2.0, crowd.area_m / 2.0, (count, 2))
+    position = position[leader] + in_group[:, None] * rng.normal(0.0, GROUP_SCATTER_M, (count, 2))
+    heading = rng.uniform(-np.pi, np.pi, count)[leader]
+    goal = position + GOAL_DISTANCE_M * np.c_[np.cos(heading), np.sin(heading)]
+    span_s = num_steps * dt_s
+    turns = rng.random(count) < crowd.turn_share
+    turn_at = np.where(turns, rng.uniform(0.0, span_s, count), np.inf)[leader]
+    turn_by = (rng.uniform(*CROWD_TURN_RAD, count) * rng.choice((-1.0, 1.0), count))[leader]
+    stops = rng.random(count) < crowd.stop_share
+    stop_at = np.where(stops, rng.uniform(0.0, span_s, count), np.inf)[leader]
+    stop_end = stop_at + rng.uniform(*CROWD_STOP_S, count)[leader]
+    velocity = np.c_[np.cos(heading), np.sin(heading)] * (desired * ~standing)[:, None]
+    wobble = np.zeros(count)
+    h = dt_s / CROWD_SUBSTEPS
+    tracks = np.empty((count, num_steps, 2), dtype=np.float32)
+    for step in range(num_steps):
+        tracks[:, step] = position
+        for sub in range(CROWD_SUBSTEPS):
+            t = step * dt_s + sub * h
+            wobble += rng.normal(0.0, WOBBLE_RAD_PER_SQRT_S * np.sqrt(h), count)
+            wobble -= wobble * h / WOBBLE_MEMORY_S
+            toward = np.arctan2(goal[:, 1] - position[:, 1], goal[:, 0] - position[:, 0])
+            angle = toward + np.where(t >= turn_at, turn_by, 0.0) + wobble
+            halted = standing | ((t >= stop_at) & (t < stop_end))
+            target = np.c_[np.cos(angle), np.sin(angle)] * (desired * ~halted)[:, None]
+            force = (target - velocity) / RELAXATION_S
+            force += _social_force(position, velocity, leader, members)
+            velocity = velocity + h * force
+            speed = np.linalg.norm(velocity, axis=1)
+            cap = np.maximum(SPEED_CAP_SHARE * desired, CROWD_MIN_SPEED_MPS)
+            velocity *= np.minimum(1.0, cap / np.maximum(speed, _DISTANCE_FLOOR_M))[:, None]
+            position = position + h * velocity
+    return tracks
+
+
 def sensor_sectors(
     points: np.ndarray,
     num_sectors: int,

@@ -10,7 +10,9 @@ from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE, OBSTACLE_DTYPE
 from dynshape_perception.tools.sim.lidar import SENSOR_HEIGHT_M
 from dynshape_perception.tools.sim.scenes import (
+    Crowd,
     DrivingScene,
+    crowd_scene,
     driving_scene,
     pedestrian_scene,
     sensor_sectors,
@@ -260,3 +262,74 @@ def test_sectors_refuse_points_without_an_azimuth() -> None:
     with pytest.raises(ConfigError, match="start_azimuth_rad"):
         sensor_sectors(points[:1], 4, start_azimuth_rad=float("nan"))
     assert sum(len(s) for s in sensor_sectors(points[:1], np.int64(4))) == 1
+
+
+def _speeds(tracks: np.ndarray, dt_s: float) -> np.ndarray:
+    return np.linalg.norm(np.diff(tracks, axis=1), axis=2) / dt_s
+
+
+def test_crowd_walks_at_its_desired_speed_and_is_seeded() -> None:
+    slow = crowd_scene(seed=2, num_agents=30, num_steps=40, crowd=Crowd(speed_mps=0.7))
+    fast = crowd_scene(seed=2, num_agents=30, num_steps=40, crowd=Crowd(speed_mps=1.6))
+    assert slow.shape == (30, 40, 2) and slow.dtype == np.float32
+    assert 0.5 < np.median(_speeds(slow, 0.4)) < 0.9
+    assert 1.3 < np.median(_speeds(fast, 0.4)) < 1.9
+    np.testing.assert_array_equal(
+        slow, crowd_scene(seed=2, num_agents=30, num_steps=40, crowd=Crowd(speed_mps=0.7))
+    )
+    assert not np.array_equal(
+        slow, crowd_scene(seed=3, num_agents=30, num_steps=40, crowd=Crowd(speed_mps=0.7))
+    )
+
+
+def test_crowd_standers_stay_and_stoppers_walk_on() -> None:
+    standing = crowd_scene(seed=1, num_agents=10, num_steps=30, crowd=Crowd(stand_share=1.0))
+    # Standing groups close up to their spacing, no further: a walker would cover 14 m.
+    assert np.abs(standing - standing[:, :1]).max() < 1.0
+    stoppers = Crowd(stop_share=1.0, stand_share=0.0, group_share=0.0, turn_share=0.0)
+    speed = _speeds(crowd_scene(seed=1, num_agents=20, num_steps=60, crowd=stoppers), 0.4)
+    halted = (speed < 0.1).any(axis=1)
+    assert halted.mean() > 0.5, "stops shorter than the scene are seen"
+    assert (speed[halted, -1] > 0.5).any(), "some walk on after their stop"
+
+
+def test_crowd_turns_change_heading_and_walkers_keep_apart() -> None:
+    walkers = Crowd(turn_share=1.0, stand_share=0.0, stop_share=0.0, group_share=0.0)
+    tracks = crowd_scene(seed=4, num_agents=12, num_steps=50, crowd=walkers)
+    step = np.diff(tracks, axis=1)
+    heading = np.unwrap(np.arctan2(step[..., 1], step[..., 0]), axis=1)
+    assert np.median(np.abs(heading[:, -1] - heading[:, 0])) > np.deg2rad(20)
+    dense = crowd_scene(seed=5, num_agents=40, num_steps=30, crowd=Crowd(area_m=8.0))
+    gaps = np.linalg.norm(dense[:, None] - dense[None], axis=-1) + np.eye(40)[..., None] * 1e3
+    # Repulsion keeps bodies from passing through each other in a dense crowd.
+    assert np.percentile(gaps.min(axis=1)[:, 5:], 1) > 0.2
+
+
+def test_crowd_groups_walk_together() -> None:
+    groups = Crowd(group_share=1.0, stand_share=0.0, stop_share=0.0, turn_share=0.0)
+    tracks = crowd_scene(seed=6, num_agents=2, num_steps=40, crowd=groups)
+    gap = np.linalg.norm(tracks[0] - tracks[1], axis=1)
+    assert gap[10:].max() < 2.0
+    assert np.linalg.norm(tracks[0, -1] - tracks[0, 0]) > 8.0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"area_m": 0.0},
+        {"speed_mps": float("nan")},
+        {"speed_spread_mps": -0.1},
+        {"group_share": 1.5},
+        {"stop_share": -0.1},
+    ],
+)
+def test_bad_crowds_are_config_errors(change: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        Crowd(**change)
+
+
+def test_crowd_edge_cases() -> None:
+    assert crowd_scene(num_agents=0, num_steps=3).shape == (0, 3, 2)
+    assert crowd_scene(num_agents=1, num_steps=1).shape == (1, 1, 2)
+    with pytest.raises(ConfigError, match="dt_s"):
+        crowd_scene(dt_s=0.0)
