@@ -1,4 +1,4 @@
-"""ETH/UCY trajectory prediction protocol: windows, CV and CV-6 baselines, min-of-K metrics."""
+"""ETH/UCY trajectory prediction protocol: windows, CV and CV-6 baselines, metrics, calibration."""
 
 from __future__ import annotations
 
@@ -16,6 +16,16 @@ PRED_STEPS = 12
 BOOTSTRAP_RESAMPLES = 1000
 CI_LEVEL = 0.95
 METRIC_DECIMALS = 4
+# Reliability bins of the top mode's probability: [0, 0.2), [0.2, 0.3), ... [0.9, 1.0].
+CALIBRATION_EDGES = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# A baseline error below this (metres) is rounding, not error: no ratio is taken to it.
+NO_ERROR_M = 1e-9
+# (ratio name, model metric, baseline metric)
+RATIOS = (
+    ("top1_ADE/cv_ADE", "top1_ADE", "cv_ADE"),
+    ("minADE/cv6_minADE", "minADE", "cv6_minADE"),
+    ("minFDE/cv6_minFDE", "minFDE", "cv6_minFDE"),
+)
 
 CV6_TURN_RAD = 0.35
 CV6_SLOW_FACTOR = 0.6
@@ -66,14 +76,25 @@ def extract_windows(
 
     Pedestrians are visited in id order. Returns ``obs [W, obs, 2]`` and ``fut [W, pred, 2]``.
     """
+    obs_xy, fut_xy, _ = extract_owned_windows(tracks, obs, pred, frame_step)
+    return obs_xy, fut_xy
+
+
+def extract_owned_windows(
+    tracks: Tracks,
+    obs: int = OBS_STEPS,
+    pred: int = PRED_STEPS,
+    frame_step: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``extract_windows`` plus the pedestrian id of each window ``[W]``."""
     if obs < 2 or pred < 1:
         raise InputValueError(f"need obs >= 2 and pred >= 1, got obs={obs}, pred={pred}")
     checked = {pid: _checked_track(pid, *tracks[pid]) for pid in sorted(tracks)}
     if frame_step is None:
         frame_step = detect_frame_step(checked) if checked else 1
     span = obs + pred
-    windows = []
-    for frames, xy in checked.values():
+    windows, owners = [], []
+    for pid, (frames, xy) in checked.items():
         if frames.shape[0] < span:
             continue
         step_ok = (np.diff(frames) == frame_step).astype(np.int64)
@@ -83,10 +104,11 @@ def extract_windows(
         if starts.size:
             view = np.lib.stride_tricks.sliding_window_view(xy, span, axis=0)
             windows.append(view[starts].transpose(0, 2, 1))
+            owners.append(np.full(starts.size, pid, dtype=np.int64))
     if not windows:
-        return np.zeros((0, obs, 2)), np.zeros((0, pred, 2))
+        return np.zeros((0, obs, 2)), np.zeros((0, pred, 2)), np.zeros(0, dtype=np.int64)
     stacked = np.concatenate(windows, axis=0)
-    return stacked[:, :obs].copy(), stacked[:, obs:].copy()
+    return stacked[:, :obs].copy(), stacked[:, obs:].copy(), np.concatenate(owners)
 
 
 def _check_obs(obs: np.ndarray) -> np.ndarray:
@@ -142,17 +164,115 @@ def bootstrap_ci(
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
     level: float = CI_LEVEL,
+    groups: np.ndarray | None = None,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values``."""
+    """Percentile bootstrap interval of the mean of ``values``.
+
+    With ``groups`` (one label per value) whole groups are drawn, not values: the windows
+    of one pedestrian overlap, so they are not independent draws.
+    """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 1 or values.size == 0:
         raise ShapeError(f"bootstrap needs a non-empty 1-D array, got shape {values.shape}")
+    if groups is None:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, values.size, size=(resamples, values.size))
+        means = values[idx].mean(axis=1)
+    else:
+        totals, counts = _group_draws([values, np.ones_like(values)], groups, seed, resamples)
+        means = totals / counts
+    return _percentiles(means, level)
+
+
+def ratio_ci(
+    numerator: np.ndarray,
+    denominator: np.ndarray,
+    groups: np.ndarray,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = CI_LEVEL,
+) -> tuple[float, float] | None:
+    """Bootstrap interval of ``mean(numerator) / mean(denominator)``, paired, by group.
+
+    None where some resample's denominator is below ``NO_ERROR_M`` (a baseline without
+    error): no ratio.
+    """
+    numerator = np.asarray(numerator, dtype=np.float64)
+    denominator = np.asarray(denominator, dtype=np.float64)
+    if numerator.ndim != 1 or numerator.size == 0 or numerator.shape != denominator.shape:
+        raise ShapeError(
+            f"a ratio needs two equal non-empty 1-D arrays, got {numerator.shape} and "
+            f"{denominator.shape}"
+        )
+    top, bottom = _group_draws([numerator, denominator], groups, seed, resamples)
+    if not (bottom > NO_ERROR_M * denominator.size).all():
+        return None
+    return _percentiles(top / bottom, level)
+
+
+def _group_draws(
+    columns: list[np.ndarray], groups: np.ndarray, seed: int, resamples: int
+) -> list[np.ndarray]:
+    """Per resample of whole groups, the sum of each column: ``[resamples]`` each."""
+    groups = np.asarray(groups)
+    if groups.shape != columns[0].shape:
+        raise ShapeError(f"groups {groups.shape} must label every value {columns[0].shape}")
+    _, label = np.unique(groups, return_inverse=True)
+    count = int(label.max()) + 1
+    sums = np.stack([np.bincount(label, weights=c, minlength=count) for c in columns], axis=1)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, values.size, size=(resamples, values.size))
-    means = values[idx].mean(axis=1)
+    drawn = rng.integers(0, count, size=(resamples, count))
+    # How often each group is drawn in each resample, [resamples, groups].
+    times = np.zeros((resamples, count))
+    np.add.at(times, (np.arange(resamples)[:, None], drawn), 1.0)
+    totals = times @ sums
+    return [totals[:, j] for j in range(len(columns))]
+
+
+def _percentiles(samples: np.ndarray, level: float) -> tuple[float, float]:
     tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(means, [tail, 100.0 - tail])
+    lo, hi = np.percentile(samples, [tail, 100.0 - tail])
     return float(lo), float(hi)
+
+
+def calibration(probs: np.ndarray, traj: np.ndarray, fut: np.ndarray) -> dict[str, Any]:
+    """How well the top mode's probability says how often that mode is the best one.
+
+    The best mode of a window is the one of lowest ADE. Returns the mean top probability,
+    the share of windows whose top mode is the best, the expected calibration error (the
+    windows' share-weighted gap between the two, bin by bin, over ``CALIBRATION_EDGES``)
+    and the reliability table.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape != traj.shape[:2] or probs.shape[0] == 0:
+        raise ShapeError(f"probs {probs.shape} must be [W, K] for traj {traj.shape}, W > 0")
+    err = np.linalg.norm(np.asarray(traj, np.float64) - fut[:, None], axis=-1).mean(axis=-1)
+    top = probs.argmax(axis=1)
+    confidence = probs[np.arange(probs.shape[0]), top]
+    hit = (top == err.argmin(axis=1)).astype(np.float64)
+    edges = np.asarray(CALIBRATION_EDGES)
+    which = np.clip(np.searchsorted(edges, confidence, side="right") - 1, 0, edges.size - 2)
+    table, gap = [], 0.0
+    for b in range(edges.size - 1):
+        inside = which == b
+        if not inside.any():
+            continue
+        conf_b, hit_b = float(confidence[inside].mean()), float(hit[inside].mean())
+        gap += inside.mean() * abs(conf_b - hit_b)
+        table.append(
+            {
+                "bin": [float(edges[b]), float(edges[b + 1])],
+                "windows": int(inside.sum()),
+                "confidence": round(conf_b, METRIC_DECIMALS),
+                "best_share": round(hit_b, METRIC_DECIMALS),
+            }
+        )
+    return {
+        "confidence": _mean(confidence),
+        "best_share": _mean(hit),
+        "ece": round(float(gap), METRIC_DECIMALS),
+        "reliability": table,
+    }
 
 
 def _run_predictor(
@@ -195,11 +315,13 @@ def evaluate_prediction(
 ) -> dict[str, Any]:
     """Score ``predictor(obs [W, obs, 2]) -> (traj [W, K, pred, 2], probs [W, K])`` on a scene.
 
-    Metrics are in metres, averaged over windows; ``ci95`` is a seeded percentile bootstrap
-    over windows. ``batch_size`` splits the windows for predictors with a bounded batch.
+    Metrics are in metres, averaged over windows. ``ci95`` and ``ratios`` hold seeded
+    percentile bootstrap intervals that draw whole pedestrians; ``calibration`` sets the top
+    mode's probability against how often it is the best. ``batch_size`` splits the windows
+    for predictors with a bounded batch.
     """
     check_seed("seed", seed)
-    obs_xy, fut_xy = extract_windows(tracks, obs, pred, frame_step)
+    obs_xy, fut_xy, owners = extract_owned_windows(tracks, obs, pred, frame_step)
     if obs_xy.shape[0] == 0:
         raise DataError(f"the scene holds no window of {obs + pred} consecutive annotated frames")
     traj, probs = _run_predictor(predictor, obs_xy, pred, batch_size)
@@ -208,19 +330,37 @@ def evaluate_prediction(
     top1_ade, top1_fde = ade_fde(traj[np.arange(traj.shape[0]), best], fut_xy)
     cv_ade, cv_fde = ade_fde(constant_velocity(obs_xy, pred), fut_xy)
     cv6_ade, cv6_fde = min_ade_fde(cv6(obs_xy, pred), fut_xy)
-    ci = {
-        "minADE": [round(v, METRIC_DECIMALS) for v in bootstrap_ci(min_ade, seed)],
-        "minFDE": [round(v, METRIC_DECIMALS) for v in bootstrap_ci(min_fde, seed)],
+    per_window = {
+        "minADE": min_ade,
+        "minFDE": min_fde,
+        "top1_ADE": top1_ade,
+        "top1_FDE": top1_fde,
+        "cv_ADE": cv_ade,
+        "cv_FDE": cv_fde,
+        "cv6_minADE": cv6_ade,
+        "cv6_minFDE": cv6_fde,
     }
-    return {
-        "minADE": _mean(min_ade),
-        "minFDE": _mean(min_fde),
-        "top1_ADE": _mean(top1_ade),
-        "top1_FDE": _mean(top1_fde),
-        "cv_ADE": _mean(cv_ade),
-        "cv_FDE": _mean(cv_fde),
-        "cv6_minADE": _mean(cv6_ade),
-        "cv6_minFDE": _mean(cv6_fde),
-        "windows": int(obs_xy.shape[0]),
-        "ci95": ci,
+    result: dict[str, Any] = {key: _mean(values) for key, values in per_window.items()}
+    result["windows"] = int(obs_xy.shape[0])
+    result["pedestrians"] = int(np.unique(owners).size)
+    result["ci95"] = {
+        key: _rounded(bootstrap_ci(values, seed, groups=owners))
+        for key, values in per_window.items()
     }
+    ratios = {}
+    for name, model_key, base_key in RATIOS:
+        model, base = per_window[model_key], per_window[base_key]
+        interval = ratio_ci(model, base, owners, seed)
+        ratios[name] = {
+            "value": round(float(model.mean() / base.mean()), METRIC_DECIMALS)
+            if base.mean() > NO_ERROR_M
+            else None,
+            "ci95": None if interval is None else _rounded(interval),
+        }
+    result["ratios"] = ratios
+    result["calibration"] = calibration(probs, traj, fut_xy)
+    return result
+
+
+def _rounded(interval: tuple[float, float]) -> list[float]:
+    return [round(v, METRIC_DECIMALS) for v in interval]

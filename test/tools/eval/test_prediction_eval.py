@@ -14,11 +14,13 @@ from dynshape_perception.tools.eval.prediction import (
     CV6_TURN_RAD,
     ade_fde,
     bootstrap_ci,
+    calibration,
     constant_velocity,
     cv6,
     evaluate_prediction,
     extract_windows,
     min_ade_fde,
+    ratio_ci,
 )
 
 FRAME_STEP = 10
@@ -32,8 +34,13 @@ EXPECTED_KEYS = {
     "cv6_minADE",
     "cv6_minFDE",
     "windows",
+    "pedestrians",
     "ci95",
+    "ratios",
+    "calibration",
 }
+METRICS = EXPECTED_KEYS - {"windows", "pedestrians", "ci95", "ratios", "calibration"}
+RATIO_NAMES = {"top1_ADE/cv_ADE", "minADE/cv6_minADE", "minFDE/cv6_minFDE"}
 
 
 def _line(frames: np.ndarray, velocity: tuple[float, float] = (0.5, 0.2)) -> np.ndarray:
@@ -141,9 +148,13 @@ def test_bootstrap_ci_contains_mean_and_is_seeded() -> None:
 def test_evaluate_prediction_report() -> None:
     result = evaluate_prediction(_scene(), _cv6_predictor, seed=0)
     assert set(result) == EXPECTED_KEYS
-    assert set(result["ci95"]) == {"minADE", "minFDE"}
+    assert set(result["ci95"]) == METRICS
+    assert set(result["ratios"]) == RATIO_NAMES
     json.dumps(result)
-    assert result["windows"] == 10
+    assert result["windows"] == 10 and result["pedestrians"] == 2
+    # Every error is zero: no ratio to a baseline without error.
+    assert all(r == {"value": None, "ci95": None} for r in result["ratios"].values())
+    assert result["calibration"]["best_share"] == 1.0
     assert result["cv_ADE"] == result["top1_ADE"] == 0.0
     assert result["minADE"] == result["cv6_minADE"] == 0.0
     assert type(result["minADE"]) is float and type(result["windows"]) is int
@@ -191,6 +202,8 @@ def test_real_scenes_cv6_beats_cv(
     result = evaluate_prediction(scene, _cv6_predictor, seed=0)
     assert result["windows"] == expected_windows
     assert result["minADE"] == result["cv6_minADE"] and result["top1_ADE"] == result["cv_ADE"]
+    for ratio in result["ratios"].values():
+        assert ratio == {"value": 1.0, "ci95": [1.0, 1.0]}
     ade_gain = 1.0 - result["cv6_minADE"] / result["cv_ADE"]
     fde_gain = 1.0 - result["cv6_minFDE"] / result["cv_FDE"]
     assert 0.30 <= ade_gain <= 0.50, ade_gain
@@ -203,3 +216,53 @@ def test_real_scenes_cv6_beats_cv(
 def test_evaluate_prediction_refuses_bad_seeds(seed: object) -> None:
     with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
         evaluate_prediction(_scene(), _cv6_predictor, seed=seed)  # type: ignore[arg-type]
+
+
+def test_bootstrap_by_pedestrian_is_wider_where_their_windows_agree() -> None:
+    rng = np.random.default_rng(4)
+    per_pedestrian = rng.gamma(2.0, 0.3, size=40)
+    values = np.repeat(per_pedestrian, 10)  # ten overlapping windows of each pedestrian
+    groups = np.repeat(np.arange(40), 10)
+    lo_w, hi_w = bootstrap_ci(values, seed=0)
+    lo_g, hi_g = bootstrap_ci(values, seed=0, groups=groups)
+    assert lo_g < values.mean() < hi_g
+    # Ten copies are no more information than one: the honest interval is ~sqrt(10) wider.
+    assert (hi_g - lo_g) > 2.5 * (hi_w - lo_w)
+    with pytest.raises(ShapeError, match="label every value"):
+        bootstrap_ci(values, groups=groups[:-1])
+
+
+def test_ratio_interval_is_paired_and_by_pedestrian() -> None:
+    rng = np.random.default_rng(5)
+    base = rng.gamma(2.0, 0.5, size=300)
+    groups = rng.integers(0, 30, size=300)
+    # Every window at 0.8 of its baseline: every resample's ratio is 0.8, however noisy.
+    lo, hi = ratio_ci(0.8 * base, base, groups)
+    assert lo == pytest.approx(0.8) and hi == pytest.approx(0.8)
+    model = base * rng.uniform(0.6, 1.0, size=300)
+    lo, hi = ratio_ci(model, base, groups, seed=1)
+    assert lo < model.mean() / base.mean() < hi < 1.0
+    assert ratio_ci(model, base, groups, seed=1) == (lo, hi)
+    assert ratio_ci(model, np.zeros(300), groups) is None
+    with pytest.raises(ShapeError):
+        ratio_ci(model, base[:-1], groups)
+
+
+def test_calibration_sets_the_top_probability_against_how_often_it_is_best() -> None:
+    obs, fut = extract_windows(_scene())
+    hyps = cv6(obs)  # hypothesis 0 is exact on these straight lines
+    n = obs.shape[0]
+    right = calibration(np.tile([0.55, 0.09, 0.09, 0.09, 0.09, 0.09], (n, 1)), hyps, fut)
+    assert right["confidence"] == pytest.approx(0.55) and right["best_share"] == 1.0
+    assert right["ece"] == pytest.approx(0.45)
+    assert right["reliability"] == [
+        {"bin": [0.5, 0.6], "windows": n, "confidence": 0.55, "best_share": 1.0}
+    ]
+    # Half the windows trust the stop hypothesis, which is never the best.
+    probs = np.tile([0.9, 0.02, 0.02, 0.02, 0.02, 0.02], (n, 1))
+    probs[::2] = [0.02, 0.02, 0.02, 0.02, 0.02, 0.9]
+    mixed = calibration(probs, hyps, fut)
+    assert mixed["best_share"] == 0.5 and mixed["confidence"] == pytest.approx(0.9)
+    assert mixed["ece"] == pytest.approx(0.4)
+    with pytest.raises(ShapeError):
+        calibration(probs[:, :5], hyps, fut)
