@@ -22,7 +22,12 @@ from dynshape_perception.models.common import (
     relu,
     sigmoid,
 )
-from dynshape_perception.models.tir_kernels import HEADING_EPS_M, STEP_FEATURES, TURN_EPS
+from dynshape_perception.models.tir_kernels import (
+    HEADING_EPS_M,
+    RESIDUAL_FLOOR_M,
+    STEP_FEATURES,
+    TURN_EPS,
+)
 
 DECODER_HIDDEN = 64
 
@@ -186,8 +191,9 @@ def decode_ref(
     c = np.where(moving, disp[:, 0] / safe, 1.0).astype(np.float32)[:, None, None]
     s = np.where(moving, disp[:, 1] / safe, 0.0).astype(np.float32)[:, None, None]
     steps = np.arange(1, cfg.horizon + 1, dtype=np.float32)[None, None, :]
-    u = speed[:, None, None] * steps + res[..., 0]
-    v = res[..., 1]
+    scale = (speed + np.float32(RESIDUAL_FLOOR_M))[:, None, None]
+    u = speed[:, None, None] * steps + scale * res[..., 0]
+    v = scale * res[..., 1]
     traj = np.stack(
         [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], axis=-1
     )
@@ -284,7 +290,7 @@ def definition(bounds: Bounds, config: PredictorConfig | None = None) -> ModelDe
     cfg = config or PredictorConfig()
     return ModelDef(
         name="predictor",
-        version="1",
+        version="2",
         build_module=lambda gpu: Predictor(cfg, gpu),
         spec=spec(bounds, cfg),
         reference=lambda fn, w, x: reference(fn, w, x, cfg),

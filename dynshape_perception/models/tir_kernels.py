@@ -12,6 +12,10 @@ FEATURES = 4
 STEP_FEATURES = 4
 # Below this displacement (metres per step) an agent has no heading; the decoder uses +x.
 HEADING_EPS_M = 1e-3
+# Residuals are in units of the agent's speed plus this floor (metres per step): hypotheses
+# spread with the pace, so one fit serves slow crowds and fast walkers, and a standing
+# agent's still reach a walking step.
+RESIDUAL_FLOOR_M = 0.2
 TURN_EPS = 1e-6
 # One GPU thread per agent; agents are few (A <= 64), so one block usually holds them all.
 GPU_THREADS = 64
@@ -225,14 +229,16 @@ def predictor_kernels(
         s = T.if_then_else(
             moving, disp[a, 1] / T.max(speed, T.float32(HEADING_EPS_M)), T.float32(0)
         )
+        scale = speed + T.float32(RESIDUAL_FLOOR_M)
         for k, step in T.grid(k_hyp, horizon):
-            u = speed * T.Cast("float32", step + 1) + res[a, (k * horizon + step) * 2]
-            v = res[a, (k * horizon + step) * 2 + 1]
+            u = speed * T.Cast("float32", step + 1) + scale * res[a, (k * horizon + step) * 2]
+            v = scale * res[a, (k * horizon + step) * 2 + 1]
             out[a, k, step, 0] = pos[a, 0] + c * u - s * v
             out[a, k, step, 1] = pos[a, 1] + s * u + c * v
 
     # Hypotheses are constant-velocity motion plus a learned residual, both in the agent's
-    # heading frame, so the decoder is invariant to where and which way an agent walks.
+    # heading frame, so the decoder is invariant to where and which way an agent walks; the
+    # residual scales with the pace (RESIDUAL_FLOOR_M).
     @T.prim_func(private=True)
     def place_hypotheses(
         var_res: T.handle, var_pos: T.handle, var_disp: T.handle, var_out: T.handle

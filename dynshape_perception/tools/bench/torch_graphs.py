@@ -8,7 +8,7 @@ from torch import Tensor
 
 from dynshape_perception.models.predictor import PredictorConfig
 from dynshape_perception.models.segmenter import SegmenterConfig
-from dynshape_perception.models.tir_kernels import HEADING_EPS_M, TURN_EPS
+from dynshape_perception.models.tir_kernels import HEADING_EPS_M, RESIDUAL_FLOOR_M, TURN_EPS
 from dynshape_perception.tools.fit.torch_models import Segmenter, load_numpy
 
 
@@ -50,6 +50,7 @@ class PredictorGraph(torch.nn.Module):
         self.horizon = int(config.horizon)
         self.turn_eps = float(TURN_EPS)
         self.heading_eps = float(HEADING_EPS_M)
+        self.residual_floor = float(RESIDUAL_FLOOR_M)
 
     def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
         hd = self.hd
@@ -86,8 +87,9 @@ class PredictorGraph(torch.nn.Module):
         c = torch.where(moving, disp[:, 0] / safe, torch.ones_like(speed))[:, None, None]
         s = torch.where(moving, disp[:, 1] / safe, torch.zeros_like(speed))[:, None, None]
         steps = torch.arange(1, self.horizon + 1, dtype=history.dtype)[None, None, :]
-        u = speed[:, None, None] * steps + res[..., 0]
-        v = res[..., 1]
+        scale = (speed + self.residual_floor)[:, None, None]
+        u = speed[:, None, None] * steps + scale * res[..., 0]
+        v = scale * res[..., 1]
         traj = torch.stack(
             [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], dim=-1
         )

@@ -11,7 +11,13 @@ from torch import Tensor, nn
 from dynshape_perception.models.associator import AssociatorConfig
 from dynshape_perception.models.predictor import DECODER_HIDDEN, PredictorConfig
 from dynshape_perception.models.segmenter import SegmenterConfig
-from dynshape_perception.models.tir_kernels import FEATURES, HEADING_EPS_M, STEP_FEATURES, TURN_EPS
+from dynshape_perception.models.tir_kernels import (
+    FEATURES,
+    HEADING_EPS_M,
+    RESIDUAL_FLOOR_M,
+    STEP_FEATURES,
+    TURN_EPS,
+)
 
 
 class Dense(nn.Module):
@@ -174,8 +180,9 @@ class Predictor(nn.Module):
         c = torch.where(moving, disp[:, 0] / safe, torch.ones_like(speed))[:, None, None]
         s = torch.where(moving, disp[:, 1] / safe, torch.zeros_like(speed))[:, None, None]
         steps = torch.arange(1, cfg.horizon + 1, dtype=h.dtype)[None, None, :]
-        u = speed[:, None, None] * steps + res[..., 0]
-        v = res[..., 1]
+        scale = (speed + RESIDUAL_FLOOR_M)[:, None, None]
+        u = speed[:, None, None] * steps + scale * res[..., 0]
+        v = scale * res[..., 1]
         traj = torch.stack(
             [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v],
             dim=-1,
