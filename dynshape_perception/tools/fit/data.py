@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, DataError
-from dynshape_perception.io.datasets import read_eth_ucy
+from dynshape_perception.io.datasets import Tracks, detect_frame_step, read_eth_ucy
 from dynshape_perception.resources import shared_data_dir
-from dynshape_perception.tools.eval.prediction import OBS_STEPS, PRED_STEPS, extract_windows
-from dynshape_perception.tools.sim.scenes import pedestrian_scene
+from dynshape_perception.tools.eval.prediction import OBS_STEPS, PRED_STEPS
+from dynshape_perception.tools.sim.scenes import Crowd, crowd_scene, pedestrian_scene
 
 SYNTHETIC = "synthetic"
 # Real pedestrian scenes the fits may use, by the name the CLI takes.
@@ -74,20 +74,155 @@ def eth_ucy_path(name: str, data_dir: Path | None = None) -> Path:
     return path
 
 
-def eth_ucy_windows(name: str, data_dir: Path | None = None) -> tuple[np.ndarray, Source]:
-    """Every protocol window (8 observed + 12 future steps) of a real scene: ``[W, 20, 2]``."""
-    path = eth_ucy_path(name, data_dir)
+@dataclass(frozen=True)
+class Windows:
+    """Fit windows: ``positions [W, history + horizon, 2]`` and ``lengths [W]``.
+
+    Each window's history is right-aligned and holds ``lengths`` observed steps (at least
+    2); rows before the first of them repeat it. The last ``horizon`` rows are the future.
+    """
+
+    positions: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @staticmethod
+    def concat(parts: list[Windows], history: int, horizon: int) -> Windows:
+        if not parts:
+            return Windows(np.zeros((0, history + horizon, 2)), np.zeros(0, dtype=np.int64))
+        return Windows(
+            np.concatenate([part.positions for part in parts]),
+            np.concatenate([part.lengths for part in parts]),
+        )
+
+
+def run_windows(runs: np.ndarray, history: int, horizon: int) -> Windows:
+    """Every window of runs ``[R, n, 2]`` of consecutive steps: each step ``t >= 1`` with
+    ``horizon`` steps after it is a window's last observation, seen through up to ``history``
+    steps."""
+    count, n = runs.shape[0], runs.shape[1]
+    if history < 2 or horizon < 1:
+        raise ConfigError(f"windows need history >= 2 and horizon >= 1, got {history}, {horizon}")
+    if n < horizon + 2 or count == 0:
+        return Windows.concat([], history, horizon)
+    lead = np.repeat(runs[:, :1], history - 1, axis=1)
+    padded = np.concatenate([lead, runs], axis=1).astype(np.float64)
+    view = np.lib.stride_tricks.sliding_window_view(padded, history + horizon, axis=1)
+    # The view's window j ends its history at run step j; from j = 1 it holds two steps.
+    chosen = view[:, 1 : n - horizon].transpose(0, 1, 3, 2).reshape(-1, history + horizon, 2)
+    lengths = np.minimum(np.arange(2, n - horizon + 1), history)
+    return Windows(chosen.copy(), np.tile(lengths, count).astype(np.int64))
+
+
+def track_windows(
+    tracks: Tracks, history: int, horizon: int, frame_step: int | None = None
+) -> Windows:
+    """``run_windows`` of every run of consecutive annotated frames of every track."""
+    if not tracks:
+        return Windows.concat([], history, horizon)
+    step = frame_step or detect_frame_step(tracks)
+    parts = []
+    for pid in sorted(tracks):
+        frames, xy = tracks[pid]
+        cuts = np.flatnonzero(np.diff(np.asarray(frames)) != step) + 1
+        for run in np.split(np.asarray(xy, dtype=np.float64), cuts):
+            parts.append(run_windows(run[None], history, horizon))
+    return Windows.concat(parts, history, horizon)
+
+
+def eth_ucy_windows(
+    name: str, history: int, data_dir: Path | None = None, path: Path | None = None
+) -> tuple[Windows, Source]:
+    """Every fit window of a real scene (the named one, or the file ``path``)."""
+    path = path or eth_ucy_path(name, data_dir)
     scene = read_eth_ucy(path)
-    obs, fut = extract_windows(scene.tracks())
+    windows = track_windows(scene.tracks(), history, PRED_STEPS)
     source = Source(
         name=name,
         kind="ETH/UCY pedestrian annotations",
         licence=ETH_UCY_LICENCE,
         file=path.name,
         sha256=file_sha256(path),
-        detail=f"{obs.shape[0]} windows, {scene.skipped_rows} malformed rows skipped",
+        detail=f"{windows.count} windows of 2 to {history} observed steps, "
+        f"{scene.skipped_rows} malformed rows skipped",
     )
-    return np.concatenate([obs, fut], axis=1), source
+    return windows, source
+
+
+@dataclass(frozen=True)
+class GeneratedCrowds:
+    """Social-force crowd scenes (``crowd_scene``): each draws its behaviour from the ranges.
+
+    The ranges span dense slow crowds to sparse fast walkers, so that no one real scene's
+    pace or density is the only one a fit sees.
+    """
+
+    scenes: int = 32
+    agents: tuple[int, int] = (16, 64)
+    steps: int = 56
+    density_per_m2: tuple[float, float] = (0.02, 0.4)
+    speed_mps: tuple[float, float] = (0.6, 1.5)
+    group_share: tuple[float, float] = (0.2, 0.7)
+    stand_share: tuple[float, float] = (0.0, 0.3)
+    stop_share: tuple[float, float] = (0.05, 0.4)
+    turn_share: tuple[float, float] = (0.1, 0.5)
+    # Annotation noise: each agent's positions carry up to this much, metres.
+    noise_m: float = 0.04
+
+    def __post_init__(self) -> None:
+        if self.scenes < 0 or self.steps < PRED_STEPS + 2 or not 1 <= self.agents[0]:
+            raise ConfigError(f"crowds need scenes >= 0, agents >= 1 and steps >= {PRED_STEPS + 2}")
+        ranges = {
+            "agents": self.agents,
+            "density_per_m2": self.density_per_m2,
+            "speed_mps": self.speed_mps,
+            "group_share": self.group_share,
+            "stand_share": self.stand_share,
+            "stop_share": self.stop_share,
+            "turn_share": self.turn_share,
+        }
+        for key, (lo, hi) in ranges.items():
+            if not 0 <= lo <= hi:
+                raise ConfigError(f"crowd {key} must be a range 0 <= lo <= hi, got {(lo, hi)}")
+        if self.density_per_m2[0] <= 0 or self.speed_mps[0] <= 0 or self.noise_m < 0:
+            raise ConfigError("crowd densities and speeds must be > 0, noise_m >= 0")
+        shares = (self.group_share, self.stand_share, self.stop_share, self.turn_share)
+        if any(hi > 1 for _, hi in shares):
+            raise ConfigError(f"crowd shares must lie in [0, 1], got {shares}")
+
+
+def crowd_windows(seed: int, spec: GeneratedCrowds, history: int) -> tuple[Windows, str]:
+    """Fit windows of ``spec.scenes`` seeded crowd scenes, and a line on what they hold."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    agents_total = 0
+    for index in range(spec.scenes):
+        count = int(rng.integers(spec.agents[0], spec.agents[1] + 1))
+        density = float(np.exp(rng.uniform(*np.log(spec.density_per_m2))))
+        crowd = Crowd(
+            area_m=float(np.sqrt(count / density)),
+            speed_mps=float(rng.uniform(*spec.speed_mps)),
+            group_share=float(rng.uniform(*spec.group_share)),
+            stand_share=float(rng.uniform(*spec.stand_share)),
+            stop_share=float(rng.uniform(*spec.stop_share)),
+            turn_share=float(rng.uniform(*spec.turn_share)),
+        )
+        tracks = crowd_scene(seed + index, count, spec.steps, crowd=crowd).astype(np.float64)
+        sigma = rng.uniform(0.0, spec.noise_m, (count, 1, 1))
+        tracks += rng.normal(0.0, 1.0, tracks.shape) * sigma
+        parts.append(run_windows(tracks, history, PRED_STEPS))
+        agents_total += count
+    windows = Windows.concat(parts, history, PRED_STEPS)
+    detail = (
+        f"{spec.scenes} social-force crowds (seeds {seed}..{seed + spec.scenes - 1}), "
+        f"{agents_total} agents x {spec.steps} steps: {windows.count} windows, densities "
+        f"{spec.density_per_m2[0]}-{spec.density_per_m2[1]} per m2, desired speeds "
+        f"{spec.speed_mps[0]}-{spec.speed_mps[1]} m/s, annotation noise up to {spec.noise_m} m"
+    )
+    return windows, detail
 
 
 @dataclass(frozen=True)
@@ -147,9 +282,14 @@ def _arrive(rng: np.random.Generator, windows: np.ndarray, spec: SyntheticPedest
     )
 
 
-def synthetic_windows(seed: int, spec: SyntheticPedestrians) -> tuple[np.ndarray, Source]:
-    """Stride-1 protocol windows of seeded kinematic scenes (walk, turn, stop, groups, idle)."""
+def synthetic_windows(
+    seed: int, spec: SyntheticPedestrians, history: int = OBS_STEPS
+) -> tuple[Windows, str]:
+    """Stride-1 protocol windows of seeded kinematic scenes (walk, turn, stop, groups, idle),
+    each seen through ``OBS_STEPS`` steps, in a ``history``-step frame."""
     span = OBS_STEPS + PRED_STEPS
+    if history < OBS_STEPS:
+        raise ConfigError(f"kinematic windows observe {OBS_STEPS} steps; history is {history}")
     windows = []
     for index in range(spec.scenes):
         tracks = pedestrian_scene(seed=seed + index, num_agents=spec.agents, num_steps=spec.steps)
@@ -163,12 +303,12 @@ def synthetic_windows(seed: int, spec: SyntheticPedestrians) -> tuple[np.ndarray
     # Real tracks are hand-annotated: every position carries a few centimetres of noise.
     sigma = rng.uniform(0.0, spec.noise_m, (stacked.shape[0], 1, 1))
     stacked = stacked + rng.normal(0.0, 1.0, stacked.shape) * sigma
-    source = Source(
-        name=SYNTHETIC,
-        kind="generated pedestrian scenes (tools.sim.scenes.pedestrian_scene), arrivals and idlers",
-        licence=GENERATED_LICENCE,
-        detail=f"seeds {seed}..{seed + spec.scenes - 1}, {spec.agents} agents x {spec.steps} "
-        f"steps each: {walking.shape[0]} walking windows ({spec.arrive_share:.0%} of them "
-        f"arriving to a stop) and {num_idle} idle ones, annotation noise up to {spec.noise_m} m",
+    lead = np.repeat(stacked[:, :1], history - OBS_STEPS, axis=1)
+    positions = np.concatenate([lead, stacked], axis=1)
+    detail = (
+        f"kinematic walkers (pedestrian_scene, seeds {seed}..{seed + spec.scenes - 1}), "
+        f"{spec.agents} agents x {spec.steps} steps each: {walking.shape[0]} walking windows "
+        f"({spec.arrive_share:.0%} of them arriving to a stop) and {num_idle} idle ones, "
+        f"annotation noise up to {spec.noise_m} m"
     )
-    return stacked, source
+    return Windows(positions, np.full(stacked.shape[0], OBS_STEPS, dtype=np.int64)), detail

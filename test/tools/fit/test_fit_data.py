@@ -11,9 +11,13 @@ pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt
 
 from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.tools.fit.data import (
+    GeneratedCrowds,
     SyntheticPedestrians,
+    crowd_windows,
     parse_sources,
+    run_windows,
     synthetic_windows,
+    track_windows,
 )
 from dynshape_perception.tools.fit.runner import fit_command
 
@@ -35,16 +39,65 @@ def test_unknown_sources_are_refused(text: str) -> None:
 
 def test_synthetic_windows_are_seeded_and_shaped() -> None:
     spec = SyntheticPedestrians(scenes=2, agents=4, steps=22, idle_share=0.5)
-    first, source = synthetic_windows(5, spec)
-    again, _ = synthetic_windows(5, spec)
-    other, _ = synthetic_windows(6, spec)
+    first, detail = synthetic_windows(5, spec, history=10)
+    again, _ = synthetic_windows(5, spec, history=10)
+    other, _ = synthetic_windows(6, spec, history=10)
     walking = 2 * 4 * (22 - 20 + 1)
-    assert first.shape == (2 * walking, 20, 2)
-    np.testing.assert_array_equal(first, again)
-    assert not np.array_equal(first, other)
-    assert source.name == "synthetic" and "project's own" in source.licence
-    assert f"{walking} walking windows" in source.detail
-    assert f"{walking} idle ones" in source.detail
+    assert first.positions.shape == (2 * walking, 10 + 12, 2)
+    assert (first.lengths == 8).all()
+    # Two rows before the eight observed ones repeat the first of them.
+    np.testing.assert_array_equal(first.positions[:, 0], first.positions[:, 2])
+    np.testing.assert_array_equal(first.positions, again.positions)
+    assert not np.array_equal(first.positions, other.positions)
+    assert f"{walking} walking windows" in detail
+    assert f"{walking} idle ones" in detail
+    with pytest.raises(ConfigError, match="observe 8"):
+        synthetic_windows(5, spec, history=6)
+
+
+def test_run_windows_see_every_step_through_up_to_history_steps() -> None:
+    steps = np.arange(20, dtype=np.float64)
+    runs = np.stack([np.c_[steps, 0 * steps], np.c_[0 * steps, -steps]])  # two agents, 20 steps
+    windows = run_windows(runs, history=4, horizon=12)
+    # Last observations at steps 1..7 (12 steps must follow), for each of the two runs.
+    assert windows.count == 2 * 7
+    np.testing.assert_array_equal(windows.lengths[:7], [2, 3, 4, 4, 4, 4, 4])
+    first = windows.positions[0, :, 0]
+    np.testing.assert_array_equal(first, [0, 0, 0, 1, *range(2, 14)])
+    last = windows.positions[6, :, 0]
+    np.testing.assert_array_equal(last, range(4, 20))
+    np.testing.assert_array_equal(windows.positions[7:, :, 1], -windows.positions[:7, :, 0])
+    assert run_windows(runs[:, :13], history=4, horizon=12).count == 0
+    with pytest.raises(ConfigError, match="history >= 2"):
+        run_windows(runs, history=1, horizon=12)
+
+
+def test_track_windows_stop_at_gaps_in_the_frames() -> None:
+    frames = np.r_[np.arange(0, 150, 10), np.arange(300, 450, 10)]  # two runs of 15 frames
+    xy = np.c_[np.arange(30.0), np.zeros(30)]
+    windows = track_windows({4: (frames, xy)}, history=8, horizon=12)
+    assert windows.count == 2 * (15 - 12 - 1)
+    # No window spans the gap: each one's steps are consecutive.
+    assert (np.diff(windows.positions[..., 0], axis=1) >= 0).all()
+    assert np.diff(windows.positions[..., 0], axis=1).max() == 1.0
+    assert track_windows({}, 8, 12).count == 0
+
+
+def test_crowd_windows_are_seeded_and_varied() -> None:
+    spec = GeneratedCrowds(scenes=3, agents=(6, 10), steps=20)
+    first, detail = crowd_windows(2, spec, history=6)
+    again, _ = crowd_windows(2, spec, history=6)
+    np.testing.assert_array_equal(first.positions, again.positions)
+    assert first.positions.shape[1:] == (6 + 12, 2)
+    assert first.lengths.min() == 2 and first.lengths.max() == 6
+    assert "3 social-force crowds" in detail and "annotation noise up to 0.04 m" in detail
+    speeds = np.linalg.norm(np.diff(first.positions[:, -12:], axis=1), axis=2) / 0.4
+    assert np.median(speeds) > 0.3, "most of them walk"
+    assert (speeds < 0.2).any(), "some stand or stop"
+    with pytest.raises(ConfigError, match="speed_mps"):
+        GeneratedCrowds(speed_mps=(1.5, 0.5))
+    with pytest.raises(ConfigError, match="shares"):
+        GeneratedCrowds(stand_share=(0.0, 1.5))
 
 
 def test_synthetic_spec_is_checked() -> None:
@@ -61,6 +114,20 @@ def test_sources_without_any_window_are_a_data_error(tmp_path: Path) -> None:
     (tmp_path / "eth_ucy" / "biwi_hotel.txt").write_text("")
     with pytest.raises(DataError, match="nothing to fit on"):
         training_windows(("hotel",), 0, PredictorFitConfig(), tmp_path)
+
+
+def test_real_scenes_can_come_from_named_files(tmp_path: Path) -> None:
+    from dynshape_perception.tools.fit.predictor import PredictorFitConfig, training_windows
+
+    rows = [f"{10 * i}\t1\t{0.4 * i:.2f}\t0.0" for i in range(25)]
+    scene = tmp_path / "lane.txt"
+    scene.write_text("\n".join(rows) + "\n")
+    data = training_windows(("lane",), 0, PredictorFitConfig(), scene_files={"lane": scene})
+    assert data.generated.count == 0
+    # 25 frames: last observations at steps 1..12 each leave 12 steps to predict.
+    assert data.real.count == 12 and data.real.positions.shape[1] == 32 + 12
+    (source,) = data.sources
+    assert source.name == "lane" and source.file == "lane.txt" and len(source.sha256) == 64
 
 
 @pytest.mark.parametrize("seed", [-1, 2**64])

@@ -1,0 +1,106 @@
+"""The predictor fit's augmentation and loss: what a batch becomes, and what each term rewards."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt)")
+
+from dynshape_perception.errors import ConfigError  # noqa: E402
+from dynshape_perception.tools.fit.predictor import (  # noqa: E402
+    PredictorFitConfig,
+    _reverse,
+    augment,
+    wta_loss,
+)
+
+HISTORY, HORIZON = 6, 12
+
+
+def _turning_windows() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two windows of a walker on a quarter circle, seen through 4 and 6 steps."""
+    angle = np.linspace(0.0, math.pi / 2, HISTORY + HORIZON)
+    path = np.c_[5.0 * np.cos(angle), 5.0 * np.sin(angle)] + [2.0, -1.0]
+    positions = np.stack([path, path.copy()])
+    positions[0, :2] = path[2]  # observed from row 2 on: the rows before repeat it
+    return torch.from_numpy(positions), torch.tensor([4, HISTORY])
+
+
+def test_reversed_windows_keep_their_lengths_and_swap_past_and_future() -> None:
+    positions, lengths = _turning_windows()
+    back = _reverse(positions, lengths, torch.tensor([True, False]), HORIZON)
+    np.testing.assert_array_equal(back[1], positions[1])
+    # The observed span (rows 2..17) runs backwards in place; rows before it repeat row 2.
+    np.testing.assert_array_equal(back[0, 2:], positions[0, 2:].flip(0))
+    np.testing.assert_array_equal(back[0, :2], positions[0, -1:].expand(2, -1))
+    again = _reverse(back, lengths, torch.tensor([True, True]), HORIZON)
+    np.testing.assert_array_equal(again[0], positions[0])
+
+
+def test_augment_centres_cuts_and_moves_rigidly() -> None:
+    positions, lengths = _turning_windows()
+    fit = PredictorFitConfig(reverse_share=0.0, short_share=0.0)
+    gen = torch.Generator().manual_seed(3)
+    history, kept, future = augment(positions.repeat(50, 1, 1), lengths.repeat(50), fit, 8, gen)
+    assert history.dtype == future.dtype == torch.float32 and kept.dtype == torch.int32
+    assert history.shape == (100, HISTORY, 2) and future.shape == (100, HORIZON, 2)
+    np.testing.assert_array_equal(kept.numpy(), np.tile([4, HISTORY], 50))
+    short = history[0::2]
+    # Left-aligned: the last observed point is the origin, and the rows past it repeat it.
+    np.testing.assert_allclose(short[:, 3], 0.0, atol=1e-6)
+    np.testing.assert_allclose(short[:, 4:], 0.0, atol=1e-6)
+    np.testing.assert_allclose(history[1::2, -1], 0.0, atol=1e-6)
+    # Rotation, mirror and speed scale: every distance of a window scales by one factor.
+    seq = torch.cat([history[1::2], future[1::2]], dim=1).double()
+    original = positions[1]
+    step = (seq[:, 1:] - seq[:, :-1]).norm(dim=-1)
+    factor = step / (original[1:] - original[:-1]).norm(dim=-1)
+    np.testing.assert_allclose(factor / factor[:, :1], 1.0, rtol=1e-4)
+    lo, hi = fit.scale_range
+    assert lo <= float(factor.min()) and float(factor.max()) <= hi
+    # Both turning senses occur: mirrored copies turn the other way.
+    turn = seq[:, -1, 0] * seq[:, 0, 1] - seq[:, -1, 1] * seq[:, 0, 0]
+    assert (turn > 0).any() and (turn < 0).any()
+
+
+def test_augment_cuts_to_the_cap_and_shortens_at_random() -> None:
+    positions, lengths = _turning_windows()
+    fit = PredictorFitConfig(reverse_share=0.0, short_share=1.0)
+    gen = torch.Generator().manual_seed(4)
+    _, kept, _ = augment(positions.repeat(200, 1, 1), lengths.repeat(200), fit, 5, gen)
+    assert int(kept.min()) == 2 and int(kept.max()) == 5
+    _, full, _ = augment(positions, lengths, replace(fit, short_share=0.0), 3, gen)
+    np.testing.assert_array_equal(full.numpy(), [3, 3])
+
+
+def test_the_anchor_term_pulls_mode_zero_and_soft_targets_spread_confidence() -> None:
+    fut = torch.zeros(1, HORIZON, 2)
+    traj = torch.zeros(1, 3, HORIZON, 2)
+    traj[0, 0, :, 0] = 1.0  # the anchor misses by 1 m
+    traj[0, 2, :, 0] = 0.1  # a near miss beside the exact mode 1
+    logits = torch.zeros(1, 3)
+    plain = PredictorFitConfig(anchor_weight=0.0, confidence_temperature=0.0)
+    loss, winner = wta_loss(traj, logits, fut, plain, relax=0.0)
+    anchored, _ = wta_loss(traj, logits, fut, replace(plain, anchor_weight=0.5), relax=0.0)
+    assert int(winner[0]) == 1
+    # The anchor's cost is 1 m mean + 0.5 x 1 m final, weighted by 0.5.
+    assert float(anchored - loss) == pytest.approx(0.75, abs=1e-3)
+    logits.requires_grad_(True)
+    soft = replace(plain, confidence_temperature=0.3)
+    wta_loss(traj, logits, fut, soft, relax=0.0)[0].backward()
+    grad = logits.grad[0]
+    # Gradient descent raises mode 1 most, mode 2 (0.15 m off) too, and lowers the anchor.
+    assert grad[1] < grad[2] < 0 < grad[0]
+
+
+def test_fit_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="max_history"):
+        PredictorFitConfig(max_history=4)
+    with pytest.raises(ConfigError, match="long_share"):
+        PredictorFitConfig(long_share=1.5)
+    with pytest.raises(ConfigError, match="anchor_weight"):
+        PredictorFitConfig(anchor_weight=-1.0)
