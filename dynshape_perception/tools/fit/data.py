@@ -152,6 +152,33 @@ def eth_ucy_windows(
     return windows, source
 
 
+def annotate(
+    rng: np.random.Generator, tracks: np.ndarray, noise_m: float, hold_m: float
+) -> np.ndarray:
+    """Tracks ``[N, S, 2]`` as annotators mark them: a new mark, off by up to ``noise_m``, only
+    once the pedestrian has moved more than its hold (up to ``hold_m``) since the last one.
+
+    Real ETH/UCY annotations repeat a standing pedestrian's position exactly (17 % of the
+    HOTEL steps are zero, 36 % of its protocol windows' steps) and jump a few centimetres
+    now and then; noise on every step would make a standing person walk on the spot.
+    """
+    count, steps = tracks.shape[0], tracks.shape[1]
+    sigma = rng.uniform(0.0, noise_m, (count, 1))
+    hold = rng.uniform(0.0, hold_m, count)
+    noise = rng.normal(0.0, 1.0, tracks.shape) * sigma[..., None]
+    marked = np.empty_like(tracks)
+    if steps == 0:
+        return marked
+    marked[:, 0] = tracks[:, 0] + noise[:, 0]
+    where = tracks[:, 0].copy()
+    for step in range(1, steps):
+        moved = (np.linalg.norm(tracks[:, step] - where, axis=1) > hold)[:, None]
+        where = np.where(moved, tracks[:, step], where)
+        fresh = tracks[:, step] + noise[:, step]
+        marked[:, step] = np.where(moved, fresh, marked[:, step - 1])
+    return marked
+
+
 @dataclass(frozen=True)
 class GeneratedCrowds:
     """Social-force crowd scenes (``crowd_scene``): each draws its behaviour from the ranges.
@@ -169,8 +196,10 @@ class GeneratedCrowds:
     stand_share: tuple[float, float] = (0.0, 0.3)
     stop_share: tuple[float, float] = (0.05, 0.4)
     turn_share: tuple[float, float] = (0.1, 0.5)
-    # Annotation noise: each agent's positions carry up to this much, metres.
+    # Annotation: each agent's marks are off by up to noise_m, and it is marked anew only
+    # after moving more than its hold, up to hold_m (see ``annotate``); metres.
     noise_m: float = 0.04
+    hold_m: float = 0.08
 
     def __post_init__(self) -> None:
         if self.scenes < 0 or self.steps < PRED_STEPS + 2 or not 1 <= self.agents[0]:
@@ -187,8 +216,10 @@ class GeneratedCrowds:
         for key, (lo, hi) in ranges.items():
             if not 0 <= lo <= hi:
                 raise ConfigError(f"crowd {key} must be a range 0 <= lo <= hi, got {(lo, hi)}")
-        if self.density_per_m2[0] <= 0 or self.speed_mps[0] <= 0 or self.noise_m < 0:
-            raise ConfigError("crowd densities and speeds must be > 0, noise_m >= 0")
+        if self.density_per_m2[0] <= 0 or self.speed_mps[0] <= 0:
+            raise ConfigError("crowd densities and speeds must be > 0")
+        if self.noise_m < 0 or self.hold_m < 0:
+            raise ConfigError("crowd noise_m and hold_m must be >= 0")
         shares = (self.group_share, self.stand_share, self.stop_share, self.turn_share)
         if any(hi > 1 for _, hi in shares):
             raise ConfigError(f"crowd shares must lie in [0, 1], got {shares}")
@@ -211,16 +242,16 @@ def crowd_windows(seed: int, spec: GeneratedCrowds, history: int) -> tuple[Windo
             turn_share=float(rng.uniform(*spec.turn_share)),
         )
         tracks = crowd_scene(seed + index, count, spec.steps, crowd=crowd).astype(np.float64)
-        sigma = rng.uniform(0.0, spec.noise_m, (count, 1, 1))
-        tracks += rng.normal(0.0, 1.0, tracks.shape) * sigma
-        parts.append(run_windows(tracks, history, PRED_STEPS))
+        marked = annotate(rng, tracks, spec.noise_m, spec.hold_m)
+        parts.append(run_windows(marked, history, PRED_STEPS))
         agents_total += count
     windows = Windows.concat(parts, history, PRED_STEPS)
     detail = (
         f"{spec.scenes} social-force crowds (seeds {seed}..{seed + spec.scenes - 1}), "
         f"{agents_total} agents x {spec.steps} steps: {windows.count} windows, densities "
         f"{spec.density_per_m2[0]}-{spec.density_per_m2[1]} per m2, desired speeds "
-        f"{spec.speed_mps[0]}-{spec.speed_mps[1]} m/s, annotation noise up to {spec.noise_m} m"
+        f"{spec.speed_mps[0]}-{spec.speed_mps[1]} m/s, annotation noise up to {spec.noise_m} m "
+        f"and hold up to {spec.hold_m} m"
     )
     return windows, detail
 
@@ -241,14 +272,15 @@ class SyntheticPedestrians:
     arrive_share: float = 0.4
     arrive_steps: tuple[float, float] = (0.5, 2.5)
     noise_m: float = 0.03
+    hold_m: float = 0.08
 
     def __post_init__(self) -> None:
         if self.steps < OBS_STEPS + PRED_STEPS or self.scenes < 1 or self.agents < 1:
             raise ConfigError(
                 f"synthetic data needs scenes, agents >= 1 and steps >= {OBS_STEPS + PRED_STEPS}"
             )
-        if not 0 <= self.idle_share < 1 or self.idle_drift_m < 0 or self.noise_m < 0:
-            raise ConfigError("idle_share must be in [0, 1); drift and noise must be >= 0")
+        if not 0 <= self.idle_share < 1 or min(self.idle_drift_m, self.noise_m, self.hold_m) < 0:
+            raise ConfigError("idle_share must be in [0, 1); drift, noise and hold must be >= 0")
         if not 0 <= self.arrive_share <= 1 or not 0 < self.arrive_steps[0] <= self.arrive_steps[1]:
             raise ConfigError("arrive_share must be in [0, 1] and arrive_steps 0 < lo <= hi")
 
@@ -300,15 +332,13 @@ def synthetic_windows(
     _arrive(rng, walking, spec)
     num_idle = round(walking.shape[0] * spec.idle_share / (1.0 - spec.idle_share))
     stacked = np.concatenate([walking, _idle(rng, num_idle, span, spec.idle_drift_m)])
-    # Real tracks are hand-annotated: every position carries a few centimetres of noise.
-    sigma = rng.uniform(0.0, spec.noise_m, (stacked.shape[0], 1, 1))
-    stacked = stacked + rng.normal(0.0, 1.0, stacked.shape) * sigma
+    stacked = annotate(rng, stacked, spec.noise_m, spec.hold_m)
     lead = np.repeat(stacked[:, :1], history - OBS_STEPS, axis=1)
     positions = np.concatenate([lead, stacked], axis=1)
     detail = (
         f"kinematic walkers (pedestrian_scene, seeds {seed}..{seed + spec.scenes - 1}), "
         f"{spec.agents} agents x {spec.steps} steps each: {walking.shape[0]} walking windows "
         f"({spec.arrive_share:.0%} of them arriving to a stop) and {num_idle} idle ones, "
-        f"annotation noise up to {spec.noise_m} m"
+        f"annotation noise up to {spec.noise_m} m and hold up to {spec.hold_m} m"
     )
     return Windows(positions, np.full(stacked.shape[0], OBS_STEPS, dtype=np.int64)), detail

@@ -13,6 +13,7 @@ from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.tools.fit.data import (
     GeneratedCrowds,
     SyntheticPedestrians,
+    annotate,
     crowd_windows,
     parse_sources,
     run_windows,
@@ -83,6 +84,21 @@ def test_track_windows_stop_at_gaps_in_the_frames() -> None:
     assert track_windows({}, 8, 12).count == 0
 
 
+def test_annotation_holds_a_standing_mark_and_marks_a_walker_every_step() -> None:
+    rng = np.random.default_rng(0)
+    steps = np.arange(20, dtype=np.float64)
+    standing = np.zeros((1, 20, 2)) + rng.normal(0.0, 0.005, (1, 20, 2))  # shuffling on the spot
+    walking = np.stack([np.c_[0.5 * steps, 0.0 * steps]])
+    marked = annotate(rng, np.concatenate([standing, walking]), noise_m=0.03, hold_m=0.08)
+    # Whatever its hold, the standing one moved less than the smallest: some marks repeat.
+    still = np.linalg.norm(np.diff(marked[0], axis=0), axis=1)
+    walked = np.linalg.norm(np.diff(marked[1], axis=0), axis=1)
+    assert (still == 0.0).mean() > 0.5
+    assert (walked > 0.3).all() and np.abs(marked[1] - walking[0]).max() < 4 * 0.03
+    exact = annotate(rng, walking, noise_m=0.0, hold_m=0.0)
+    np.testing.assert_array_equal(exact, walking)
+
+
 def test_crowd_windows_are_seeded_and_varied() -> None:
     spec = GeneratedCrowds(scenes=3, agents=(6, 10), steps=20)
     first, detail = crowd_windows(2, spec, history=6)
@@ -91,6 +107,8 @@ def test_crowd_windows_are_seeded_and_varied() -> None:
     assert first.positions.shape[1:] == (6 + 12, 2)
     assert first.lengths.min() == 2 and first.lengths.max() == 6
     assert "3 social-force crowds" in detail and "annotation noise up to 0.04 m" in detail
+    steps = np.linalg.norm(np.diff(first.positions[:, -13:], axis=1), axis=2)
+    assert 0.02 < (steps == 0.0).mean() < 0.5, "standing marks repeat, walking ones do not"
     speeds = np.linalg.norm(np.diff(first.positions[:, -12:], axis=1), axis=2) / 0.4
     assert np.median(speeds) > 0.3, "most of them walk"
     assert (speeds < 0.2).any(), "some stand or stop"
@@ -98,6 +116,8 @@ def test_crowd_windows_are_seeded_and_varied() -> None:
         GeneratedCrowds(speed_mps=(1.5, 0.5))
     with pytest.raises(ConfigError, match="shares"):
         GeneratedCrowds(stand_share=(0.0, 1.5))
+    with pytest.raises(ConfigError, match="hold_m"):
+        GeneratedCrowds(hold_m=-0.1)
 
 
 def test_synthetic_spec_is_checked() -> None:
