@@ -27,6 +27,7 @@ from dynshape_perception.models.tir_kernels import (
     RESIDUAL_FLOOR_M,
     STEP_FEATURES,
     TURN_EPS,
+    anchor_shares,
 )
 
 DECODER_HIDDEN = 64
@@ -192,7 +193,8 @@ def decode_ref(
     s = np.where(moving, disp[:, 1] / safe, 0.0).astype(np.float32)[:, None, None]
     steps = np.arange(1, cfg.horizon + 1, dtype=np.float32)[None, None, :]
     scale = (speed + np.float32(RESIDUAL_FLOOR_M))[:, None, None]
-    u = speed[:, None, None] * steps + scale * res[..., 0]
+    shares = np.asarray(anchor_shares(cfg.hypotheses), np.float32)[None, :, None]
+    u = speed[:, None, None] * steps * shares + scale * res[..., 0]
     v = scale * res[..., 1]
     traj = np.stack(
         [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], axis=-1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from tvm import tirx
 from tvm.script import tirx as T
 
 POINT_WIDTH = 4
@@ -63,6 +64,25 @@ def point_features_kernel(range_scale: float, height_scale: float) -> object:
                 )
 
     return point_features
+
+
+def anchor_shares(k_hyp: int) -> tuple[float, ...]:
+    """Share of constant-velocity motion under each hypothesis's residual.
+
+    Mode 0 is anchored at constant velocity, as are all but the last; the last (where
+    K > 1) is anchored at standing still, so that staying put exactly, which a standing
+    pedestrian mostly does, is its natural output rather than a residual that must cancel
+    its drift to the centimetre.
+    """
+    return tuple(0.0 if k == k_hyp - 1 and k_hyp > 1 else 1.0 for k in range(k_hyp))
+
+
+def _pick(index: object, values: tuple[float, ...]) -> object:
+    """``values[index]`` as a float32 TIR expression of a loop variable ``index``."""
+    expr = tirx.const(values[-1], "float32")
+    for i in range(len(values) - 2, -1, -1):
+        expr = tirx.Select(index == i, tirx.const(values[i], "float32"), expr)
+    return expr
 
 
 @functools.cache
@@ -231,14 +251,16 @@ def predictor_kernels(
         )
         scale = speed + T.float32(RESIDUAL_FLOOR_M)
         for k, step in T.grid(k_hyp, horizon):
-            u = speed * T.Cast("float32", step + 1) + scale * res[a, (k * horizon + step) * 2]
+            anchor = speed * T.Cast("float32", step + 1) * _pick(k, anchor_shares(k_hyp))
+            u = anchor + scale * res[a, (k * horizon + step) * 2]
             v = scale * res[a, (k * horizon + step) * 2 + 1]
             out[a, k, step, 0] = pos[a, 0] + c * u - s * v
             out[a, k, step, 1] = pos[a, 1] + s * u + c * v
 
-    # Hypotheses are constant-velocity motion plus a learned residual, both in the agent's
-    # heading frame, so the decoder is invariant to where and which way an agent walks; the
-    # residual scales with the pace (RESIDUAL_FLOOR_M).
+    # Hypotheses are an anchor (constant velocity, or standing still: anchor_shares) plus a
+    # learned residual, both in the agent's heading frame, so the decoder is invariant to
+    # where and which way an agent walks; the residual scales with the pace
+    # (RESIDUAL_FLOOR_M).
     @T.prim_func(private=True)
     def place_hypotheses(
         var_res: T.handle, var_pos: T.handle, var_disp: T.handle, var_out: T.handle

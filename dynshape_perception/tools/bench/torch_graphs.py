@@ -8,7 +8,12 @@ from torch import Tensor
 
 from dynshape_perception.models.predictor import PredictorConfig
 from dynshape_perception.models.segmenter import SegmenterConfig
-from dynshape_perception.models.tir_kernels import HEADING_EPS_M, RESIDUAL_FLOOR_M, TURN_EPS
+from dynshape_perception.models.tir_kernels import (
+    HEADING_EPS_M,
+    RESIDUAL_FLOOR_M,
+    TURN_EPS,
+    anchor_shares,
+)
 from dynshape_perception.tools.fit.torch_models import Segmenter, load_numpy
 
 
@@ -40,6 +45,7 @@ class PredictorGraph(torch.nn.Module):
     residual_bias: Tensor
     logits_weight: Tensor
     logits_bias: Tensor
+    anchor_shares: Tensor
 
     def __init__(self, config: PredictorConfig, weights: Mapping[str, np.ndarray]) -> None:
         super().__init__()
@@ -51,6 +57,7 @@ class PredictorGraph(torch.nn.Module):
         self.turn_eps = float(TURN_EPS)
         self.heading_eps = float(HEADING_EPS_M)
         self.residual_floor = float(RESIDUAL_FLOOR_M)
+        self.register_buffer("anchor_shares", torch.tensor(anchor_shares(self.k)))
 
     def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
         hd = self.hd
@@ -88,7 +95,7 @@ class PredictorGraph(torch.nn.Module):
         s = torch.where(moving, disp[:, 1] / safe, torch.zeros_like(speed))[:, None, None]
         steps = torch.arange(1, self.horizon + 1, dtype=history.dtype)[None, None, :]
         scale = (speed + self.residual_floor)[:, None, None]
-        u = speed[:, None, None] * steps + scale * res[..., 0]
+        u = speed[:, None, None] * steps * self.anchor_shares[None, :, None] + scale * res[..., 0]
         v = scale * res[..., 1]
         traj = torch.stack(
             [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], dim=-1

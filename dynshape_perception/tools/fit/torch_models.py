@@ -17,6 +17,7 @@ from dynshape_perception.models.tir_kernels import (
     RESIDUAL_FLOOR_M,
     STEP_FEATURES,
     TURN_EPS,
+    anchor_shares,
 )
 
 
@@ -181,7 +182,8 @@ class Predictor(nn.Module):
         s = torch.where(moving, disp[:, 1] / safe, torch.zeros_like(speed))[:, None, None]
         steps = torch.arange(1, cfg.horizon + 1, dtype=h.dtype)[None, None, :]
         scale = (speed + RESIDUAL_FLOOR_M)[:, None, None]
-        u = speed[:, None, None] * steps + scale * res[..., 0]
+        shares = torch.tensor(anchor_shares(cfg.hypotheses), dtype=h.dtype)[None, :, None]
+        u = speed[:, None, None] * steps * shares + scale * res[..., 0]
         v = scale * res[..., 1]
         traj = torch.stack(
             [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v],
