@@ -7,12 +7,13 @@ import hashlib
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dynshape_perception.errors import DataError
+from dynshape_perception.errors import ConfigError, DataError
 
 PREDICTION = "prediction"
 SEGMENTATION = "segmentation"
@@ -23,7 +24,24 @@ FITTED_FLAG = "fitted_on_evaluated_scene"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     tasks = parser.add_subparsers(dest="task", required=True, metavar="TASK")
     pred = tasks.add_parser(PREDICTION, help="minADE/minFDE of the predictor on an ETH/UCY scene")
-    pred.add_argument("--eth-ucy", type=Path, required=True, help="ETH/UCY 'frame id x y' file")
+    pred.add_argument(
+        "--eth-ucy",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="ETH/UCY 'frame id x y' file (two or more with --leave-one-out)",
+    )
+    pred.add_argument(
+        "--leave-one-out",
+        action="store_true",
+        help="for each scene, fit on the other scenes plus generated data, then score it",
+    )
+    pred.add_argument(
+        "--fit-steps",
+        type=int,
+        default=None,
+        help="optimiser steps of each leave-one-out fit (default: the committed fit's)",
+    )
     seg = tasks.add_parser(SEGMENTATION, help="the segmenter and clustering on a KITTI scan")
     seg.add_argument("--kitti-bin", type=Path, required=True, help="KITTI Velodyne .bin scan")
     seg.add_argument("--plot", type=Path, default=None, help="write a bird's-eye-view PNG")
@@ -46,29 +64,95 @@ def run(args: argparse.Namespace) -> int:
         from dynshape_perception.tools.eval.segmentation import check_plot_path
 
         check_plot_path(args.plot)
+    if args.task == PREDICTION and args.leave_one_out:
+        return _leave_one_out(args)
     if args.task == PREDICTION:
-        result = evaluate_prediction_file(args.eth_ucy, args.weights_dir, args.seed)
+        if len(args.eth_ucy) != 1 or args.fit_steps is not None:
+            raise ConfigError(
+                "evaluate prediction scores one --eth-ucy file; several files and "
+                "--fit-steps go with --leave-one-out"
+            )
+        result = evaluate_prediction_file(args.eth_ucy[0], args.weights_dir, args.seed)
     else:
         result = evaluate_segmentation_file(args.kitti_bin, args.weights_dir, args.seed, args.plot)
     if args.json:
         print(json.dumps(_json_safe(result), indent=2))
+    elif args.task == PREDICTION:
+        _print_prediction(result)
     else:
         _print_text(result)
     return 0
 
 
-def _loaded_model(name: str, weights_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    """The committed (or ``weights_dir``) model, compiled through the cache, and its entry."""
+def _leave_one_out(args: argparse.Namespace) -> int:
+    # First: importing the fit package pins torch's kernels, and TVM imports torch when it loads.
+    import dynshape_perception.tools.fit  # noqa: F401
+    from dynshape_perception.tools.eval.leave_one_out import (
+        check_scenes,
+        leave_one_out,
+        summary_lines,
+    )
+
+    if args.weights_dir is not None:
+        raise ConfigError("--leave-one-out fits its own weights; it takes no --weights-dir")
+    if args.fit_steps is not None and args.fit_steps < 1:
+        raise ConfigError(f"--fit-steps must be >= 1, got {args.fit_steps}")
+    scenes = check_scenes(args.eth_ucy)
+    fit_config = _loo_fit_config(args.fit_steps)
+
+    def fit(others: Mapping[str, Path]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        from dynshape_perception.models import model_definition
+        from dynshape_perception.tools.fit.data import SYNTHETIC
+        from dynshape_perception.tools.fit.predictor import fit_predictor
+
+        sources = (*sorted(others), SYNTHETIC)
+        weights, _, stats = fit_predictor(
+            model_definition("predictor"), sources, args.seed, fit_config, scene_files=others
+        )
+        return weights, stats
+
+    def score(weights: Mapping[str, np.ndarray], path: Path) -> dict[str, Any]:
+        from dynshape_perception.io.datasets import read_eth_ucy
+        from dynshape_perception.models import model_definition
+
+        loaded = _compiled(model_definition("predictor"), weights)
+        return _score_prediction(read_eth_ucy(path), loaded, args.seed)
+
+    rows = leave_one_out(scenes, fit, score)
+    report = {"leave_one_out": {"seed": args.seed, "fit_steps": fit_config.steps, "scenes": rows}}
+    if args.json:
+        print(json.dumps(_json_safe(report), indent=2))
+    else:
+        print("\n".join(summary_lines(rows)))
+    return 0
+
+
+def _loo_fit_config(steps: int | None) -> Any:
+    from dataclasses import replace
+
+    from dynshape_perception.tools.fit.runner import PLANS
+
+    committed = PLANS["predictor"].hyperparameters
+    return committed if steps is None else replace(committed, steps=steps)
+
+
+def _compiled(model: Any, weights: Mapping[str, np.ndarray]) -> Any:
     from dynshape_perception.compiler.cache import ArtefactCache
     from dynshape_perception.compiler.targets import load_profile
+    from dynshape_perception.runtime.executable import LoadedModel
+
+    artefact = ArtefactCache().get_or_build(model, weights, load_profile(TARGET_PROFILE))
+    return LoadedModel(model, artefact.library_path)
+
+
+def _loaded_model(name: str, weights_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """The committed (or ``weights_dir``) model, compiled through the cache, and its entry."""
     from dynshape_perception.models.registry import committed_weights
     from dynshape_perception.models.weights import read_manifest
-    from dynshape_perception.runtime.executable import LoadedModel
 
     model, weights = committed_weights(name, weights_dir)
     entry = read_manifest(weights_dir)["models"][name]
-    artefact = ArtefactCache().get_or_build(model, weights, load_profile(TARGET_PROFILE))
-    return LoadedModel(model, artefact.library_path), entry
+    return _compiled(model, weights), entry
 
 
 def fitted_on(entry: dict[str, Any], path: Path) -> str | None:
@@ -94,10 +178,22 @@ def _warn_fitted(model: str, scene: str, path: Path) -> None:
 def evaluate_prediction_file(path: Path, weights_dir: Path | None, seed: int = 0) -> dict[str, Any]:
     """The prediction report for one scene, the predictor run through TVM."""
     from dynshape_perception.io.datasets import read_eth_ucy
-    from dynshape_perception.tools.eval.prediction import evaluate_prediction
 
     scene = read_eth_ucy(path).require_rows()
     loaded, entry = _loaded_model("predictor", weights_dir)
+    result = _score_prediction(scene, loaded, seed)
+    seen = fitted_on(entry, path)
+    if seen is not None:
+        _warn_fitted("predictor", seen, path)
+        result[FITTED_FLAG] = True
+    return result
+
+
+def _score_prediction(scene: Any, loaded: Any, seed: int) -> dict[str, Any]:
+    """``evaluate_prediction`` of a read ETH/UCY scene, the predictor run through TVM."""
+    from dynshape_perception.tools.eval.prediction import evaluate_prediction
+
+    path = scene.path
     batch = int(loaded.model.spec.bounds["A"])
 
     def predict(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,10 +211,6 @@ def evaluate_prediction_file(path: Path, weights_dir: Path | None, seed: int = 0
         raise DataError(f"ETH/UCY file {path}: {err}") from err
     if scene.skipped_rows:
         print(f"note: {path.name}: skipped {scene.skipped_rows} malformed row(s)", file=sys.stderr)
-    seen = fitted_on(entry, path)
-    if seen is not None:
-        _warn_fitted("predictor", seen, path)
-        result[FITTED_FLAG] = True
     return result
 
 
@@ -167,6 +259,12 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list):
         return [_json_safe(item) for item in value]
     return value
+
+
+def _print_prediction(result: dict[str, Any]) -> None:
+    from dynshape_perception.tools.eval.leave_one_out import scene_lines
+
+    print("\n".join(scene_lines(result)))
 
 
 def _print_text(result: dict[str, Any]) -> None:

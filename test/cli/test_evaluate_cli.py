@@ -27,7 +27,10 @@ PREDICTION_KEYS = {
     "cv6_minADE",
     "cv6_minFDE",
     "windows",
+    "pedestrians",
     "ci95",
+    "ratios",
+    "calibration",
 }
 SEGMENTATION_KEYS = {"ground_excluded", "raised_detected", "clusters", "num_points", "roi_points"}
 CLUSTER_KEYS = {"x", "y", "z", "length", "width", "height", "yaw", "num_points"}
@@ -113,7 +116,7 @@ def test_prediction_zero_weights_are_exact_on_straight_lines(
     )
     assert set(result) == PREDICTION_KEYS
     assert result["windows"] == 2 * (25 - 20 + 1)
-    for key in PREDICTION_KEYS - {"windows", "ci95"}:
+    for key in PREDICTION_KEYS - {"windows", "pedestrians", "ci95", "ratios", "calibration"}:
         assert result[key] == pytest.approx(0.0, abs=1e-4), key
     assert "skipped 1 malformed row" in err
     assert "warning" not in err
@@ -287,3 +290,86 @@ def test_committed_segmenter_on_kitti(
     assert result["raised_detected"] >= 0.90
     assert len(result["clusters"]) == COMMITTED_KITTI_CLUSTERS
     assert png.stat().st_size > 50_000
+
+
+def _crowd_file(path: Path, seed: int, speed_mps: float) -> Path:
+    """A generated crowd written as an ETH/UCY file: 12 agents, 30 annotated frames."""
+    from dynshape_perception.tools.sim.scenes import Crowd, crowd_scene
+
+    tracks = crowd_scene(seed, 12, 30, crowd=Crowd(area_m=12.0, speed_mps=speed_mps))
+    rows = [
+        f"{FRAME_STEP * step}\t{agent + 1}\t{x:.3f}\t{y:.3f}"
+        for agent in range(tracks.shape[0])
+        for step, (x, y) in enumerate(tracks[agent])
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("one", "two or more --eth-ucy scenes"),
+        ("missing", "absent.txt"),
+        ("twins", "holds the same bytes as"),
+        ("no_window", "short.txt: no window of 20"),
+        ("weights", "takes no --weights-dir"),
+        ("steps", "--fit-steps must be >= 1"),
+    ],
+)
+def test_leave_one_out_refuses_bad_input_before_any_fit(
+    case: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = str(_straight_scene(tmp_path / "straight.txt"))
+    other = str(_crowd_file(tmp_path / "crowd.txt", seed=1, speed_mps=1.0))
+    (tmp_path / "short.txt").write_text("0\t1\t0.0\t0.0\n10\t1\t0.4\t0.0\n")
+    (tmp_path / "twin.txt").write_text((tmp_path / "straight.txt").read_text())
+    files = {
+        "one": [good],
+        "missing": [good, str(tmp_path / "absent.txt")],
+        "twins": [good, str(tmp_path / "twin.txt")],
+        "no_window": [good, str(tmp_path / "short.txt")],
+        "weights": [good, other],
+        "steps": [good, other],
+    }[case]
+    extra = {"weights": ["--weights-dir", str(tmp_path)], "steps": ["--fit-steps", "0"]}
+    argv = ["evaluate", "prediction", "--leave-one-out", "--eth-ucy", *files]
+    assert main([*argv, *extra.get(case, [])]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+
+
+def test_several_files_need_leave_one_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scene = str(_straight_scene(tmp_path / "straight.txt"))
+    assert main(["evaluate", "prediction", "--eth-ucy", scene, scene]) == 2
+    assert "go with --leave-one-out" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_leave_one_out_scores_each_scene_with_weights_fitted_without_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow = _crowd_file(tmp_path / "slow.txt", seed=1, speed_mps=0.7)
+    fast = _crowd_file(tmp_path / "fast.txt", seed=2, speed_mps=1.4)
+    argv = ["evaluate", "prediction", "--leave-one-out", "--fit-steps", "20"]
+    report, _ = _run(capsys, *argv, "--eth-ucy", str(slow), str(fast), "--json")
+    loo = report["leave_one_out"]
+    assert loo["fit_steps"] == 20 and loo["seed"] == 0
+    assert [row["scene"] for row in loo["scenes"]] == ["slow", "fast"]
+    for row, other in zip(loo["scenes"], ["fast", "slow"], strict=True):
+        assert row["fitted_on"] == [other, "synthetic"]
+        assert row["windows"] == 12 * (30 - 20 + 1) and row["pedestrians"] == 12
+        assert row["fit_stats"]["real_windows"] == 12 * (30 - 12 - 1)
+        for ratio in row["ratios"].values():
+            lo, hi = ratio["ci95"]
+            assert lo <= ratio["value"] <= hi
+        calib = row["calibration"]
+        assert sum(b["windows"] for b in calib["reliability"]) == row["windows"]
+        assert 1 / 6 <= calib["confidence"] <= 1 and 0 <= calib["ece"] <= 1
+    # The text form is the table: a row per metric, each ratio with its interval.
+    assert main([*argv, "--eth-ucy", str(slow), str(fast)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("top-1 ADE") == 2 and text.count("minFDE@6") == 2
+    assert "fitted on fast + synthetic" in text and "expected calibration error" in text
