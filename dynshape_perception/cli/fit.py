@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data",
         default=None,
         help="comma-separated training data: eth, hotel (../shared/data/eth_ucy), synthetic "
-        "(generated); default: hotel,synthetic for the predictor, synthetic otherwise",
+        "(generated); default: eth,hotel,synthetic for the predictor, synthetic otherwise",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of data, init and batches")
     parser.add_argument(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from dynshape_perception.errors import InputValueError
 from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.perception.tracking import Tracker, reference_affinity
 from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.incremental import (
     IncrementalEncoder,
     IncrementalPredictor,
@@ -16,7 +19,7 @@ from dynshape_perception.scheduling.incremental import (
     tick_of,
     track_observations,
 )
-from dynshape_perception.tools.sim.scenes import pedestrian_scene
+from dynshape_perception.tools.sim.scenes import Crowd, crowd_scene, pedestrian_scene
 
 RTOL, ATOL = 1e-4, 1e-5
 STEP_S = 0.4
@@ -61,6 +64,23 @@ def run_world(
         np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
         checked += ids.size
     return predictor.encoder, checked
+
+
+@pytest.fixture(scope="module")
+def committed() -> Iterator[Engine]:
+    with Engine("x86_64", JitConfig(mode="off"), models=("predictor",)) as eng:
+        yield eng
+
+
+def test_committed_weights_step_like_a_full_recompute_over_long_tracks(
+    committed: Engine,
+) -> None:
+    """The fitted weights, on crowd tracks of 128 ticks with births, gaps and deaths."""
+    tracks = crowd_scene(seed=7, num_agents=24, num_steps=128, crowd=Crowd(area_m=14.0))
+    _, visible = synthetic_world(seed=7, agents=24, ticks=128)
+    encoder, checked = run_world(committed, tracks, visible)
+    assert checked == int(visible.sum())
+    assert encoder.counters.stepped > encoder.counters.encoded
 
 
 @pytest.mark.parametrize("ticks", [8, 32, 128])

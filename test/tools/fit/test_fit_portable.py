@@ -32,7 +32,7 @@ PROBE = """
 import json
 import dynshape_perception.tools.fit
 from dynshape_perception.tools.fit import associator, predictor, segmenter
-from dynshape_perception.tools.fit.data import SyntheticPedestrians
+from dynshape_perception.tools.fit.data import GeneratedCrowds, SyntheticPedestrians
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.weights import weights_checksum
 
@@ -42,8 +42,9 @@ fits = {
     "segmenter": lambda model: segmenter.fit_segmenter(model, ("synthetic",), 0,
         segmenter.SegmenterFitConfig(scenes=1, steps=40, batch_size=512)),
     "predictor": lambda model: predictor.fit_predictor(model, ("synthetic",), 0,
-        predictor.PredictorFitConfig(steps=40, batch_size=64, relax_steps=10,
-                                     synthetic=SyntheticPedestrians(scenes=1, agents=8))),
+        predictor.PredictorFitConfig(steps=40, batch_size=64, relax_steps=10, long_share=0.5,
+                                     synthetic=SyntheticPedestrians(scenes=1, agents=8),
+                                     crowds=GeneratedCrowds(scenes=1, agents=(8, 8)))),
 }
 print(json.dumps({name: weights_checksum(fit(model_definition(name))[0])
                   for name, fit in fits.items()}))
