@@ -1,17 +1,23 @@
-"""Standard object messages <-> the tables, without ROS: autoware_perception_msgs out,
-vision_msgs and autoware_perception_msgs in. A factory (rclpy classes in the nodes, the
-rosbags typestore in bags) makes the messages; reading is duck-typed."""
+"""Standard object messages <-> the tables, without ROS: autoware_perception_msgs out (as CDR
+bytes), vision_msgs and autoware_perception_msgs in (duck-typed)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from dynshape_perception.errors import MessageError, TransformError
+from dynshape_perception.io.cdr import (
+    DETECTED_OBJECTS,
+    PREDICTED_OBJECTS,
+    TRACKED_OBJECTS,
+    ObjectArrays,
+    encode,
+)
 from dynshape_perception.io.classes import (
     classification_of,
     label_of_class_id,
@@ -27,23 +33,11 @@ from dynshape_perception.perception.objects import (
 from dynshape_perception.perception.prediction import PredictedPaths
 from dynshape_perception.perception.transforms import normalised_quaternion
 
-DETECTED_OBJECTS = "autoware_perception_msgs/msg/DetectedObjects"
-TRACKED_OBJECTS = "autoware_perception_msgs/msg/TrackedObjects"
-PREDICTED_OBJECTS = "autoware_perception_msgs/msg/PredictedObjects"
 DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
 OBJECT_TYPES = (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS)
-_APM = "autoware_perception_msgs/msg/"
-_GM = "geometry_msgs/msg/"
-# Shape.BOUNDING_BOX; *Kinematics.SIGN_UNKNOWN: a box's heading is known modulo pi only.
-BOUNDING_BOX = 0
-SIGN_UNKNOWN = 1
+# A path step shorter than this gives no heading: the pose keeps the one before.
+MIN_HEADING_STEP_M = 1e-6
 NS_PER_S = 1_000_000_000
-
-
-class MessageFactory(Protocol):
-    """Makes a message of type ``pkg/msg/Name`` from all of its fields."""
-
-    def __call__(self, msgtype: str, /, **fields: Any) -> Any: ...
 
 
 def yaw_of_quaternion(q: Any) -> float:
@@ -53,104 +47,6 @@ def yaw_of_quaternion(q: Any) -> float:
     except TransformError as err:
         raise MessageError(str(err)) from err
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-
-class _Build:
-    """The submessages every object message shares, from one factory."""
-
-    def __init__(self, make: MessageFactory) -> None:
-        self.make = make
-        zeros = np.zeros(36)
-        vector = make(_GM + "Vector3", x=0.0, y=0.0, z=0.0)
-        self.no_accel = make(
-            _GM + "AccelWithCovariance",
-            accel=make(_GM + "Accel", linear=vector, angular=vector),
-            covariance=zeros,
-        )
-        self.no_twist = make(
-            _GM + "TwistWithCovariance",
-            twist=make(_GM + "Twist", linear=vector, angular=vector),
-            covariance=zeros,
-        )
-        self.no_footprint = make(_GM + "Polygon", points=[])
-
-    def time(self, ns: int) -> Any:
-        sec, nanosec = divmod(int(ns), NS_PER_S)
-        return self.make("builtin_interfaces/msg/Time", sec=sec, nanosec=nanosec)
-
-    def duration(self, seconds: float) -> Any:
-        sec, nanosec = divmod(round(seconds * NS_PER_S), NS_PER_S)
-        return self.make("builtin_interfaces/msg/Duration", sec=sec, nanosec=nanosec)
-
-    def header(self, stamp_ns: int, frame_id: str) -> Any:
-        return self.make("std_msgs/msg/Header", stamp=self.time(stamp_ns), frame_id=frame_id)
-
-    def pose(self, x: float, y: float, z: float, yaw: float) -> Any:
-        return self.make(
-            _GM + "Pose",
-            position=self.make(_GM + "Point", x=x, y=y, z=z),
-            orientation=self.make(
-                _GM + "Quaternion", x=0.0, y=0.0, z=math.sin(yaw / 2.0), w=math.cos(yaw / 2.0)
-            ),
-        )
-
-    def pose_cov(self, pose: Any, covariance: np.ndarray) -> Any:
-        return self.make(_GM + "PoseWithCovariance", pose=pose, covariance=covariance)
-
-    def twist_cov(self, vx: float, vy: float, covariance: np.ndarray) -> Any:
-        linear = self.make(_GM + "Vector3", x=vx, y=vy, z=0.0)
-        angular = self.make(_GM + "Vector3", x=0.0, y=0.0, z=0.0)
-        twist = self.make(_GM + "Twist", linear=linear, angular=angular)
-        return self.make(_GM + "TwistWithCovariance", twist=twist, covariance=covariance)
-
-    def classification(self, label: int) -> list[Any]:
-        return [self.make(_APM + "ObjectClassification", label=label, probability=1.0)]
-
-    def shape(self, length: float, width: float, height: float) -> Any:
-        return self.make(
-            _APM + "Shape",
-            type=BOUNDING_BOX,
-            footprint=self.no_footprint,
-            dimensions=self.make(_GM + "Vector3", x=length, y=width, z=height),
-        )
-
-
-def _rows(table: np.ndarray) -> list[dict[str, Any]]:
-    names = table.dtype.names or ()
-    columns = {n: table[n].tolist() for n in names}
-    return [{n: columns[n][i] for n in names} for i in range(table.shape[0])]
-
-
-def detected_objects(
-    make: MessageFactory, stamp_ns: int, frame_id: str, obstacles: np.ndarray
-) -> Any:
-    """A DetectedObjects of obstacle rows: boxes with their class, existence = the score."""
-    build = _Build(make)
-    classes = classification_of(obstacles["label"]).tolist()
-    no_cov = np.zeros(36)
-    objects = []
-    for row, label in zip(_rows(obstacles), classes, strict=True):
-        kinematics = make(
-            _APM + "DetectedObjectKinematics",
-            pose_with_covariance=build.pose_cov(
-                build.pose(row["x"], row["y"], row["z"], row["yaw"]), no_cov
-            ),
-            has_position_covariance=False,
-            orientation_availability=SIGN_UNKNOWN,
-            twist_with_covariance=build.no_twist,
-            has_twist=False,
-            has_twist_covariance=False,
-        )
-        objects.append(
-            make(
-                _APM + "DetectedObject",
-                existence_probability=float(np.clip(row["score"], 0.0, 1.0)),
-                classification=build.classification(label),
-                kinematics=kinematics,
-                shape=build.shape(row["length"], row["width"], row["height"]),
-            )
-        )
-    return make(DETECTED_OBJECTS, header=build.header(stamp_ns, frame_id), objects=objects)
 
 
 @dataclass(frozen=True)
@@ -174,136 +70,149 @@ class TrackStates:
             raise MessageError(f"track states disagree: {n} tracks, missed {self.missed.shape}")
 
 
-def _object_frame_velocity(vx: float, vy: float, yaw: float) -> tuple[float, float]:
-    """A fixed-frame velocity in the object's frame (x along its heading), as autoware's
-    object kinematics carry the twist."""
-    c, s = math.cos(yaw), math.sin(yaw)
-    return c * vx + s * vy, -s * vx + c * vy
-
-
-def _tracked_parts(
-    build: _Build, states: TrackStates, params: ObjectParams
-) -> list[tuple[Any, Any, Any, Any, Any, bool]]:
-    """(uuid, classification, pose with covariance, twist with covariance, shape, stationary)."""
-    tracks = states.tracks
-    pose_cov = pose_covariance(states.missed, params)
-    twist_cov = twist_covariance(states.missed, params)
-    classes = classification_of(tracks["label"]).tolist()
-    out = []
-    for i, row in enumerate(_rows(tracks)):
-        vx, vy = _object_frame_velocity(row["vx"], row["vy"], row["yaw"])
-        out.append(
-            (
-                build.make("unique_identifier_msgs/msg/UUID", uuid=states.uuids[i].copy()),
-                build.classification(classes[i]),
-                build.pose_cov(build.pose(row["x"], row["y"], row["z"], row["yaw"]), pose_cov[i]),
-                build.twist_cov(vx, vy, twist_cov[i]),
-                build.shape(row["length"], row["width"], row["height"]),
-                math.hypot(row["vx"], row["vy"]) < params.stationary_speed_mps,
-            )
-        )
+def _poses(x: np.ndarray, y: np.ndarray, z: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """``[..., 7]`` float64 poses (position, then a quaternion about z)."""
+    half = np.asarray(yaw, np.float64) / 2.0
+    out = np.zeros((*half.shape, 7))
+    out[..., 0], out[..., 1], out[..., 2] = x, y, z
+    out[..., 5], out[..., 6] = np.sin(half), np.cos(half)
     return out
 
 
-def tracked_objects(
-    make: MessageFactory,
-    stamp_ns: int,
-    frame_id: str,
-    states: TrackStates,
-    params: ObjectParams,
-) -> Any:
-    """A TrackedObjects: each track with its UUID, velocity, covariances and existence."""
-    build = _Build(make)
-    objects = []
-    parts = _tracked_parts(build, states, params)
-    for (uuid, classes, pose, twist, shape, stationary), existence in zip(
-        parts, states.existence.tolist(), strict=True
-    ):
-        kinematics = make(
-            _APM + "TrackedObjectKinematics",
-            pose_with_covariance=pose,
-            twist_with_covariance=twist,
-            acceleration_with_covariance=build.no_accel,
-            orientation_availability=SIGN_UNKNOWN,
-            is_stationary=stationary,
-        )
-        objects.append(
-            make(
-                _APM + "TrackedObject",
-                object_id=uuid,
-                existence_probability=existence,
-                classification=classes,
-                kinematics=kinematics,
-                shape=shape,
-            )
-        )
-    return make(TRACKED_OBJECTS, header=build.header(stamp_ns, frame_id), objects=objects)
+def _header(stamp_ns: int, frame_id: str) -> tuple[int, int, str]:
+    sec, nanosec = divmod(int(stamp_ns), NS_PER_S)
+    return sec, nanosec, frame_id
 
 
-def _path_poses(
-    build: _Build, xy: np.ndarray, start: tuple[float, float, float], z: float
-) -> list[Any]:
-    """Poses along ``xy [H, 2]`` at height ``z``, each heading along its step."""
-    x0, y0, yaw = start
-    poses = []
-    for x, y in xy.tolist():
-        if math.hypot(x - x0, y - y0) > 1e-6:
-            yaw = math.atan2(y - y0, x - x0)
-        poses.append(build.pose(x, y, z, yaw))
-        x0, y0 = x, y
-    return poses
+def detected_arrays(stamp_ns: int, frame_id: str, obstacles: np.ndarray) -> ObjectArrays:
+    """A DetectedObjects' numbers of obstacle rows: boxes with their class, existence = the
+    score."""
+    n = obstacles.shape[0]
+    return ObjectArrays(
+        header=_header(stamp_ns, frame_id),
+        existence=np.clip(obstacles["score"], 0.0, 1.0).astype(np.float32),
+        labels=classification_of(obstacles["label"]).astype(np.uint8),
+        poses=_poses(obstacles["x"], obstacles["y"], obstacles["z"], obstacles["yaw"]),
+        pose_covariances=np.zeros((n, 36)),
+        twists=np.zeros((n, 6)),
+        twist_covariances=np.zeros((n, 36)),
+        dimensions=_dimensions(obstacles),
+    )
 
 
-def predicted_objects(
-    make: MessageFactory,
+def _dimensions(table: np.ndarray) -> np.ndarray:
+    return np.stack([table["length"], table["width"], table["height"]], axis=-1).astype(np.float64)
+
+
+def _tracked(
+    stamp_ns: int, frame_id: str, states: TrackStates, params: ObjectParams
+) -> ObjectArrays:
+    """Each track with its UUID, velocity in the object's frame (x along its heading, as
+    autoware's object kinematics carry the twist), covariances and existence."""
+    tracks = states.tracks
+    yaw = tracks["yaw"].astype(np.float64)
+    vx, vy = tracks["vx"].astype(np.float64), tracks["vy"].astype(np.float64)
+    c, s = np.cos(yaw), np.sin(yaw)
+    twists = np.zeros((tracks.shape[0], 6))
+    twists[:, 0], twists[:, 1] = c * vx + s * vy, -s * vx + c * vy
+    return ObjectArrays(
+        header=_header(stamp_ns, frame_id),
+        existence=np.asarray(states.existence, np.float32),
+        labels=classification_of(tracks["label"]).astype(np.uint8),
+        poses=_poses(tracks["x"], tracks["y"], tracks["z"], yaw),
+        pose_covariances=pose_covariance(states.missed, params),
+        twists=twists,
+        twist_covariances=twist_covariance(states.missed, params),
+        dimensions=_dimensions(tracks),
+        uuids=np.asarray(states.uuids, np.uint8),
+        stationary=np.hypot(vx, vy) < params.stationary_speed_mps,
+    )
+
+
+def tracked_arrays(
+    stamp_ns: int, frame_id: str, states: TrackStates, params: ObjectParams
+) -> ObjectArrays:
+    """A TrackedObjects' numbers: each track with its UUID, velocity, covariances and
+    existence."""
+    return _tracked(stamp_ns, frame_id, states, params)
+
+
+def path_poses(xy: np.ndarray, start: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """``[A, K, H, 7]`` poses along ``xy [A, K, H, 2]`` at heights ``z [A]``, each heading
+    along its step; a step too short to give one keeps the previous heading (at first the
+    agent's, ``start [A, 3]`` = x, y, yaw)."""
+    xy = np.asarray(xy, np.float64)
+    a_n, k_n, h_n, _ = xy.shape
+    before = np.concatenate(
+        [np.broadcast_to(start[:, None, None, :2], (a_n, k_n, 1, 2)), xy[:, :, :-1]], axis=2
+    )
+    step = xy - before
+    moved = np.hypot(step[..., 0], step[..., 1]) > MIN_HEADING_STEP_M
+    heading = np.arctan2(step[..., 1], step[..., 0])
+    # The index of the last step that gave a heading, -1 for none yet.
+    last = np.maximum.accumulate(np.where(moved, np.arange(h_n), -1), axis=2)
+    yaw = np.where(
+        last >= 0,
+        np.take_along_axis(heading, np.maximum(last, 0), axis=2),
+        start[:, None, None, 2],
+    )
+    heights = np.broadcast_to(np.asarray(z, np.float64)[:, None, None], yaw.shape)
+    return _poses(xy[..., 0], xy[..., 1], heights, yaw)
+
+
+def predicted_arrays(
     stamp_ns: int,
     frame_id: str,
     states: TrackStates,
     paths: PredictedPaths,
     params: ObjectParams,
-) -> Any:
-    """A PredictedObjects: every track, with the K hypotheses of the predicted ones as
-    ``predicted_paths`` (confidence each, ``time_step`` the predictor's step, poses in the
+) -> ObjectArrays:
+    """A PredictedObjects' numbers: every track, with the K hypotheses of the predicted ones
+    as predicted paths (confidence each, ``time_step`` the predictor's step, poses in the
     fixed frame at the track's height); tracks too new to predict have no path yet."""
-    build = _Build(make)
-    time_step = build.duration(paths.step_s)
+    out = _tracked(stamp_ns, frame_id, states, params)
+    tracks = states.tracks
     by_id = {int(a): i for i, a in enumerate(paths.ids.tolist())}
-    objects = []
-    parts = _tracked_parts(build, states, params)
-    rows = _rows(states.tracks)
-    for part, row, existence in zip(parts, rows, states.existence.tolist(), strict=True):
-        uuid, classes, pose, twist, shape, _ = part
-        agent = by_id.get(int(row["id"]))
-        predicted = []
-        if agent is not None:
-            start = (row["x"], row["y"], row["yaw"])
-            for k, confidence in enumerate(paths.confidences[agent].tolist()):
-                predicted.append(
-                    make(
-                        _APM + "PredictedPath",
-                        path=_path_poses(build, paths.paths[agent, k], start, row["z"]),
-                        time_step=time_step,
-                        confidence=confidence,
-                    )
-                )
-        kinematics = make(
-            _APM + "PredictedObjectKinematics",
-            initial_pose_with_covariance=pose,
-            initial_twist_with_covariance=twist,
-            initial_acceleration_with_covariance=build.no_accel,
-            predicted_paths=predicted,
-        )
-        objects.append(
-            make(
-                _APM + "PredictedObject",
-                object_id=uuid,
-                existence_probability=existence,
-                classification=classes,
-                kinematics=kinematics,
-                shape=shape,
-            )
-        )
-    return make(PREDICTED_OBJECTS, header=build.header(stamp_ns, frame_id), objects=objects)
+    agents = [by_id.get(int(i), -1) for i in tracks["id"].tolist()]
+    rows = [i for i, a in enumerate(agents) if a >= 0]
+    which = np.asarray([agents[i] for i in rows], np.intp)
+    start = (
+        np.stack([tracks["x"][rows], tracks["y"][rows], tracks["yaw"][rows]], axis=-1)
+        .astype(np.float64)
+        .reshape(-1, 3)
+    )
+    poses = path_poses(paths.paths[which], start, tracks["z"][rows])
+    sec, nanosec = divmod(round(paths.step_s * NS_PER_S), NS_PER_S)
+    return replace(
+        out,
+        path_rows=np.asarray(rows, np.intp),
+        path_poses=poses,
+        path_confidences=np.asarray(paths.confidences[which], np.float32),
+        time_step=(sec, nanosec),
+    )
+
+
+def detected_objects(stamp_ns: int, frame_id: str, obstacles: np.ndarray) -> bytes:
+    """A DetectedObjects, serialised (CDR), of obstacle rows."""
+    return encode(DETECTED_OBJECTS, detected_arrays(stamp_ns, frame_id, obstacles))
+
+
+def tracked_objects(
+    stamp_ns: int, frame_id: str, states: TrackStates, params: ObjectParams
+) -> bytes:
+    """A TrackedObjects, serialised (CDR), of track states."""
+    return encode(TRACKED_OBJECTS, tracked_arrays(stamp_ns, frame_id, states, params))
+
+
+def predicted_objects(
+    stamp_ns: int,
+    frame_id: str,
+    states: TrackStates,
+    paths: PredictedPaths,
+    params: ObjectParams,
+) -> bytes:
+    """A PredictedObjects, serialised (CDR), of track states and their predicted paths."""
+    return encode(PREDICTED_OBJECTS, predicted_arrays(stamp_ns, frame_id, states, paths, params))
 
 
 # -- reading --------------------------------------------------------------------------------

@@ -593,6 +593,11 @@ class Output:
         self.publisher.publish(msg)
         self.diagnostics.tick(self.name, stamp_s(msg.header.stamp) if self.stamped else None)
 
+    def publish_serialized(self, data: bytes, stamp: Any) -> None:
+        """A message already in CDR bytes, of header stamp ``stamp``."""
+        self.publisher.publish(data)
+        self.diagnostics.tick(self.name, stamp_s(stamp) if self.stamped else None)
+
 
 class PoseSource(Protocol):
     def locate(self, frame_id: str, stamp_s: float) -> Located | None: ...

@@ -27,7 +27,6 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.messages import (
     marker_array,
-    ros_message,
     stamp_ns,
     stamp_s,
     table_msg,
@@ -177,8 +176,8 @@ class PerceptionPipelineNode(SegmentingNode):
             return
         ns = stamp_ns(heads.fixed.stamp)
         objects = self.pipeline.params.objects
-        self.tracked.publish(
-            tracked_objects(ros_message, ns, heads.fixed.frame_id, states, objects)
+        self.tracked.publish_serialized(
+            tracked_objects(ns, heads.fixed.frame_id, states, objects), heads.fixed.stamp
         )
         if self.tracks is not None:
             self.tracks.publish(table_msg(states.tracks, heads.fixed))
@@ -192,8 +191,8 @@ class PerceptionPipelineNode(SegmentingNode):
         paths = result.output.paths(self.stage.settings.step_s)
         ns = stamp_ns(heads.fixed.stamp)
         objects = self.pipeline.params.objects
-        self.predicted.publish(
-            predicted_objects(ros_message, ns, heads.fixed.frame_id, states, paths, objects)
+        self.predicted.publish_serialized(
+            predicted_objects(ns, heads.fixed.frame_id, states, paths, objects), heads.fixed.stamp
         )
         table = paths.table()
         if self.predictions is not None:

@@ -31,7 +31,6 @@ from dynshape_perception.nodes.base import (
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import (
     marker_array,
-    ros_message,
     stamp_ns,
     stamp_s,
     table_msg,
@@ -109,10 +108,9 @@ class PredictionNode(PerceptionNode):
             paths = output.paths(self.stage.settings.step_s)
             t2 = time.perf_counter()
             params = parameters.object_params(self.values)
-            self.predicted.publish(
-                predicted_objects(
-                    ros_message, stamp_ns(msg.header.stamp), frame_id, states, paths, params
-                )
+            self.predicted.publish_serialized(
+                predicted_objects(stamp_ns(msg.header.stamp), frame_id, states, paths, params),
+                msg.header.stamp,
             )
             head = output_header(msg.header.stamp, frame_id)
             table = paths.table()

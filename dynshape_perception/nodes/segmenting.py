@@ -16,7 +16,7 @@ from dynshape_perception.io.objects import detected_objects
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import Output, PerceptionNode
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import ros_message, stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.scheduling.executor import TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
@@ -95,8 +95,8 @@ class SegmentingNode(PerceptionNode):
     def publish_obstacles(
         self, objects: Output, table: Output | None, head: Header, obstacles: np.ndarray
     ) -> None:
-        objects.publish(
-            detected_objects(ros_message, stamp_ns(head.stamp), head.frame_id, obstacles)
+        objects.publish_serialized(
+            detected_objects(stamp_ns(head.stamp), head.frame_id, obstacles), head.stamp
         )
         if table is not None:
             table.publish(table_msg(obstacles, head))

@@ -34,7 +34,7 @@ from dynshape_perception.nodes.base import (
     run_node,
 )
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import ros_message, stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.objects import TrackUuids, existence_probability
 from dynshape_perception.perception.pipeline import Pipeline
 
@@ -118,8 +118,9 @@ class TrackerNode(PerceptionNode):
             tracker.missed,
         )
         ns = stamp_ns(header.stamp)
-        self.tracked.publish(
-            tracked_objects(ros_message, ns, located.fixed_frame, states, pipeline.params.objects)
+        self.tracked.publish_serialized(
+            tracked_objects(ns, located.fixed_frame, states, pipeline.params.objects),
+            header.stamp,
         )
         if self.tracks is not None:
             self.tracks.publish(table_msg(tracks, output_header(header.stamp, located.fixed_frame)))

@@ -24,7 +24,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.objects import TrackStates, tracked_objects
 from dynshape_perception.io.tables import TRACK_DTYPE
-from dynshape_perception.nodes.messages import ros_message, stamp_ns
+from dynshape_perception.nodes.messages import stamp_ns
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.resources import config_path
 from dynshape_perception.testing.processes import (
@@ -44,13 +44,13 @@ FIXED_FRAME = "map"
 PREDICTION_TASK = "prediction"
 
 
-def tracked_message(stamp: int, rows: np.ndarray) -> Any:
-    """TrackedObjects of track table ``rows``, a UUID per id (the same for a given id)."""
+def tracked_message(stamp: int, rows: np.ndarray) -> bytes:
+    """TrackedObjects (CDR) of track table ``rows``, a UUID per id (the same for a given id)."""
     names = (uuid.uuid5(UUID_NAMESPACE, str(int(i))).bytes for i in rows["id"])
     uuids = np.array([np.frombuffer(b, np.uint8) for b in names], dtype=np.uint8).reshape(-1, 16)
     n = rows.shape[0]
     states = TrackStates(rows, uuids, np.full(n, EXISTENCE), np.zeros(n, np.int64))
-    return tracked_objects(ros_message, stamp, FIXED_FRAME, states, ObjectParams())
+    return tracked_objects(stamp, FIXED_FRAME, states, ObjectParams())
 
 
 @dataclass

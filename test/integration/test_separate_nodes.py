@@ -15,6 +15,8 @@ import numpy as np
 import psutil
 import pytest
 import yaml
+from autoware_perception_msgs.msg import DetectedObjects
+from rclpy.serialization import deserialize_message
 
 from dynshape_perception import parameters
 from dynshape_perception.config import default_config
@@ -30,7 +32,6 @@ from dynshape_perception.io.pointcloud2 import (
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
-from dynshape_perception.nodes.messages import ros_message
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import config_path
 from dynshape_perception.testing.session import (
@@ -323,12 +324,12 @@ def test_bad_objects_stale_stamp_and_odometry_going_back(
     boxes["length"], boxes["width"], boxes["height"] = 1.0, 1.0, 1.0
     # An orientation that is no rotation where the tracker expects detected objects:
     # refused, counted.
-    bad = detected_objects(ros_message, ns + 1, "base_link", boxes)
+    bad = deserialize_message(detected_objects(ns + 1, "base_link", boxes), DetectedObjects)
     orientation = bad.objects[1].kinematics.pose_with_covariance.pose.orientation
     orientation.z = orientation.w = 0.0
     probe.detected_pub.publish(bad)
     # The stamp of the last frame again: the tracker must not step back.
-    probe.detected_pub.publish(detected_objects(ros_message, ns, "base_link", boxes))
+    probe.detected_pub.publish(detected_objects(ns, "base_link", boxes))
     probe.publish_odometry(ns - 5_000_000_000, 0.0, 0.0, 0.0)
     assert wait_counter(session, "tracker_node", "drops.bad_message", bad_before + 1) == (
         bad_before + 1
@@ -358,7 +359,7 @@ def test_an_obstacle_of_no_size_is_a_counted_drop(
     table = np.zeros(2, OBSTACLE_DTYPE)
     table["length"] = table["width"] = table["height"] = 1.0
     bad_ns, _ = next_stamp()
-    bad = detected_objects(ros_message, bad_ns, "base_link", table)
+    bad = deserialize_message(detected_objects(bad_ns, "base_link", table), DetectedObjects)
     bad.objects[1].shape.dimensions.y = -1.0  # a width of -1
     session.probe.detected_pub.publish(bad)
     assert wait_counter(session, "tracker_node", "drops.bad_box_size", before + 1) == before + 1

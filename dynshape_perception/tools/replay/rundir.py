@@ -174,20 +174,19 @@ class RunRecorder:
         frames = (out.obstacle_frame, out.fixed_frame, out.fixed_frame)
         for topic, table, frame in zip(OUTPUT_TOPICS, tables, frames, strict=True):
             self._bag.write(topic, log_ns, bags.table_message(table, stamp_ns, frame))
-        make = msgtypes.message
         messages = {
             "/detected_objects": lambda: detected_objects(
-                make, stamp_ns, out.obstacle_frame, out.obstacles
+                stamp_ns, out.obstacle_frame, out.obstacles
             ),
             "/tracked_objects": lambda: tracked_objects(
-                make, stamp_ns, out.fixed_frame, out.states, out.params
+                stamp_ns, out.fixed_frame, out.states, out.params
             ),
             "/predicted_objects": lambda: predicted_objects(
-                make, stamp_ns, out.fixed_frame, out.states, out.paths, out.params
+                stamp_ns, out.fixed_frame, out.states, out.paths, out.params
             ),
         }
         for topic in self.object_topics:
-            self._bag.write(topic, log_ns, messages[topic]())
+            self._bag.write_raw(topic, log_ns, messages[topic]())
 
     def write_raw(self, topic: str, log_ns: int, data: bytes) -> None:
         """A serialised output table as received over DDS."""

@@ -1,0 +1,233 @@
+"""autoware_perception_msgs object messages as CDR bytes, from NumPy arrays, without ROS."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dynshape_perception.errors import MessageError
+
+DETECTED_OBJECTS = "autoware_perception_msgs/msg/DetectedObjects"
+TRACKED_OBJECTS = "autoware_perception_msgs/msg/TrackedObjects"
+PREDICTED_OBJECTS = "autoware_perception_msgs/msg/PredictedObjects"
+# Plain CDR, little endian, no options: what rmw and rosbag2 write.
+ENCAPSULATION = b"\x00\x01\x00\x00"
+COVARIANCE_SIZE = 36
+POSE_SIZE = 7
+TWIST_SIZE = 6
+UUID_SIZE = 16
+# Shape.BOUNDING_BOX; *Kinematics.SIGN_UNKNOWN: a box's heading is known modulo pi only.
+BOUNDING_BOX = 0
+SIGN_UNKNOWN = 1
+# One ObjectClassification per object, certain.
+CLASS_PROBABILITY = 1.0
+
+_U32 = struct.Struct("<I")
+_F32 = struct.Struct("<f")
+# The first ObjectClassification: count, label (then 3 pad bytes), probability.
+_ONE_CLASS = struct.Struct("<IB3xf")
+_ONE_CLASS_PAD = (5, 3)
+_TIME = struct.Struct("<iI")
+_F64 = np.dtype("<f8")
+
+
+@dataclass(frozen=True)
+class ObjectArrays:
+    """The numbers of one object message, N objects: ``header`` (sec, nanosec, frame_id),
+    ``existence [N]`` float32, ``labels [N]`` ObjectClassification labels, ``poses [N, 7]``
+    (x, y, z, qx, qy, qz, qw), ``pose_covariances [N, 36]``, ``twists [N, 6]`` (in the
+    object's frame), ``twist_covariances [N, 36]``, ``dimensions [N, 3]``; tracked and
+    predicted objects add ``uuids [N, 16]`` and ``stationary [N]``; predicted objects their
+    paths: objects ``path_rows [P]`` hold ``path_poses [P, K, H, 7]`` with
+    ``path_confidences [P, K]``, one ``time_step`` (sec, nanosec)."""
+
+    header: tuple[int, int, str]
+    existence: np.ndarray
+    labels: np.ndarray
+    poses: np.ndarray
+    pose_covariances: np.ndarray
+    twists: np.ndarray
+    twist_covariances: np.ndarray
+    dimensions: np.ndarray
+    uuids: np.ndarray = field(default_factory=lambda: np.zeros((0, UUID_SIZE), np.uint8))
+    stationary: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    path_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
+    path_poses: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0, POSE_SIZE)))
+    path_confidences: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    time_step: tuple[int, int] = (0, 0)
+
+    @property
+    def size(self) -> int:
+        return int(self.existence.shape[0])
+
+
+class _Writer:
+    """Appends CDR fields, each aligned to its size from the start of the payload."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(ENCAPSULATION)
+        # Where padding went: Fast CDR leaves those bytes unset, so only the rest is compared.
+        self.pads: list[tuple[int, int]] = []
+
+    def align(self, n: int) -> None:
+        pad = -(len(self.buf) - len(ENCAPSULATION)) % n
+        if pad:
+            self.pads.append((len(self.buf), pad))
+            self.buf += bytes(pad)
+
+    def packed(self, fmt: struct.Struct, *values: float | int) -> None:
+        """Fields of at most 4-byte alignment, starting 4-aligned."""
+        self.align(4)
+        self.buf += fmt.pack(*values)
+
+    def u32(self, value: int) -> None:
+        self.align(4)
+        self.buf += _U32.pack(value)
+
+    def one_class(self, label: int) -> None:
+        """A classification of one ObjectClassification."""
+        self.align(4)
+        self.pads.append((len(self.buf) + _ONE_CLASS_PAD[0], _ONE_CLASS_PAD[1]))
+        self.buf += _ONE_CLASS.pack(1, label, CLASS_PROBABILITY)
+
+    def doubles(self, values: bytes) -> None:
+        self.align(8)
+        self.buf += values
+
+    def string(self, text: str) -> None:
+        raw = text.encode()
+        self.u32(len(raw) + 1)
+        self.buf += raw + b"\x00"
+
+
+def _rows_f64(*blocks: np.ndarray) -> list[bytes]:
+    """Per object, the bytes of its float64 blocks side by side."""
+    joined = np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=_F64)
+    return [row.tobytes() for row in joined]
+
+
+def _check(arrays: ObjectArrays, msgtype: str) -> None:
+    n = arrays.size
+    shapes = {
+        "labels": (arrays.labels.shape, (n,)),
+        "poses": (arrays.poses.shape, (n, POSE_SIZE)),
+        "pose_covariances": (arrays.pose_covariances.shape, (n, COVARIANCE_SIZE)),
+        "twists": (arrays.twists.shape, (n, TWIST_SIZE)),
+        "twist_covariances": (arrays.twist_covariances.shape, (n, COVARIANCE_SIZE)),
+        "dimensions": (arrays.dimensions.shape, (n, 3)),
+    }
+    if msgtype != DETECTED_OBJECTS:
+        shapes["uuids"] = (arrays.uuids.shape, (n, UUID_SIZE))
+        shapes["stationary"] = (arrays.stationary.shape, (n,))
+    for name, (got, want) in shapes.items():
+        if got != want:
+            raise MessageError(f"{msgtype}: {name} must be {want}, got {got}")
+    p_n = arrays.path_rows.shape[0]
+    if arrays.path_poses.shape[0] != p_n or arrays.path_confidences.shape != (
+        p_n,
+        arrays.path_poses.shape[1],
+    ):
+        raise MessageError(
+            f"{msgtype}: {p_n} objects with paths, poses {arrays.path_poses.shape}, "
+            f"confidences {arrays.path_confidences.shape}"
+        )
+
+
+def encode(msgtype: str, arrays: ObjectArrays) -> bytes:
+    """The CDR bytes of a DetectedObjects, TrackedObjects or PredictedObjects: what
+    ``rclpy.serialization.serialize_message`` gives for the same message (zeros where it
+    leaves alignment padding unset)."""
+    return bytes(_encode(msgtype, arrays).buf)
+
+
+def padding_mask(msgtype: str, arrays: ObjectArrays) -> np.ndarray:
+    """``[len(encode(...))]`` bool: True on the alignment padding bytes."""
+    out = _encode(msgtype, arrays)
+    mask = np.zeros(len(out.buf), bool)
+    for start, n in out.pads:
+        mask[start : start + n] = True
+    return mask
+
+
+def _encode(msgtype: str, arrays: ObjectArrays) -> _Writer:
+    if msgtype not in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
+        raise MessageError(f"no CDR writer for {msgtype}")
+    _check(arrays, msgtype)
+    out = _Writer()
+    sec, nanosec, frame_id = arrays.header
+    out.packed(_TIME, sec, nanosec)
+    out.string(frame_id)
+    out.u32(arrays.size)
+    n = arrays.size
+    existence = arrays.existence.astype(np.float32).tolist()
+    labels = arrays.labels.astype(np.uint8).tolist()
+    dims = [row.tobytes() for row in np.ascontiguousarray(arrays.dimensions, dtype=_F64)]
+    if msgtype == DETECTED_OBJECTS:
+        poses = _rows_f64(arrays.poses, arrays.pose_covariances)
+        twists = _rows_f64(arrays.twists, arrays.twist_covariances)
+        for i in range(n):
+            out.packed(_F32, existence[i])
+            out.one_class(labels[i])
+            out.doubles(poses[i])
+            # has_position_covariance, orientation_availability
+            out.buf += bytes((0, SIGN_UNKNOWN))
+            out.doubles(twists[i])
+            # has_twist, has_twist_covariance
+            out.buf += bytes((0, 0))
+            _shape(out, dims[i])
+        return out
+    no_accel = np.zeros((n, TWIST_SIZE + COVARIANCE_SIZE))
+    kinematics = _rows_f64(
+        arrays.poses, arrays.pose_covariances, arrays.twists, arrays.twist_covariances, no_accel
+    )
+    uuids = [row.tobytes() for row in np.ascontiguousarray(arrays.uuids, dtype=np.uint8)]
+    stationary = arrays.stationary.tolist()
+    paths = _paths(arrays) if msgtype == PREDICTED_OBJECTS else {}
+    for i in range(n):
+        out.buf += uuids[i]
+        out.packed(_F32, existence[i])
+        out.one_class(labels[i])
+        out.doubles(kinematics[i])
+        if msgtype == TRACKED_OBJECTS:
+            # orientation_availability, is_stationary
+            out.buf += bytes((SIGN_UNKNOWN, int(stationary[i])))
+        else:
+            _predicted_paths(out, paths.get(i))
+        _shape(out, dims[i])
+    return out
+
+
+def _shape(out: _Writer, dimensions: bytes) -> None:
+    out.buf.append(BOUNDING_BOX)
+    out.u32(0)  # an empty footprint
+    out.doubles(dimensions)
+
+
+_Paths = tuple[list[bytes], list[float], bytes]
+
+
+def _paths(arrays: ObjectArrays) -> dict[int, _Paths]:
+    """Per object row with paths: each path's poses as bytes, the confidences, and the
+    time step with its confidence slot's format."""
+    poses = np.ascontiguousarray(arrays.path_poses, dtype=_F64)
+    confidences = arrays.path_confidences.astype(np.float32).tolist()
+    step = _TIME.pack(*arrays.time_step)
+    return {
+        int(row): ([path.tobytes() for path in poses[p]], confidences[p], step)
+        for p, row in enumerate(arrays.path_rows.tolist())
+    }
+
+
+def _predicted_paths(out: _Writer, paths: _Paths | None) -> None:
+    if paths is None:
+        out.u32(0)
+        return
+    poses, confidences, step = paths
+    out.u32(len(poses))
+    for path, confidence in zip(poses, confidences, strict=True):
+        out.u32(len(path) // (POSE_SIZE * _F64.itemsize))
+        out.doubles(path)
+        out.buf += step
+        out.buf += _F32.pack(confidence)
