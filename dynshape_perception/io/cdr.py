@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +25,7 @@ BOUNDING_BOX = 0
 SIGN_UNKNOWN = 1
 # One ObjectClassification per object, certain.
 CLASS_PROBABILITY = 1.0
+NS_PER_S = 1_000_000_000
 
 _U32 = struct.Struct("<I")
 _F32 = struct.Struct("<f")
@@ -231,3 +234,156 @@ def _predicted_paths(out: _Writer, paths: _Paths | None) -> None:
         out.doubles(path)
         out.buf += step
         out.buf += _F32.pack(confidence)
+
+
+# -- reading --------------------------------------------------------------------------------
+_I32U32 = struct.Struct("<iI")
+_U8F32 = struct.Struct("<B3xf")
+# The fewest bytes one object takes: what bounds a count before anything is allocated.
+_MIN_OBJECT_BYTES = 100
+
+
+@dataclass(frozen=True)
+class ReadPath:
+    """One predicted path read back: ``poses [H, 7]``, its time step and confidence."""
+
+    poses: np.ndarray
+    time_step_s: float
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """An object message read from CDR: its numbers (``labels`` the most probable
+    classification's, UNKNOWN where none) and, for predicted objects, each object's paths."""
+
+    arrays: ObjectArrays
+    paths: list[list[ReadPath]]
+
+
+class _Reader:
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.data = bytes(data)
+        if self.data[: len(ENCAPSULATION)] != ENCAPSULATION:
+            raise MessageError(
+                f"not little-endian plain CDR: encapsulation {self.data[:4].hex() or 'missing'}"
+            )
+        self.pos = len(ENCAPSULATION)
+
+    def align(self, n: int) -> None:
+        self.pos += -(self.pos - len(ENCAPSULATION)) % n
+
+    def take(self, n: int) -> int:
+        start = self.pos
+        if start + n > len(self.data):
+            raise MessageError(f"CDR message ends at {len(self.data)} bytes, before {start + n}")
+        self.pos += n
+        return start
+
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        self.align(4)
+        return fmt.unpack_from(self.data, self.take(fmt.size))
+
+    def u8(self) -> int:
+        return self.data[self.take(1)]
+
+    def count(self, item_bytes: int) -> int:
+        (n,) = self.unpack(_U32)
+        if n * item_bytes > len(self.data) - self.pos:
+            raise MessageError(f"a sequence of {n} does not fit in {len(self.data)} bytes")
+        return int(n)
+
+    def doubles(self, n: int) -> np.ndarray:
+        self.align(8)
+        return np.frombuffer(self.data, _F64, n, self.take(8 * n))
+
+    def string(self) -> str:
+        n = self.count(1)
+        raw = self.data[self.take(n) : self.pos]
+        if not raw or raw[-1] != 0:
+            raise MessageError("a CDR string without its terminating NUL")
+        return raw[:-1].decode(errors="replace")
+
+
+def decode(msgtype: str, data: bytes | bytearray | memoryview) -> Decoded:
+    """A DetectedObjects, TrackedObjects or PredictedObjects from its CDR bytes; MessageError
+    if they are not one."""
+    if msgtype not in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
+        raise MessageError(f"no CDR reader for {msgtype}")
+    r = _Reader(data)
+    sec, nanosec = r.unpack(_I32U32)
+    frame_id = r.string()
+    n = r.count(_MIN_OBJECT_BYTES)
+    uuids = np.zeros((n, UUID_SIZE), np.uint8)
+    existence = np.zeros(n, np.float32)
+    labels = np.zeros(n, np.uint8)
+    kinematics = np.zeros((n, POSE_SIZE + COVARIANCE_SIZE + TWIST_SIZE + COVARIANCE_SIZE))
+    dims = np.zeros((n, 3))
+    stationary = np.zeros(n, bool)
+    paths: list[list[ReadPath]] = []
+    pose_end = POSE_SIZE + COVARIANCE_SIZE
+    for i in range(n):
+        if msgtype != DETECTED_OBJECTS:
+            uuids[i] = np.frombuffer(r.data, np.uint8, UUID_SIZE, r.take(UUID_SIZE))
+        (existence[i],) = r.unpack(_F32)
+        best = -math.inf
+        for _ in range(r.count(8)):
+            label, probability = r.unpack(_U8F32)
+            if probability > best:
+                labels[i], best = label, probability
+        if msgtype == DETECTED_OBJECTS:
+            kinematics[i, :pose_end] = r.doubles(pose_end)
+            r.take(2)  # has_position_covariance, orientation_availability
+            kinematics[i, pose_end:] = r.doubles(TWIST_SIZE + COVARIANCE_SIZE)
+            r.take(2)  # has_twist, has_twist_covariance
+        else:
+            kinematics[i] = r.doubles(kinematics.shape[1])
+            r.doubles(TWIST_SIZE + COVARIANCE_SIZE)  # the acceleration
+        if msgtype == TRACKED_OBJECTS:
+            r.take(1)  # orientation_availability
+            stationary[i] = bool(r.u8())
+        elif msgtype == PREDICTED_OBJECTS:
+            paths.append(_read_paths(r))
+        r.u8()  # shape type
+        r.take(12 * r.count(12))  # the footprint's Point32s
+        dims[i] = r.doubles(3)
+    arrays = ObjectArrays(
+        header=(int(sec), int(nanosec), frame_id),
+        existence=existence,
+        labels=labels,
+        poses=kinematics[:, :POSE_SIZE],
+        pose_covariances=kinematics[:, POSE_SIZE:pose_end],
+        twists=kinematics[:, pose_end : pose_end + TWIST_SIZE],
+        twist_covariances=kinematics[:, pose_end + TWIST_SIZE :],
+        dimensions=dims,
+        uuids=uuids,
+        stationary=stationary,
+    )
+    return Decoded(arrays, paths)
+
+
+def _read_paths(r: _Reader) -> list[ReadPath]:
+    out = []
+    for _ in range(r.count(24)):
+        h = r.count(POSE_SIZE * _F64.itemsize)
+        poses = r.doubles(POSE_SIZE * h).reshape(h, POSE_SIZE)
+        sec, nanosec = r.unpack(_I32U32)
+        (confidence,) = r.unpack(_F32)
+        out.append(ReadPath(poses, sec + nanosec / NS_PER_S, confidence))
+    return out
+
+
+def header_of(data: bytes | bytearray | memoryview) -> tuple[int, int, str]:
+    """The header (sec, nanosec, frame_id) that starts any stamped message's CDR bytes."""
+    r = _Reader(data)
+    sec, nanosec = r.unpack(_I32U32)
+    return int(sec), int(nanosec), r.string()
+
+
+def stamp_s_of(data: bytes | bytearray | memoryview) -> float | None:
+    """The header stamp of a stamped message's CDR bytes in seconds; None if unreadable."""
+    try:
+        sec, nanosec, _ = header_of(data)
+    except MessageError:
+        return None
+    return sec + nanosec / NS_PER_S

@@ -16,6 +16,8 @@ from dynshape_perception.io.cdr import (
     PREDICTED_OBJECTS,
     TRACKED_OBJECTS,
     ObjectArrays,
+    ReadPath,
+    decode,
     encode,
 )
 from dynshape_perception.io.classes import (
@@ -42,8 +44,12 @@ NS_PER_S = 1_000_000_000
 
 def yaw_of_quaternion(q: Any) -> float:
     """The heading of a message quaternion, normalised first; MessageError if degenerate."""
+    return _yaw(q.x, q.y, q.z, q.w)
+
+
+def _yaw(qx: float, qy: float, qz: float, qw: float) -> float:
     try:
-        x, y, z, w = normalised_quaternion(q.x, q.y, q.z, q.w)
+        x, y, z, w = normalised_quaternion(qx, qy, qz, qw)
     except TransformError as err:
         raise MessageError(str(err)) from err
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
@@ -224,13 +230,6 @@ def _check_boxes(table: np.ndarray, what: str) -> np.ndarray:
     return check_box_sizes(table, what)
 
 
-def _best_label(classification: Sequence[Any]) -> int:
-    if not classification:
-        return 0
-    best = max(classification, key=lambda c: c.probability)
-    return label_of_classification(best.label)
-
-
 def detections_to_obstacles(msg: Any) -> np.ndarray:
     """A vision_msgs/Detection3DArray as obstacle rows; score and class from the best
     hypothesis (class ids through the one class map of ``perception.classes``)."""
@@ -251,24 +250,69 @@ def detections_to_obstacles(msg: Any) -> np.ndarray:
     return _check_boxes(out, "detection")
 
 
-def _box_rows(objects: Sequence[Any], dtype: np.dtype, pose_of: str) -> np.ndarray:
-    out = np.zeros(len(objects), dtype=dtype)
+Message = Any
+"""A message object (rclpy or rosbags), or its CDR bytes."""
+
+
+def _message_arrays(msgtype: str, msg: Any) -> ObjectArrays:
+    """The numbers the tables need of an object message object (duck-typed)."""
+    objects = list(msg.objects)
+    n = len(objects)
+    poses, twists, dims = np.zeros((n, 7)), np.zeros((n, 6)), np.zeros((n, 3))
+    existence, labels = np.zeros(n, np.float32), np.zeros(n, np.uint8)
+    pose_of = "pose_with_covariance"
+    twist_of = "twist_with_covariance"
+    if msgtype == PREDICTED_OBJECTS:
+        pose_of, twist_of = "initial_" + pose_of, "initial_" + twist_of
     for i, obj in enumerate(objects):
         pose = getattr(obj.kinematics, pose_of).pose
-        dims = obj.shape.dimensions
-        out[i]["x"], out[i]["y"], out[i]["z"] = pose.position.x, pose.position.y, pose.position.z
-        out[i]["yaw"] = yaw_of_quaternion(pose.orientation)
-        out[i]["length"], out[i]["width"], out[i]["height"] = dims.x, dims.y, dims.z
-        out[i]["score"] = obj.existence_probability
-        out[i]["label"] = _best_label(obj.classification)
+        p, q, d = pose.position, pose.orientation, obj.shape.dimensions
+        poses[i] = (p.x, p.y, p.z, q.x, q.y, q.z, q.w)
+        linear = getattr(obj.kinematics, twist_of).twist.linear
+        twists[i, :3] = linear.x, linear.y, linear.z
+        dims[i] = d.x, d.y, d.z
+        existence[i] = obj.existence_probability
+        if obj.classification:
+            labels[i] = max(obj.classification, key=lambda c: c.probability).label
+    return ObjectArrays(
+        header=(int(msg.header.stamp.sec), int(msg.header.stamp.nanosec), msg.header.frame_id),
+        existence=existence,
+        labels=labels,
+        poses=poses,
+        pose_covariances=np.zeros((n, 36)),
+        twists=twists,
+        twist_covariances=np.zeros((n, 36)),
+        dimensions=dims,
+        uuids=_uuids(objects) if msgtype != DETECTED_OBJECTS else np.zeros((n, UUID_BYTES)),
+    )
+
+
+def _read(msgtype: str, msg: Message) -> tuple[ObjectArrays, list[list[ReadPath]] | None]:
+    """The numbers of a message, and its paths when read from bytes (None: read them from
+    the message object)."""
+    if isinstance(msg, bytes | bytearray | memoryview):
+        decoded = decode(msgtype, msg)
+        return decoded.arrays, decoded.paths
+    return _message_arrays(msgtype, msg), None
+
+
+def _box_rows(arrays: ObjectArrays, dtype: np.dtype) -> np.ndarray:
+    out = np.zeros(arrays.size, dtype=dtype)
+    poses = arrays.poses
+    out["x"], out["y"], out["z"] = poses[:, 0], poses[:, 1], poses[:, 2]
+    out["yaw"] = [_yaw(*q) for q in poses[:, 3:7].tolist()]
+    dims = arrays.dimensions
+    out["length"], out["width"], out["height"] = dims[:, 0], dims[:, 1], dims[:, 2]
+    out["score"] = arrays.existence
+    out["label"] = [label_of_classification(c) for c in arrays.labels.tolist()]
     return out
 
 
-def obstacles_from_detected_objects(msg: Any) -> np.ndarray:
-    """A DetectedObjects as obstacle rows (existence probability as the score)."""
-    return _check_boxes(
-        _box_rows(msg.objects, OBSTACLE_DTYPE, "pose_with_covariance"), "detected object"
-    )
+def obstacles_from_detected_objects(msg: Message) -> np.ndarray:
+    """A DetectedObjects (object or CDR bytes) as obstacle rows (existence probability as
+    the score)."""
+    arrays, _ = _read(DETECTED_OBJECTS, msg)
+    return _check_boxes(_box_rows(arrays, OBSTACLE_DTYPE), "detected object")
 
 
 def _uuids(objects: Sequence[Any]) -> np.ndarray:
@@ -281,19 +325,18 @@ def _uuids(objects: Sequence[Any]) -> np.ndarray:
     return out
 
 
-def tracks_from_tracked_objects(msg: Any) -> TrackStates:
-    """A TrackedObjects as track rows (ids left 0: the UUIDs identify them), velocities back
-    in the fixed frame, existence and UUIDs alongside."""
-    objects = list(msg.objects)
-    table = _box_rows(objects, TRACK_DTYPE, "pose_with_covariance")
-    for i, obj in enumerate(objects):
-        linear = obj.kinematics.twist_with_covariance.twist.linear
-        yaw = float(table[i]["yaw"])
-        c, s = math.cos(yaw), math.sin(yaw)
-        table[i]["vx"], table[i]["vy"] = c * linear.x - s * linear.y, s * linear.x + c * linear.y
+def tracks_from_tracked_objects(msg: Message) -> TrackStates:
+    """A TrackedObjects (object or CDR bytes) as track rows (ids left 0: the UUIDs identify
+    them), velocities back in the fixed frame, existence and UUIDs alongside."""
+    arrays, _ = _read(TRACKED_OBJECTS, msg)
+    table = _box_rows(arrays, TRACK_DTYPE)
+    yaw = table["yaw"].astype(np.float64)
+    c, s = np.cos(yaw), np.sin(yaw)
+    vx, vy = arrays.twists[:, 0], arrays.twists[:, 1]
+    table["vx"], table["vy"] = c * vx - s * vy, s * vx + c * vy
     _check_boxes(table, "tracked object")
     existence = table["score"].astype(np.float32)
-    return TrackStates(table, _uuids(objects), existence, np.zeros(len(objects), np.uint32))
+    return TrackStates(table, arrays.uuids.copy(), existence, np.zeros(arrays.size, np.uint32))
 
 
 @dataclass(frozen=True)
@@ -306,22 +349,31 @@ class ReceivedPrediction:
     time_steps_s: list[float]
 
 
-def predictions_from_predicted_objects(msg: Any) -> list[ReceivedPrediction]:
+def _paths_of(msg: Any) -> list[list[ReadPath]]:
     out = []
     for obj in msg.objects:
-        paths = obj.kinematics.predicted_paths
-        out.append(
-            ReceivedPrediction(
-                bytes(np.asarray(obj.object_id.uuid, dtype=np.uint8)),
-                np.asarray([p.confidence for p in paths], dtype=np.float64),
-                [
-                    np.asarray(
-                        [(q.position.x, q.position.y, q.position.z) for q in p.path],
-                        dtype=np.float64,
-                    ).reshape(-1, 3)
-                    for p in paths
-                ],
-                [p.time_step.sec + p.time_step.nanosec / NS_PER_S for p in paths],
-            )
-        )
+        paths = []
+        for p in obj.kinematics.predicted_paths:
+            poses = np.zeros((len(p.path), 7))
+            for h, q in enumerate(p.path):
+                poses[h, :3] = q.position.x, q.position.y, q.position.z
+            step = p.time_step.sec + p.time_step.nanosec / NS_PER_S
+            paths.append(ReadPath(poses, step, p.confidence))
+        out.append(paths)
     return out
+
+
+def predictions_from_predicted_objects(msg: Message) -> list[ReceivedPrediction]:
+    """A PredictedObjects (object or CDR bytes): each object's UUID and paths."""
+    arrays, paths = _read(PREDICTED_OBJECTS, msg)
+    if paths is None:
+        paths = _paths_of(msg)
+    return [
+        ReceivedPrediction(
+            arrays.uuids[i].tobytes(),
+            np.asarray([p.confidence for p in read], dtype=np.float64),
+            [p.poses[:, :3].copy() for p in read],
+            [p.time_step_s for p in read],
+        )
+        for i, read in enumerate(paths)
+    ]

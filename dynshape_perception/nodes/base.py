@@ -28,6 +28,7 @@ from std_msgs.msg import Header
 from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
 from dynshape_perception.interrupts import startup_done
+from dynshape_perception.io.cdr import stamp_s_of
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, stamp_s
@@ -333,16 +334,19 @@ class PerceptionNode(Node):
         self.destroy_node()
 
     # -- topics -------------------------------------------------------------------------
-    def subscribe(self, msg_type: Any, topic: str, callback: Callable[[Any], None]) -> None:
-        """A sensor-data subscription whose rate and stamps the diagnostics check."""
+    def subscribe(
+        self, msg_type: Any, topic: str, callback: Callable[[Any], None], raw: bool = False
+    ) -> None:
+        """A sensor-data subscription whose rate and stamps the diagnostics check; ``raw``:
+        the callback takes the CDR bytes (no message objects built)."""
         name = self.resolve_topic_name(topic)
         self.diagnostics.topic(name)
 
         def receive(msg: Any) -> None:
-            self.diagnostics.tick(name, stamp_s(msg.header.stamp))
+            self.diagnostics.tick(name, stamp_s_of(msg) if raw else stamp_s(msg.header.stamp))
             callback(msg)
 
-        self.create_subscription(msg_type, topic, receive, self.input_qos)
+        self.create_subscription(msg_type, topic, receive, self.input_qos, raw=raw)
 
     def output(self, msg_type: Any, topic: str, stamped: bool = True) -> Output:
         return Output(self, msg_type, topic, stamped)

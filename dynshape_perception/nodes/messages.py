@@ -16,6 +16,7 @@ from sensor_msgs.msg import PointCloud2, PointField
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
+from dynshape_perception.io.cdr import header_of
 from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud
 from dynshape_perception.io.tables import (
     LABEL_CAR,
@@ -54,6 +55,12 @@ def time_msg(ns: int) -> Time:
 
 def header(stamp: Time, frame_id: str) -> Header:
     return Header(stamp=Time(sec=stamp.sec, nanosec=stamp.nanosec), frame_id=frame_id)
+
+
+def serialized_header(data: bytes) -> Header:
+    """The header of a stamped message's CDR bytes; MessageError if unreadable."""
+    sec, nanosec, frame_id = header_of(data)
+    return Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
 
 
 def cloud_msg(data: CloudData, head: Header) -> PointCloud2:

@@ -31,6 +31,7 @@ from dynshape_perception.nodes.base import (
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import (
     marker_array,
+    serialized_header,
     stamp_ns,
     stamp_s,
     table_msg,
@@ -74,7 +75,8 @@ class PredictionNode(PerceptionNode):
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
         markers = bool(self.values["debug.publish_markers"])
         self.markers = self.output(MarkerArray, "markers", stamped=False) if markers else None
-        self.subscribe(TrackedObjects, "tracked_objects", self.on_tracks)
+        # Read with NumPy from the CDR bytes: no message objects per pose and covariance.
+        self.subscribe(TrackedObjects, "tracked_objects", self.on_tracks, raw=True)
 
     def _reset(self) -> None:
         self.stage.reset()
@@ -88,13 +90,14 @@ class PredictionNode(PerceptionNode):
         self.speculation.close()
         super().close()
 
-    def on_tracks(self, msg: TrackedObjects) -> None:
+    def on_tracks(self, data: bytes) -> None:
         with self.handling("tracked_objects"):
             t0 = time.perf_counter()
-            received = tracks_from_tracked_objects(msg)
+            head_in = serialized_header(data)
+            received = tracks_from_tracked_objects(data)
             self.bounds.check("M", received.tracks.shape[0], "tracks")
-            stamp = stamp_s(msg.header.stamp)
-            frame_id = msg.header.frame_id
+            stamp = stamp_s(head_in.stamp)
+            frame_id = head_in.frame_id
             located = self.frame.place(self.pose, frame_id, stamp)
             if located is None or not self.frame.admit(frame_id, stamp):
                 return
@@ -109,10 +112,10 @@ class PredictionNode(PerceptionNode):
             t2 = time.perf_counter()
             params = parameters.object_params(self.values)
             self.predicted.publish_serialized(
-                predicted_objects(stamp_ns(msg.header.stamp), frame_id, states, paths, params),
-                msg.header.stamp,
+                predicted_objects(stamp_ns(head_in.stamp), frame_id, states, paths, params),
+                head_in.stamp,
             )
-            head = output_header(msg.header.stamp, frame_id)
+            head = output_header(head_in.stamp, frame_id)
             table = paths.table()
             if self.predictions is not None:
                 self.predictions.publish(table_msg(table, head))

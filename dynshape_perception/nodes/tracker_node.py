@@ -34,7 +34,7 @@ from dynshape_perception.nodes.base import (
     run_node,
 )
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import serialized_header, stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.objects import TrackUuids, existence_probability
 from dynshape_perception.perception.pipeline import Pipeline
 
@@ -50,18 +50,26 @@ TRACKER_REASONS = (
     INTERNAL_ERROR,
     *ODOM_REASONS,
 )
-# tracker.input_type -> (message type, topic, reader into obstacle rows).
-INPUTS: dict[str, tuple[Any, str, Callable[[Any], np.ndarray]]] = {
+# tracker.input_type -> (message type, topic, reader into obstacle rows, whether the reader
+# takes the CDR bytes: detected objects are read with NumPy, not as message objects).
+INPUTS: dict[str, tuple[Any, str, Callable[[Any], np.ndarray], bool]] = {
     parameters.TRACKER_INPUT_OBJECTS: (
         DetectedObjects,
         "detected_objects",
         obstacles_from_detected_objects,
+        True,
     ),
-    parameters.TRACKER_INPUT_VISION: (Detection3DArray, "detections", detections_to_obstacles),
+    parameters.TRACKER_INPUT_VISION: (
+        Detection3DArray,
+        "detections",
+        detections_to_obstacles,
+        False,
+    ),
     parameters.TRACKER_INPUT_TABLE: (
         PointCloud2,
         "obstacles",
         lambda msg: check_box_sizes(cloud_to_table(msg, OBSTACLE_DTYPE)),
+        False,
     ),
 }
 
@@ -83,9 +91,9 @@ class TrackerNode(PerceptionNode):
         self.tracked = self.output(TrackedObjects, "tracked_objects")
         self.tables = bool(self.values["debug.publish_tables"])
         self.tracks = self.output(PointCloud2, "tracks") if self.tables else None
-        msg_type, topic, self._read = INPUTS[str(self.values["tracker.input_type"])]
+        msg_type, topic, self._read, self._raw = INPUTS[str(self.values["tracker.input_type"])]
         self.note("input", f"{msg_type.__name__} on {self.resolve_topic_name(topic)!r}")
-        self.subscribe(msg_type, topic, self.on_detections)
+        self.subscribe(msg_type, topic, self.on_detections, raw=self._raw)
 
     def _reset(self) -> None:
         self.pipeline.tracker.reset()
@@ -97,7 +105,8 @@ class TrackerNode(PerceptionNode):
 
     def on_detections(self, msg: Any) -> None:
         with self.handling("detections"):
-            self._track(self._read(msg), msg.header)
+            head = serialized_header(msg) if self._raw else msg.header
+            self._track(self._read(msg), head)
 
     def _track(self, obstacles: np.ndarray, header: Any) -> None:
         t0 = time.perf_counter()

@@ -21,12 +21,14 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
 from rclpy.task import Future
 from sensor_msgs.msg import PointCloud2
 from tf2_ros import StaticTransformBroadcaster, TransformBroadcaster
 from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception.errors import DynshapeError
+from dynshape_perception.io.cdr import NS_PER_S, header_of
 from dynshape_perception.io.objects import (
     obstacles_from_detected_objects,
     predictions_from_predicted_objects,
@@ -64,11 +66,21 @@ RECORD_DEPTH = 100
 
 @dataclass
 class Received:
+    """One output with its arrival time; an object message kept as its CDR bytes until
+    ``msg`` is first read."""
+
     t_s: float
     frame_id: str
-    msg: Any
+    message: Any
     table: np.ndarray | None = None
     error: str = ""
+    msg_type: Any = None
+
+    @property
+    def msg(self) -> Any:
+        if isinstance(self.message, bytes):
+            self.message = deserialize_message(self.message, self.msg_type)
+        return self.message
 
 
 @dataclass
@@ -106,6 +118,8 @@ class Probe(Node):
             t: {} for t in (*TABLE_TOPICS, *OBJECT_TOPICS)
         }
         self.received["markers"] = {}
+        # Object messages whose header could not be read, by topic: the last reason.
+        self.unreadable: dict[str, str] = {}
         self.diagnostics: dict[str, Diagnostics] = {}
         self.tasks: dict[str, Diagnostics] = {}
         self.track_ids = UuidIndex()
@@ -113,7 +127,8 @@ class Probe(Node):
         for topic in TABLE_TOPICS:
             self.create_subscription(PointCloud2, topic, self._table_cb(topic), qos)
         for topic, msg_type in OBJECT_TOPICS.items():
-            self.create_subscription(msg_type, topic, self._objects_cb(topic), qos)
+            # Raw: the arrival is stamped before any message object is built.
+            self.create_subscription(msg_type, topic, self._objects_cb(topic), qos, raw=True)
         self.create_subscription(MarkerArray, "markers", self._on_markers, qos)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos)
         self.executor_ = SingleThreadedExecutor(context=context)
@@ -131,19 +146,24 @@ class Probe(Node):
 
         return on_table
 
-    def _objects_cb(self, topic: str) -> Callable[[Any], None]:
-        def on_objects(msg: Any) -> None:
+    def _objects_cb(self, topic: str) -> Callable[[bytes], None]:
+        def on_objects(data: bytes) -> None:
             now = time.perf_counter()
-            item = Received(now, msg.header.frame_id, msg)
             try:
-                item.table = self._object_table(topic, msg)
+                sec, nanosec, frame_id = header_of(data)
+            except DynshapeError as err:
+                self.unreadable[topic] = str(err)
+                return
+            item = Received(now, frame_id, data, msg_type=OBJECT_TOPICS[topic])
+            try:
+                item.table = self._object_table(topic, data)
             except DynshapeError as err:
                 item.error = str(err)
-            self.received[topic][stamp_ns(msg.header.stamp)] = item
+            self.received[topic][sec * NS_PER_S + nanosec] = item
 
         return on_objects
 
-    def _object_table(self, topic: str, msg: Any) -> np.ndarray:
+    def _object_table(self, topic: str, msg: bytes) -> np.ndarray:
         """The message as its table: obstacles, tracks, or one row per path pose."""
         if topic == "tracked_objects":
             states = tracks_from_tracked_objects(msg)

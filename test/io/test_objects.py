@@ -158,3 +158,36 @@ def test_class_ids_follow_the_one_map() -> None:
         LABEL_PEDESTRIAN,
         LABEL_CAR,
     ]
+
+
+def test_bytes_read_into_the_same_tables_as_the_message() -> None:
+    data = _all()
+    msgs = {t: DECODERS["rclpy"](d, t) for t, d in data.items()}
+    assert np.array_equal(
+        obstacles_from_detected_objects(data[DETECTED_OBJECTS]),
+        obstacles_from_detected_objects(msgs[DETECTED_OBJECTS]),
+    )
+    from_bytes = tracks_from_tracked_objects(data[TRACKED_OBJECTS])
+    from_msg = tracks_from_tracked_objects(msgs[TRACKED_OBJECTS])
+    assert np.array_equal(from_bytes.tracks, from_msg.tracks)
+    assert np.array_equal(from_bytes.uuids, from_msg.uuids)
+    got = predictions_from_predicted_objects(data[PREDICTED_OBJECTS])
+    want = predictions_from_predicted_objects(msgs[PREDICTED_OBJECTS])
+    assert [p.uuid for p in got] == [p.uuid for p in want]
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a.confidences, b.confidences) and a.time_steps_s == b.time_steps_s
+        assert len(a.paths) == len(b.paths)
+        assert all(np.array_equal(p, q) for p, q in zip(a.paths, b.paths, strict=True))
+
+
+def test_bytes_that_are_no_object_message_are_message_errors() -> None:
+    data = _all()[TRACKED_OBJECTS]
+    with pytest.raises(MessageError, match="ends at"):
+        tracks_from_tracked_objects(data[:-5])
+    with pytest.raises(MessageError, match="encapsulation"):
+        tracks_from_tracked_objects(b"\x00\x00" + data[2:])
+    huge = bytearray(data)
+    # The object count, after the stamp and the frame id "odom".
+    huge[4 + 8 + 4 + 5 + 3 : 4 + 8 + 4 + 5 + 3 + 4] = (2**31).to_bytes(4, "little")
+    with pytest.raises(MessageError, match="does not fit"):
+        tracks_from_tracked_objects(bytes(huge))
