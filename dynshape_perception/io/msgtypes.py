@@ -82,7 +82,7 @@ def has_type(msgtype: str) -> bool:
 
 
 def message(msgtype: str, /, **fields: Any) -> Any:
-    """A rosbags message of ``msgtype`` (the message factory of ``io.objects``)."""
+    """A rosbags message of ``msgtype`` (built from its fields)."""
     try:
         cls = typestore().types[msgtype]
     except KeyError as err:

@@ -283,7 +283,9 @@ def _message_arrays(msgtype: str, msg: Any) -> ObjectArrays:
         twists=twists,
         twist_covariances=np.zeros((n, 36)),
         dimensions=dims,
-        uuids=_uuids(objects) if msgtype != DETECTED_OBJECTS else np.zeros((n, UUID_BYTES)),
+        uuids=_uuids(objects)
+        if msgtype != DETECTED_OBJECTS
+        else np.zeros((n, UUID_BYTES), np.uint8),
     )
 
 

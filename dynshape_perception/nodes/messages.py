@@ -103,7 +103,7 @@ def message_class(msgtype: str) -> Any:
 
 
 def ros_message(msgtype: str, /, **fields: Any) -> Any:
-    """An rclpy message of ``msgtype`` (the message factory of ``io.objects``)."""
+    """An rclpy message of ``msgtype`` (a factory of ``testing.object_messages``)."""
     return message_class(msgtype)(**fields)
 
 

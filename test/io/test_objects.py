@@ -14,6 +14,7 @@ from rclpy.serialization import deserialize_message
 
 from dynshape_perception.errors import MessageError
 from dynshape_perception.io import msgtypes
+from dynshape_perception.io.cdr import encode
 from dynshape_perception.io.classes import PEDESTRIAN, label_of_class_id
 from dynshape_perception.io.objects import (
     DETECTED_OBJECTS,
@@ -22,8 +23,10 @@ from dynshape_perception.io.objects import (
     TrackStates,
     detected_objects,
     obstacles_from_detected_objects,
+    predicted_arrays,
     predicted_objects,
     predictions_from_predicted_objects,
+    tracked_arrays,
     tracked_objects,
     tracks_from_tracked_objects,
 )
@@ -38,6 +41,7 @@ from dynshape_perception.io.tables import (
 from dynshape_perception.nodes.messages import message_class
 from dynshape_perception.perception.objects import ObjectParams, TrackUuids
 from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.testing.object_messages import reference_message
 
 NS = 1_700_000_000_123_456_789
 DECODERS: dict[str, Callable[[bytes, str], Any]] = {
@@ -191,3 +195,16 @@ def test_bytes_that_are_no_object_message_are_message_errors() -> None:
     huge[4 + 8 + 4 + 5 + 3 : 4 + 8 + 4 + 5 + 3 + 4] = (2**31).to_bytes(4, "little")
     with pytest.raises(MessageError, match="does not fit"):
         tracks_from_tracked_objects(bytes(huge))
+
+
+def test_the_bytes_are_rosbags_for_the_message_built_field_by_field() -> None:
+    """rosbags encodes a message built one field at a time to the very bytes (its padding
+    is zeros too)."""
+    states, params = _tracks(), ObjectParams()
+    store = msgtypes.typestore()
+    for msgtype, arrays in (
+        (TRACKED_OBJECTS, tracked_arrays(NS, "odom", states, params)),
+        (PREDICTED_OBJECTS, predicted_arrays(NS, "od", states, _paths(), params)),
+    ):
+        reference = reference_message(msgtypes.message, msgtype, arrays)
+        assert bytes(store.serialize_cdr(reference, msgtype)) == encode(msgtype, arrays)
