@@ -12,9 +12,15 @@ import numpy as np
 
 from dynshape_perception.errors import MessageError, TransformError
 from dynshape_perception.io.cdr import (
-    DETECTED_OBJECTS,
-    PREDICTED_OBJECTS,
-    TRACKED_OBJECTS,
+    DETECTED_OBJECTS as DETECTED_OBJECTS,
+)
+from dynshape_perception.io.cdr import (
+    PREDICTED_OBJECTS as PREDICTED_OBJECTS,
+)
+from dynshape_perception.io.cdr import (
+    TRACKED_OBJECTS as TRACKED_OBJECTS,
+)
+from dynshape_perception.io.cdr import (
     ObjectArrays,
     ReadPath,
     decode,
