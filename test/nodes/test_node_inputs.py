@@ -331,7 +331,7 @@ def test_truncations_at_the_bounds_reach_the_counters() -> None:
     node: Any = SimpleNamespace(
         counters=dict(SEGMENTING_COUNTERS),
         _stats_lock=threading.Lock(),
-        near_objects=SimpleNamespace(publish=lambda msg: None),
+        near_objects=SimpleNamespace(publish_serialized=lambda data, stamp: None),
         near_obstacles=None,
         pipeline=SimpleNamespace(dropped_detections=3),
         latency={},
