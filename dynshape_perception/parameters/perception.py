@@ -148,13 +148,26 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             high=BOUNDS.T,
         ),
         ParamSpec(
+            "prediction.history_stride",
+            STAGE.history_stride,
+            "steps a history's start jumps forward by when it would pass history_steps, in "
+            "every mode: a window sliding one step per frame would cost a forward call over "
+            "it each frame (a recurrent state cannot forget a step), so histories past it "
+            "cycle from history_steps - stride + 1 up to history_steps steps, and a track is "
+            "encoded once per stride; 0: half of history_steps; at most history_steps - "
+            "min_history_steps + 1",
+            True,
+            low=OFF,
+            high=BOUNDS.T,
+        ),
+        ParamSpec(
             "prediction.mode",
             STAGE.mode,
-            "incremental: each track below the window (history_steps) keeps its GRU state "
-            "and a frame costs one step_decode call whatever its history length; tracks at "
-            "the window slide, which a recurrent state cannot, and share one forward call; "
-            "full: forward over every history each frame (the same outputs within the "
-            "parity tolerance); a change restarts the tracks",
+            "incremental: each track keeps its GRU state and a frame costs one step_decode "
+            "call whatever its history length, plus one encode of the tracks whose history "
+            "restarts (history_stride); full: forward over every history each frame (the "
+            "same histories, the same outputs within the parity tolerance); a change "
+            "restarts the tracks",
             choices=MODES_OF_PREDICTION,
         ),
         ParamSpec(

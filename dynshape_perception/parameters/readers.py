@@ -147,6 +147,7 @@ def prediction_settings(values: Mapping[str, Value]) -> PredictionSettings:
     }
     for name, field_name in (
         ("min_history_steps", "min_history_steps"),
+        ("history_stride", "history_stride"),
         ("mode", "mode"),
         ("speculation", "speculation"),
         ("grid_phases", "phases"),

@@ -44,6 +44,8 @@ class PredictionSettings:
     step_s: float = 0.4
     history_steps: int = 8
     min_history_steps: int = 2
+    # Steps a history's start jumps by when it would pass history_steps; 0: half of them.
+    history_stride: int = 0
     max_agents: int = 64
     quantum_m: float = 0.01
     speculation_radius_cells: int = 3
@@ -62,6 +64,14 @@ class PredictionSettings:
                 f"min_history_steps {self.min_history_steps} exceeds history_steps "
                 f"{self.history_steps}: no agent could ever be predicted"
             )
+        if integer("history_stride", self.history_stride) < 0:
+            raise ConfigError(f"history_stride must be >= 0, got {self.history_stride}")
+        if self.history_stride > self.history_steps - self.min_history_steps + 1:
+            raise ConfigError(
+                f"history_stride {self.history_stride} restarts a history of history_steps "
+                f"{self.history_steps} below min_history_steps {self.min_history_steps}: at "
+                f"most {self.history_steps - self.min_history_steps + 1}"
+            )
         if not (isinstance(self.step_s, (int, float)) and math.isfinite(self.step_s)):
             raise ConfigError(f"step_s must be a finite number, got {self.step_s!r}")
         if self.step_s <= 0.0:
@@ -72,6 +82,27 @@ class PredictionSettings:
     @property
     def grid_s(self) -> float:
         return self.step_s / self.phases
+
+    @property
+    def stride(self) -> int:
+        """``history_stride``, or half the window (kept above ``min_history_steps``)."""
+        if self.history_stride:
+            return self.history_stride
+        return max(1, min(self.history_steps // 2, self.history_steps - self.min_history_steps + 1))
+
+    def history_length(self, steps: int) -> int:
+        """The anchored history length of a track observed at ``steps`` predictor steps.
+
+        Up to the window it is every step; past it the history's start jumps ``stride``
+        steps forward each time the history would pass the window, so that it cycles from
+        ``history_steps - stride + 1`` up to ``history_steps`` and grows by one step per
+        predictor step in between.
+        """
+        window = self.history_steps
+        if steps <= window:
+            return steps
+        stride = self.stride
+        return window - stride + 1 + (steps - window - 1) % stride
 
     def speculation_config(self) -> SpeculationConfig:
         return SpeculationConfig(
@@ -122,13 +153,15 @@ class _Samples:
     ``end``: appending and trimming move no rows but on a rare compaction.
     """
 
-    __slots__ = ("buf", "end", "first_s", "start")
+    __slots__ = ("buf", "end", "first_s", "first_tick", "start")
 
     def __init__(self) -> None:
         self.buf = np.empty((SAMPLES_CAPACITY, 3), np.float64)
         self.start = 0
         self.end = 0
         self.first_s = math.inf
+        # The first grid point at or after first_s: predictor steps count from it.
+        self.first_tick = 0
 
     @property
     def newest_s(self) -> float:
@@ -180,8 +213,7 @@ class StageCounters:
     agents_dropped: int = 0
     resets: int = 0
     forward_calls: int = 0
-    # Agents predicted by forward: every one in full mode, those whose history fills the
-    # window in incremental mode.
+    # Agents predicted by forward (full mode).
     forwarded: int = 0
     predict_ms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMING_WINDOW))
     # Critical-path time of incremental frames with and without a promoted speculation.
@@ -198,10 +230,18 @@ class PredictionStage:
     Each of the ``phases`` grid points of a predictor step has its own incremental
     predictor, so that every grid point a frame lands on advances one of them by one
     ``step_decode`` call over its continuing tracks, whatever their history length. New
-    tracks are encoded from their history; tracks whose history fills the window
-    (``history_steps``) take one ``forward`` call together; a track missing from a table is
-    forgotten and evicted; a stamp before the newest resets everything. ``mode="full"``
-    runs ``forward`` over every history instead (the reference the incremental path equals).
+    tracks are encoded from their history; a track missing from a table is forgotten and
+    evicted; a stamp before the newest resets everything. ``mode="full"`` runs ``forward``
+    over every history instead (the reference the incremental path equals).
+
+    Histories never slide: a window that drops its oldest step every frame would need a
+    forward pass over the window every frame, since a recurrent state cannot forget a
+    step. Instead a history past the window (``history_steps``) restarts from an anchor
+    ``stride`` steps later (``PredictionSettings.history_length``), in both modes, and the
+    chain encodes that track once from the restarted history (its ``slid`` count); between
+    restarts the track takes its one step per frame. Both modes see the same histories,
+    no history is longer than ``history_steps`` (the bound the predictor is compiled and
+    fitted for), and tracks born at different times restart on different frames.
 
     Positions are snapped to ``quantum_m`` in every mode, so that speculation (verified
     exactly on snapped positions) never changes an output.
@@ -231,6 +271,7 @@ class PredictionStage:
                 self._predictor,
                 s.speculation_config(),
                 max_batch=s.max_agents,
+                # A state at the window is encoded afresh from its restarted history.
                 max_history=s.history_steps,
             )
             for _ in range(s.phases)
@@ -328,6 +369,7 @@ class PredictionStage:
             samples = self._log.get(track_id)
             if samples is None:
                 samples = self._log[track_id] = _Samples()
+                samples.first_tick = self._first_tick(stamp_s)
             elif samples.newest_s == stamp_s:
                 continue
             samples.append(stamp_s, x, y)
@@ -336,6 +378,17 @@ class PredictionStage:
     def _grid_time(self, tick: int | np.ndarray) -> np.ndarray:
         assert self._anchor_s is not None
         return self._anchor_s + np.asarray(tick, np.float64) * self.settings.grid_s
+
+    def _first_tick(self, stamp_s: float) -> int:
+        """The first grid point at or after ``stamp_s``."""
+        assert self._anchor_s is not None
+        tick = math.ceil((stamp_s - self._anchor_s) / self.settings.grid_s)
+        # As the lengths count grid times: float error may put the quotient either side.
+        while float(self._grid_time(tick - 1)) >= stamp_s:
+            tick -= 1
+        while float(self._grid_time(tick)) < stamp_s:
+            tick += 1
+        return tick
 
     def _tick_of(self, stamp_s: float) -> int:
         assert self._anchor_s is not None
@@ -355,18 +408,17 @@ class PredictionStage:
         self, tick: int, ids: list[int], xs: list[float], ys: list[float], ego: Pose2D
     ) -> tuple[list[int], list[int]]:
         """The agents observed at ``tick``'s grid time with enough history, nearest first
-        (at most ``max_agents``), and their history lengths."""
+        (at most ``max_agents``), and their anchored history lengths."""
         s = self.settings
         end = float(self._grid_time(tick))
         dist = np.hypot(np.asarray(xs) - ego.x, np.asarray(ys) - ego.y)
         agents: list[int] = []
         lengths: list[int] = []
-        back = self._grid_time(tick - s.phases * np.arange(s.history_steps))
         for row in np.argsort(dist, kind="stable").tolist():
             samples = self._log[ids[row]]
             if not samples.first_s <= end <= samples.newest_s:
                 continue
-            length = int(np.count_nonzero(back >= samples.first_s))
+            length = s.history_length((tick - samples.first_tick) // s.phases + 1)
             if length < s.min_history_steps:
                 continue
             agents.append(ids[row])
@@ -399,7 +451,7 @@ class PredictionStage:
         if s.mode == "full":
             prediction = self._forward(tick, agents, length_of)
         else:
-            prediction = self._mixed(tick, agents, length_of)
+            prediction = self._incremental(tick, agents, length_of)
         return StageOutput(
             np.asarray(agents, np.uint32), prediction.traj, prediction.probs, reference, True
         )
@@ -410,35 +462,6 @@ class PredictionStage:
         self.counters.forward_calls += math.ceil(len(agents) / s.max_agents)
         self.counters.forwarded += len(agents)
         return full_recompute(self._predictor, np.asarray(agents), histories, s.max_agents)
-
-    def _mixed(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
-        """Agents below the window advance their chain; those at it take ``forward``.
-
-        A history at the window slides on from the next sample, and a recurrent state
-        cannot forget its oldest step: such a track would be encoded afresh every frame
-        (three calls with the step of the others), where one ``forward`` call serves all.
-        """
-        window = self.settings.history_steps
-        full = [a for a in agents if length_of[a] >= window]
-        stepping = [a for a in agents if length_of[a] < window]
-        if not full:
-            return self._incremental(tick, stepping, length_of)
-        chain = self._chains[tick % self.settings.phases]
-        if not stepping:
-            chain.evict(chain.encoder.ids())
-            return self._forward(tick, full, length_of)
-        parts = [
-            (self._incremental(tick, stepping, length_of), stepping),
-            (self._forward(tick, full, length_of), full),
-        ]
-        row = {a: k for k, a in enumerate(agents)}
-        first = parts[0][0]
-        traj = np.empty((len(agents), *first.traj.shape[1:]), np.float32)
-        probs = np.empty((len(agents), *first.probs.shape[1:]), np.float32)
-        for prediction, members in parts:
-            rows = np.fromiter((row[a] for a in members), np.int64, len(members))
-            traj[rows], probs[rows] = prediction.traj, prediction.probs
-        return Prediction(np.asarray(agents, np.int64), traj, probs)
 
     def _incremental(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
         s = self.settings

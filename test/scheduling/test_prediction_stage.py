@@ -61,12 +61,14 @@ def assert_same(got: StageOutput, want: StageOutput, exact: bool = False) -> Non
         np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("history_steps", [8, 32, 128])
-def test_incremental_equals_full_recompute(engine: Engine, history_steps: int) -> None:
-    settings = PredictionSettings(history_steps=history_steps, max_agents=64)
+@pytest.mark.parametrize(
+    ("history_steps", "stride"), [(8, 0), (8, 1), (8, 7), (32, 0), (128, 0), (128, 3)]
+)
+def test_incremental_equals_full_recompute(engine: Engine, history_steps: int, stride: int) -> None:
+    settings = PredictionSettings(history_steps=history_steps, history_stride=stride, max_agents=64)
     incremental = PredictionStage(engine["predictor"], settings)
     full = PredictionStage(engine["predictor"], replace(settings, mode="full"))
-    # Long enough for the first tracks to fill the window and slide on.
+    # Long enough for the first tracks to pass the window and restart their histories.
     lifetime = 4 * history_steps + 30
     frames = lifetime + 60
     predicted = 0
@@ -78,8 +80,8 @@ def test_incremental_equals_full_recompute(engine: Engine, history_steps: int) -
     d = incremental.diagnostics()
     assert predicted > 8 * frames
     assert d["stepped"] > 0 and d["encoded"] > 16 and d["evicted"] > 0
-    # Histories at the window take forward together; no chain state ever slides.
-    assert d["forwarded"] > 0 and d["slid"] == 0
+    # Histories past the window restart and are encoded afresh; none takes forward.
+    assert d["slid"] > 0 and d["forwarded"] == 0 and d["forward_calls"] == 0
     assert full.diagnostics()["step_decode_calls"] == 0
 
 
@@ -102,16 +104,37 @@ def test_steady_frames_cost_one_call_whatever_the_history_length(engine: Engine)
     assert d["slid"] == 0 and d["encoded"] == 12 * 4
 
 
-def test_histories_at_the_window_cost_one_forward_call(engine: Engine) -> None:
-    """Once every history fills the window, a frame is one forward call, as in full mode."""
-    stage = PredictionStage(engine["predictor"], PredictionSettings(history_steps=8))
-    keys = ("step_decode_calls", "encode_calls", "decode_calls", "forward_calls")
-    for k, (stamp, tracks) in enumerate(drive(8, 10, 60, lifetime=None)):
+def test_history_lengths_restart_by_the_stride_past_the_window() -> None:
+    settings = PredictionSettings(history_steps=8, history_stride=3)
+    lengths = [settings.history_length(steps) for steps in range(1, 19)]
+    assert lengths == [*range(1, 9), 6, 7, 8, 6, 7, 8, 6, 7, 8, 6]
+    assert PredictionSettings(history_steps=8).stride == 4
+    assert PredictionSettings(history_steps=128).stride == 64
+    # Half the window would restart below the minimum: the stride keeps to it.
+    assert PredictionSettings(history_steps=4, min_history_steps=4).stride == 1
+    assert max(settings.history_length(n) for n in range(1, 1000)) == 8
+
+
+def test_past_the_window_a_frame_steps_and_a_chain_restarts_once_per_stride(
+    engine: Engine,
+) -> None:
+    """Past the window a frame is one step_decode, but on the frames where a grid point's
+    histories restart (once every ``stride`` of its frames): one encode and one decode."""
+    settings = PredictionSettings(history_steps=8, history_stride=4)
+    stage = PredictionStage(engine["predictor"], settings)
+    keys = ("step_decode_calls", "encode_calls", "decode_calls", "forward_calls", "slid")
+    # Frame k's histories hold (k - 1) // phases + 1 steps: frame 33 is the first past 8.
+    timed = range(4 * 8 + 1, 4 * 8 + 1 + 4 * 4 * 3)
+    restarts = 0
+    for k, (stamp, tracks) in enumerate(drive(8, 10, timed.stop, lifetime=None)):
         before = stage.diagnostics()
         stage.predict(tracks, stamp)
         after = stage.diagnostics()
-        if k >= 4 * 8 + 1:
-            assert [int(after[key]) - int(before[key]) for key in keys] == [0, 0, 0, 1]
+        if k in timed:
+            calls = [int(after[key]) - int(before[key]) for key in keys]
+            assert calls in ([1, 0, 0, 0, 0], [0, 1, 1, 0, 10]), (k, calls)
+            restarts += calls[-1] == 10
+    assert restarts == len(timed) // settings.stride
 
 
 class HypothesisWorld:
@@ -148,8 +171,10 @@ class HypothesisWorld:
         return self.stamp, table(self.ids[keep], self.pos[keep].astype(np.float32))
 
 
-def test_speculation_never_changes_an_output(engine: Engine) -> None:
-    settings = PredictionSettings(history_steps=128, speculation=True)
+@pytest.mark.parametrize("history_steps", [8, 128])
+def test_speculation_never_changes_an_output(engine: Engine, history_steps: int) -> None:
+    """At 8 steps the histories pass the window and restart; at 128 they stay below it."""
+    settings = PredictionSettings(history_steps=history_steps, speculation=True)
     spec = PredictionStage(engine["predictor"], settings)
     plain = PredictionStage(engine["predictor"], replace(settings, speculation=False))
     full = PredictionStage(engine["predictor"], replace(settings, mode="full"))
@@ -179,6 +204,7 @@ def test_speculation_never_changes_an_output(engine: Engine) -> None:
         f"acceptance {d['speculation.accepted']}/{d['speculation.verified']}"
     )
     assert speculation_summary(plain.diagnostics()) == "speculation off"
+    assert (int(d["slid"]) > 0) == (history_steps < 160 // settings.phases)
 
 
 def test_speculation_reports_no_saving_before_any_promotion(engine: Engine) -> None:
@@ -293,6 +319,11 @@ def test_settings_are_checked() -> None:
         PredictionSettings(quantum_m=0.0)
     with pytest.raises(ConfigError, match="step_s"):
         PredictionSettings(step_s=float("nan"))
+    with pytest.raises(ConfigError, match="history_stride"):
+        PredictionSettings(history_stride=-1)
+    with pytest.raises(ConfigError, match="below min_history_steps"):
+        PredictionSettings(history_steps=8, min_history_steps=3, history_stride=7)
+    assert PredictionSettings(history_steps=8, min_history_steps=3, history_stride=6).stride == 6
 
 
 def test_idle_speculation_on_its_own_thread_changes_no_output(engine: Engine) -> None:
