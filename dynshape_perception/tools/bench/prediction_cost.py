@@ -1,4 +1,4 @@
-"""Per-frame prediction cost at history lengths 8, 32 and 128, through the prediction stage."""
+"""Per-frame prediction cost at history lengths 8, 32 and 128 and past the window."""
 
 from __future__ import annotations
 
@@ -31,10 +31,13 @@ FRAME_S = 0.1
 MS_PER_S = 1000.0
 FIRST_STAMP_S = 1000.0
 WINDOW_NOTE = (
-    "the window is the longest length: histories below it advance their GRU state by one "
-    "step_decode call in incremental mode; histories at it (the longest length) slide, which "
-    "a recurrent state cannot, and take one forward call over the window in both modes"
+    "the window is the longest length: every history advances its GRU state by one "
+    "step_decode call in incremental mode; past the window (past_window: one restart cycle, "
+    "stride steps) a history restarts stride steps later in both modes, and incremental "
+    "mode encodes it once then; agents born together restart on the same frame, one frame "
+    "in stride of a grid point, which weighs on mean and p99, not p50"
 )
+PAST = "past_window"
 
 
 def _tables(agents: int, frames: int, seed: int) -> list[np.ndarray]:
@@ -71,12 +74,13 @@ def stage_cost(
     """Milliseconds of ``PredictionStage.predict`` per frame while every agent's history
     holds exactly L samples, for each L of ``lengths``, in both modes.
 
-    The window (``history_steps``) is the longest length, so no history slides; agents are
-    all born on the first frame, so a frame's agents share one length. Per repeat (a new
-    scene), one stage per length is brought untimed to the frame before its histories
-    reach L; then the ``phases`` frames at L (one per grid point of a predictor step) are
-    timed in rounds across the lengths, so that a change of the host's load weighs on
-    every length alike.
+    The window (``history_steps``) is the longest length; agents are all born on the
+    first frame, so a frame's agents share one length. Per repeat (a new scene), one stage
+    per length is brought untimed to the frame before its histories reach L; then the
+    ``phases`` frames at L (one per grid point of a predictor step) are timed in rounds
+    across the lengths, so that a change of the host's load weighs on every length alike.
+    The longest length's stage then goes on past the window for one restart cycle
+    (``stride`` predictor steps, every frame timed: ``past_window``).
     """
     if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
         raise ConfigError(
@@ -84,18 +88,23 @@ def stage_cost(
             f"repeats >= 1; got {list(lengths)}, {agents}, {repeats}"
         )
     window = max(lengths)
+    stride = replace(settings, history_steps=window, history_stride=0).stride
     result: dict[str, Any] = {
         "agents": agents,
         "window": window,
+        "stride": stride,
         "repeats": repeats,
         "note": WINDOW_NOTE,
     }
     for mode in ("incremental", "full"):
-        config = replace(settings, mode=mode, history_steps=window, speculation=False)
+        config = replace(
+            settings, mode=mode, history_steps=window, history_stride=stride, speculation=False
+        )
         phases = config.phases
         per_length: dict[int, list[float]] = {length: [] for length in lengths}
+        past: list[float] = []
         for repeat in range(repeats):
-            tables = _tables(agents, phases * window + 1, seed=repeat)
+            tables = _tables(agents, phases * (window + stride) + 1, seed=repeat)
             stages = {}
             for length in lengths:
                 stage = PredictionStage(predictor, config)
@@ -113,14 +122,31 @@ def stage_cost(
                     ms = (time.perf_counter() - start) * MS_PER_S
                     if out.ids.size == agents:
                         per_length[length].append(ms)
+            stage = stages[window][0]
+            for k in range(phases * window + 1, len(tables)):
+                start = time.perf_counter()
+                out = stage.predict(tables[k], FIRST_STAMP_S + k * FRAME_S)
+                ms = (time.perf_counter() - start) * MS_PER_S
+                if out.ids.size == agents:
+                    past.append(ms)
         result[mode] = {str(length): _summary(v) for length, v in per_length.items() if v}
-    inc = result["incremental"]
-    first_key, last_key = str(min(lengths)), str(max(lengths))
-    if first_key in inc and last_key in inc:
-        result["incremental_ratio_longest_to_shortest"] = round(
-            inc[last_key]["p50_ms"] / inc[first_key]["p50_ms"], 3
-        )
+        if past:
+            result[mode][PAST] = _summary(past)
+    _ratios(result, "incremental", lengths)
     return result
+
+
+def _ratios(result: dict[str, Any], name: str, lengths: Sequence[int]) -> None:
+    """p50 at the longest length and past the window over p50 at the shortest."""
+    entry = result[name]
+    first_key, last_key = str(min(lengths)), str(max(lengths))
+    if first_key not in entry:
+        return
+    for key, label in ((last_key, "longest"), (PAST, PAST)):
+        if key in entry:
+            result[f"{name}_ratio_{label}_to_shortest"] = round(
+                entry[key]["p50_ms"] / entry[first_key]["p50_ms"], 3
+            )
 
 
 def node_cost(
@@ -135,8 +161,9 @@ def node_cost(
 
     Every variant gets each table, one after the other, so a change of the host's load
     weighs on all alike. Each run (a length of a repeat) brings new track ids, which the
-    nodes start afresh; its frames before the histories reach L are sent but not timed,
-    and the nodes' window is the longest length, so no history slides.
+    nodes start afresh; its frames before the histories reach L are sent but not timed.
+    The nodes' window is the longest length; its runs go on past the window for one
+    restart cycle of the nodes' default stride (``past_window``, every frame timed).
     """
     if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
         raise ConfigError(
@@ -144,7 +171,10 @@ def node_cost(
             f"{agents}, {repeats}"
         )
     names = list(session.publishers)
+    window = max(lengths)
+    stride = PredictionSettings(history_steps=window).stride
     per: dict[str, dict[int, list[float]]] = {n: {length: [] for length in lengths} for n in names}
+    past: dict[str, list[float]] = {n: [] for n in names}
     stamp = session.prime(FIRST_NS, STEP_NS, PRIME_ATTEMPTS, ROUND_TRIP_TIMEOUT_S)
     run = 0
     for repeat in range(repeats):
@@ -153,7 +183,9 @@ def node_cost(
         for length in order:
             run += 1
             timed = range(phases * (length - 1) + 1, phases * length + 1)
-            for k, tracks in enumerate(_tables(agents, timed.stop, seed=run)):
+            beyond = range(timed.stop, phases * (window + stride) + 1 if length == window else 0)
+            frames = max(timed.stop, beyond.stop)
+            for k, tracks in enumerate(_tables(agents, frames, seed=run)):
                 tracks["id"] += run * RUN_IDS
                 for name in names:
                     ms = session.round_trip(name, stamp, tracks, ROUND_TRIP_TIMEOUT_S)
@@ -162,18 +194,19 @@ def node_cost(
                         raise ConfigError(f"no predictions of stamp {stamp} from {name}")
                     if k in timed:
                         per[name][length].append(ms)
+                    elif k in beyond:
+                        past[name].append(ms)
                 stamp += STEP_NS
     result: dict[str, Any] = {
         "agents": agents,
-        "window": max(lengths),
+        "window": window,
+        "stride": stride,
         "repeats": repeats,
         "note": WINDOW_NOTE,
     }
     for name in names:
         result[name] = {str(length): _summary(v) for length, v in per[name].items() if v}
-    for name in names:
-        first_key, last_key = str(min(lengths)), str(max(lengths))
-        result[f"{name}_ratio_longest_to_shortest"] = round(
-            result[name][last_key]["p50_ms"] / result[name][first_key]["p50_ms"], 3
-        )
+        if past[name]:
+            result[name][PAST] = _summary(past[name])
+        _ratios(result, name, lengths)
     return result

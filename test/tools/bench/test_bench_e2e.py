@@ -22,14 +22,17 @@ def test_prediction_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "e2e" and doc["modes"] == {}
     cost = doc["prediction_cost_stage"]
-    assert cost["window"] == 5 and cost["agents"] == 3
+    assert cost["window"] == 5 and cost["agents"] == 3 and cost["stride"] == 2
     for mode in ("incremental", "full"):
-        assert set(cost[mode]) == {"2", "5"}
+        assert set(cost[mode]) == {"2", "5", "past_window"}
         for summary in cost[mode].values():
-            assert set(summary) == SUMMARY_KEYS
-            # One frame per grid point of a predictor step, every agent predicted.
-            assert summary["frames"] == 4 and summary["p50_ms"] > 0.0
+            assert set(summary) == SUMMARY_KEYS and summary["p50_ms"] > 0.0
+        # One frame per grid point of a predictor step, every agent predicted; past the
+        # window, one restart cycle (stride steps) of them.
+        assert cost[mode]["2"]["frames"] == cost[mode]["5"]["frames"] == 4
+        assert cost[mode]["past_window"]["frames"] == 4 * 2
     assert cost["incremental_ratio_longest_to_shortest"] > 0.0
+    assert cost["incremental_ratio_past_window_to_shortest"] > 0.0
 
 
 @pytest.mark.usefixtures("kitti_bin")
@@ -57,6 +60,8 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     status = runs["speculation"]["node_status"]["perception_pipeline"]
     assert status["prediction.mode"] == "incremental" and status["prediction.speculation"] == "True"
     cost = doc["prediction_cost_node"]
+    assert cost["stride"] == 1
     for mode in ("incremental", "full"):
-        assert set(cost[mode]) == {"2", "3"}
+        assert set(cost[mode]) == {"2", "3", "past_window"}
         assert all(set(v) == SUMMARY_KEYS and v["frames"] == 4 for v in cost[mode].values())
+        assert cost[f"{mode}_ratio_past_window_to_shortest"] > 0.0
