@@ -186,6 +186,8 @@ FEATURES = (
     "/**:\n  ros__parameters:\n"
     "    points:\n      sectors_per_revolution: 0\n"
     "    prediction:\n      mode: incremental\n      speculation: true\n"
+    # The shortest window: histories restart within the bag's frames.
+    "      history_steps: 2\n"
 )
 
 
@@ -216,6 +218,7 @@ def test_replay_with_every_feature_on_records_identical_outputs(
     stage = doc["summary"]["prediction_stage"]
     assert stage["mode"] == "incremental" and stage["speculation"] is True
     assert stage["frames"] == 12 and stage["speculation.candidates"] > 0
+    assert stage["slid"] > 0
     assert doc["summary"]["sectors"]["revolutions"] == 12
 
 
