@@ -20,6 +20,7 @@ from dynshape_perception.scheduling.incremental import Prediction, full_recomput
 from dynshape_perception.scheduling.speculative import (
     SpeculationConfig,
     SpeculativePredictor,
+    run_to_end,
     snap,
 )
 
@@ -496,12 +497,7 @@ class PredictionStage:
 
     def speculate(self) -> int:
         """``speculate_chunks`` run to the end on the calling thread."""
-        chunks = self.speculate_chunks()
-        while True:
-            try:
-                next(chunks)
-            except StopIteration as stop:
-                return int(stop.value)
+        return run_to_end(self.speculate_chunks())
 
     # -- diagnostics ----------------------------------------------------------------------
     def diagnostics(self) -> dict[str, float | int | str | bool]:

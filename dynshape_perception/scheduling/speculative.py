@@ -7,6 +7,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -22,6 +23,16 @@ from dynshape_perception.scheduling.incremental import (
 
 # Critical-path and speculation timings kept: a node speculates for days.
 TIMING_WINDOW = 100_000
+_T = TypeVar("_T")
+
+
+def run_to_end(chunks: Generator[None, None, _T]) -> _T:
+    """A chunked computation run on the calling thread, all chunks at once: its result."""
+    while True:
+        try:
+            next(chunks)
+        except StopIteration as stop:
+            return cast(_T, stop.value)
 
 
 @dataclass(frozen=True)
@@ -304,12 +315,7 @@ class SpeculativePredictor:
 
     def speculate(self) -> int:
         """Precompute the next tick's candidates now; returns how many were computed."""
-        chunks = self.speculate_chunks()
-        while True:
-            try:
-                next(chunks)
-            except StopIteration as stop:
-                return int(stop.value)
+        return run_to_end(self.speculate_chunks())
 
     def speculate_chunks(self) -> Generator[None, None, int]:
         """``speculate`` split into one ``step_decode`` call per chunk (for an executor)."""

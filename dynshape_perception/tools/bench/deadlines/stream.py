@@ -35,6 +35,7 @@ from dynshape_perception.scheduling.incremental import (
 from dynshape_perception.scheduling.speculative import (
     SpeculationConfig,
     SpeculativePredictor,
+    run_to_end,
 )
 from dynshape_perception.scheduling.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
@@ -224,11 +225,7 @@ class Run:
 
 def exhaust(result: Any) -> Any:
     if isinstance(result, Generator):
-        while True:
-            try:
-                next(result)
-            except StopIteration as stop:
-                return stop.value
+        return run_to_end(result)
     return result
 
 
