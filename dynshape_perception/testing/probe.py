@@ -20,8 +20,10 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
+from rclpy.publisher import Publisher
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
+from rclpy.subscription import Subscription
 from rclpy.task import Future
 from sensor_msgs.msg import PointCloud2
 from tf2_ros import StaticTransformBroadcaster, TransformBroadcaster
@@ -124,12 +126,25 @@ class Probe(Node):
         self.tasks: dict[str, Diagnostics] = {}
         self.track_ids = UuidIndex()
         self.prediction_ids = UuidIndex()
+        self.readers: dict[str, Subscription] = {}
         for topic in TABLE_TOPICS:
-            self.create_subscription(PointCloud2, topic, self._table_cb(topic), qos)
+            self.readers[topic] = self.create_subscription(
+                PointCloud2, topic, self._table_cb(topic), qos
+            )
         for topic, msg_type in OBJECT_TOPICS.items():
             # Raw: the arrival is stamped before any message object is built.
-            self.create_subscription(msg_type, topic, self._objects_cb(topic), qos, raw=True)
-        self.create_subscription(MarkerArray, "markers", self._on_markers, qos)
+            self.readers[topic] = self.create_subscription(
+                msg_type, topic, self._objects_cb(topic), qos, raw=True
+            )
+        self.readers["markers"] = self.create_subscription(
+            MarkerArray, "markers", self._on_markers, qos
+        )
+        self.writers: dict[str, Publisher] = {
+            "points": self.points_pub,
+            "odom": self.odom_pub,
+            "obstacles": self.obstacles_pub,
+            "detected_objects": self.detected_pub,
+        }
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos)
         self.executor_ = SingleThreadedExecutor(context=context)
         self.executor_.add_node(self)
@@ -284,11 +299,28 @@ class Probe(Node):
     def wait_for_graph(
         self, subscribers: Mapping[str, int], publishers: Mapping[str, int], timeout_s: float
     ) -> bool:
-        """Until every topic has at least that many subscribers and publishers."""
+        """Until every topic has at least that many subscribers and publishers, and the
+        probe's own endpoints on those topics are matched with as many.
+
+        The graph shows an endpoint before DDS has matched it with the probe's: a
+        best-effort cloud published in between is lost without a trace."""
+
+        def matched() -> bool:
+            return all(
+                self.writers[t].get_subscription_count() >= n
+                for t, n in subscribers.items()
+                if t in self.writers
+            ) and all(
+                self.readers[t].get_publisher_count() >= n
+                for t, n in publishers.items()
+                if t in self.readers
+            )
+
         return self.spin_until(
             lambda: (
                 all(self.count_subscribers(t) >= n for t, n in subscribers.items())
                 and all(self.count_publishers(t) >= n for t, n in publishers.items())
+                and matched()
             ),
             timeout_s,
         )
