@@ -124,8 +124,25 @@ def predictor_kernels(
             nc = T.tanh(gi[2 * hd + j] + r * gh[2 * hd + j])
             h[j] = (T.float32(1) - z) * nc + z * h[j]
 
+    # The outer loop of every kernel: one GPU thread per agent, or CPU threads when the work
+    # pays for a parallel region. A non-hygienic macro sees only its arguments and the names
+    # of the prim_func it expands in, so what it needs from here comes in as defaults.
     @T.macro(hygienic=False)
-    def encode_agent(a, cell):  # type: ignore[no-untyped-def]
+    def each_agent(agent, work, gpu=gpu, threads=threads):  # type: ignore[no-untyped-def]
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        agent(bx * threads + tx)
+        elif work >= MIN_PARALLEL_WORK:
+            for a in T.parallel(a_n):
+                agent(a)
+        else:
+            for a in T.serial(a_n):
+                agent(a)
+
+    @T.macro(hygienic=False)
+    def encode_agent(a, cell=gru_cell):  # type: ignore[no-untyped-def]
         h = T.decl_buffer((hd,), "float32", scope="local")
         gi = T.decl_buffer((g3,), "float32", scope="local")
         gh = T.decl_buffer((g3,), "float32", scope="local")
@@ -174,20 +191,10 @@ def predictor_kernels(
         h_out = T.match_buffer(var_h, (a_n, hd), "float32")
         pos_out = T.match_buffer(var_pos, (a_n, 2), "float32")
         disp_out = T.match_buffer(var_disp, (a_n, 2), "float32")
-        if gpu:
-            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
-                for tx in T.thread_binding(threads, thread="threadIdx.x"):
-                    if bx * threads + tx < a_n:
-                        encode_agent(bx * threads + tx, gru_cell)
-        elif a_n * s_n * cell_work >= MIN_PARALLEL_WORK:
-            for a in T.parallel(a_n):
-                encode_agent(a, gru_cell)
-        else:
-            for a in T.serial(a_n):
-                encode_agent(a, gru_cell)
+        each_agent(encode_agent, a_n * s_n * cell_work)
 
     @T.macro(hygienic=False)
-    def step_agent(a, cell):  # type: ignore[no-untyped-def]
+    def step_agent(a, cell=gru_cell):  # type: ignore[no-untyped-def]
         h = T.decl_buffer((hd,), "float32", scope="local")
         gi = T.decl_buffer((g3,), "float32", scope="local")
         gh = T.decl_buffer((g3,), "float32", scope="local")
@@ -227,17 +234,7 @@ def predictor_kernels(
         h_out = T.match_buffer(var_h, (a_n, hd), "float32")
         pos_out = T.match_buffer(var_pos, (a_n, 2), "float32")
         disp_out = T.match_buffer(var_disp, (a_n, 2), "float32")
-        if gpu:
-            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
-                for tx in T.thread_binding(threads, thread="threadIdx.x"):
-                    if bx * threads + tx < a_n:
-                        step_agent(bx * threads + tx, gru_cell)
-        elif a_n * cell_work >= MIN_PARALLEL_WORK:
-            for a in T.parallel(a_n):
-                step_agent(a, gru_cell)
-        else:
-            for a in T.serial(a_n):
-                step_agent(a, gru_cell)
+        each_agent(step_agent, a_n * cell_work)
 
     @T.macro(hygienic=False)
     def place_agent(a):  # type: ignore[no-untyped-def]
@@ -271,22 +268,12 @@ def predictor_kernels(
         pos = T.match_buffer(var_pos, (a_n, 2), "float32")
         disp = T.match_buffer(var_disp, (a_n, 2), "float32")
         out = T.match_buffer(var_out, (a_n, k_hyp, horizon, 2), "float32")
-        if gpu:
-            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
-                for tx in T.thread_binding(threads, thread="threadIdx.x"):
-                    if bx * threads + tx < a_n:
-                        place_agent(bx * threads + tx)
-        elif a_n * place_work >= MIN_PARALLEL_WORK:
-            for a in T.parallel(a_n):
-                place_agent(a)
-        else:
-            for a in T.serial(a_n):
-                place_agent(a)
+        each_agent(place_agent, a_n * place_work)
 
     # Packed histories: agent a's steps are rows [start_a, start_a + len_a) of one [S, 2]
     # array, so a batch costs its real steps, not A x T_max.
     @T.macro(hygienic=False)
-    def encode_packed_agent(a, cell):  # type: ignore[no-untyped-def]
+    def encode_packed_agent(a, cell=gru_cell):  # type: ignore[no-untyped-def]
         h = T.decl_buffer((hd,), "float32", scope="local")
         gi = T.decl_buffer((g3,), "float32", scope="local")
         gh = T.decl_buffer((g3,), "float32", scope="local")
@@ -334,17 +321,7 @@ def predictor_kernels(
         h_out = T.match_buffer(var_h, (a_n, hd), "float32")
         pos_out = T.match_buffer(var_pos, (a_n, 2), "float32")
         disp_out = T.match_buffer(var_disp, (a_n, 2), "float32")
-        if gpu:
-            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
-                for tx in T.thread_binding(threads, thread="threadIdx.x"):
-                    if bx * threads + tx < a_n:
-                        encode_packed_agent(bx * threads + tx, gru_cell)
-        elif s_n * cell_work >= MIN_PARALLEL_WORK:
-            for a in T.parallel(a_n):
-                encode_packed_agent(a, gru_cell)
-        else:
-            for a in T.serial(a_n):
-                encode_packed_agent(a, gru_cell)
+        each_agent(encode_packed_agent, s_n * cell_work)
 
     return gru_encode, gru_step, place_hypotheses, gru_encode_packed
 
