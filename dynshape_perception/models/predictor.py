@@ -155,7 +155,8 @@ def _cell_ref(
     r = sigmoid(gi[:, :hd] + gh[:, :hd])
     z = sigmoid(gi[:, hd : 2 * hd] + gh[:, hd : 2 * hd])
     n = np.tanh(gi[:, 2 * hd :] + r * gh[:, 2 * hd :])
-    return ((1 - z) * n + z * h).astype(np.float32)
+    out: np.ndarray = ((1 - z) * n + z * h).astype(np.float32)
+    return out
 
 
 def encode_ref(
