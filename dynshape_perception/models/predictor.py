@@ -62,50 +62,37 @@ class Predictor(nn.Module):
             config.hidden, config.hypotheses, config.horizon, gpu
         )
 
-    def _gru(self) -> list[nn.Tensor]:
-        return [self.w_ih, self.w_hh, self.b_ih, self.b_hh]
-
-    def _state(self, a: object) -> list[nn.Tensor]:
+    def _state_op(
+        self, kernel: object, name: str, inputs: list[nn.Tensor], agents: object
+    ) -> tuple[nn.Tensor, ...]:
+        """A GRU kernel over ``inputs`` and the weights: the state (hidden, last pos, last disp)."""
         hd = self.config.hidden
-        return [
-            nn.Tensor.placeholder([a, hd], "float32"),
-            nn.Tensor.placeholder([a, 2], "float32"),
-            nn.Tensor.placeholder([a, 2], "float32"),
-        ]
-
-    def encode(self, history: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, ...]:
-        a = history.shape[0]
         return tuple(
             op.tensor_ir_op(
-                self._encode_k,
-                "gru_encode",
-                args=[history, lengths, *self._gru()],
-                out=self._state(a),
+                kernel,
+                name,
+                args=[*inputs, self.w_ih, self.w_hh, self.b_ih, self.b_hh],
+                out=[
+                    nn.Tensor.placeholder([agents, hd], "float32"),
+                    nn.Tensor.placeholder([agents, 2], "float32"),
+                    nn.Tensor.placeholder([agents, 2], "float32"),
+                ],
             )
         )
 
+    def encode(self, history: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        return self._state_op(self._encode_k, "gru_encode", [history, lengths], history.shape[0])
+
     def encode_packed(self, points: nn.Tensor, lengths: nn.Tensor) -> tuple[nn.Tensor, ...]:
-        a = lengths.shape[0]
-        return tuple(
-            op.tensor_ir_op(
-                self._packed_k,
-                "gru_encode_packed",
-                args=[points, lengths, *self._gru()],
-                out=self._state(a),
-            )
+        return self._state_op(
+            self._packed_k, "gru_encode_packed", [points, lengths], lengths.shape[0]
         )
 
     def step(
         self, hidden: nn.Tensor, last_pos: nn.Tensor, last_disp: nn.Tensor, new_pos: nn.Tensor
     ) -> tuple[nn.Tensor, ...]:
-        a = hidden.shape[0]
-        return tuple(
-            op.tensor_ir_op(
-                self._step_k,
-                "gru_step",
-                args=[hidden, last_pos, last_disp, new_pos, *self._gru()],
-                out=self._state(a),
-            )
+        return self._state_op(
+            self._step_k, "gru_step", [hidden, last_pos, last_disp, new_pos], hidden.shape[0]
         )
 
     def decode(
