@@ -64,6 +64,32 @@ def _summary(values: list[float]) -> dict[str, float | int]:
     }
 
 
+def _check_sizes(lengths: Sequence[int], agents: int, repeats: int) -> None:
+    if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
+        raise ConfigError(
+            f"need history lengths >= 2 (one step to predict from), agents >= 1 and "
+            f"repeats >= 1; got {list(lengths)}, {agents}, {repeats}"
+        )
+
+
+def _header(agents: int, window: int, stride: int, repeats: int) -> dict[str, Any]:
+    return {
+        "agents": agents,
+        "window": window,
+        "stride": stride,
+        "repeats": repeats,
+        "note": WINDOW_NOTE,
+    }
+
+
+def _by_length(per_length: dict[int, list[float]], past: list[float]) -> dict[str, Any]:
+    """Summaries by history length (those with frames), and past the window if it ran."""
+    entry = {str(length): _summary(v) for length, v in per_length.items() if v}
+    if past:
+        entry[PAST] = _summary(past)
+    return entry
+
+
 def stage_cost(
     predictor: ModelFn,
     settings: PredictionSettings,
@@ -82,20 +108,10 @@ def stage_cost(
     The longest length's stage then goes on past the window for one restart cycle
     (``stride`` predictor steps, every frame timed: ``past_window``).
     """
-    if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
-        raise ConfigError(
-            f"need history lengths >= 2 (one step to predict from), agents >= 1 and "
-            f"repeats >= 1; got {list(lengths)}, {agents}, {repeats}"
-        )
+    _check_sizes(lengths, agents, repeats)
     window = max(lengths)
     stride = replace(settings, history_steps=window, history_stride=0).stride
-    result: dict[str, Any] = {
-        "agents": agents,
-        "window": window,
-        "stride": stride,
-        "repeats": repeats,
-        "note": WINDOW_NOTE,
-    }
+    result: dict[str, Any] = _header(agents, window, stride, repeats)
     for mode in ("incremental", "full"):
         config = replace(
             settings, mode=mode, history_steps=window, history_stride=stride, speculation=False
@@ -129,9 +145,7 @@ def stage_cost(
                 ms = (time.perf_counter() - start) * MS_PER_S
                 if out.ids.size == agents:
                     past.append(ms)
-        result[mode] = {str(length): _summary(v) for length, v in per_length.items() if v}
-        if past:
-            result[mode][PAST] = _summary(past)
+        result[mode] = _by_length(per_length, past)
     _ratios(result, "incremental", lengths)
     return result
 
@@ -165,11 +179,7 @@ def node_cost(
     The nodes' window is the longest length; its runs go on past the window for one
     restart cycle of the nodes' default stride (``past_window``, every frame timed).
     """
-    if not lengths or min(lengths) < 2 or agents < 1 or repeats < 1:
-        raise ConfigError(
-            f"need history lengths >= 2, agents >= 1 and repeats >= 1; got {list(lengths)}, "
-            f"{agents}, {repeats}"
-        )
+    _check_sizes(lengths, agents, repeats)
     names = list(session.publishers)
     window = max(lengths)
     stride = PredictionSettings(history_steps=window).stride
@@ -197,16 +207,8 @@ def node_cost(
                     elif k in beyond:
                         past[name].append(ms)
                 stamp += STEP_NS
-    result: dict[str, Any] = {
-        "agents": agents,
-        "window": window,
-        "stride": stride,
-        "repeats": repeats,
-        "note": WINDOW_NOTE,
-    }
+    result: dict[str, Any] = _header(agents, window, stride, repeats)
     for name in names:
-        result[name] = {str(length): _summary(v) for length, v in per[name].items() if v}
-        if past[name]:
-            result[name][PAST] = _summary(past[name])
+        result[name] = _by_length(per[name], past[name])
         _ratios(result, name, lengths)
     return result
