@@ -8,7 +8,8 @@ import importlib
 # name -> one-line help. Each module has add_arguments(parser), with --json OUT, and
 # run(args) -> int; it is imported only when chosen, so no benchmark pays for another's imports.
 BENCHMARKS: dict[str, str] = {
-    "kernels": "TIR kernels against their NumPy twins and the generic builds",
+    "kernels": "the generic TVM builds of the models against ONNX Runtime, PyTorch eager, "
+    "torch.compile and NumPy at fixed sizes: every output checked against TVM, then timed",
     "jit": "the shape-specialising JIT: hit rates, compile costs, speedups",
     "e2e": "end-to-end latency over DDS, separate nodes and the composed pipeline",
     "deadlines": "deadline-aware scheduling under load",

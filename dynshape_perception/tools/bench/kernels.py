@@ -1,4 +1,4 @@
-"""``bench kernels``: TVM's generic symbolic builds against ONNX Runtime, PyTorch and NumPy."""
+"""``bench kernels``: TVM's generic builds against ONNX Runtime, PyTorch, torch.compile, NumPy."""
 
 from __future__ import annotations
 
@@ -529,7 +529,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--models", nargs="+", choices=tuple(SIZES), default=list(SIZES), help="models to run"
     )
-    parser.add_argument("--runs", type=int, default=20, help="timed runs per backend and size")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=20,
+        help="timed runs per backend and size, their median reported (>= 20; >= 1 with --smoke)",
+    )
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs after the checks")
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="artefact cache (default: the user cache)"
@@ -537,8 +542,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="small sizes and any number of runs: checks every peer against TVM (for CI); "
-        "its timings are no figures",
+        help="two small sizes per model, none the export's: checks every peer against TVM "
+        "(for CI); its timings are no figures",
     )
 
 
