@@ -33,6 +33,21 @@ def median(values: ArrayLike) -> float:
     return float(np.median(np.asarray(values, dtype=np.float64)))
 
 
+def bootstrap_means(
+    values: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> np.ndarray:
+    """The means of ``resamples`` seeded resamples (with replacement) of a 1-D sample."""
+    picks = np.random.default_rng(seed).integers(0, len(values), size=(resamples, len(values)))
+    return np.asarray(values[picks].mean(axis=1))
+
+
+def central_interval(samples: ArrayLike, level: float) -> tuple[float, float]:
+    """The percentiles that hold the central ``level`` share of ``samples`` between them."""
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(np.asarray(samples, dtype=np.float64), [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
 def latency_stats(values: Iterable[float]) -> dict[str, float]:
     """Mean, p50 and p99 in milliseconds, rounded; all 0 for an empty sample."""
     data = np.fromiter(values, dtype=np.float64)
@@ -54,8 +69,7 @@ def geomean_ci(
     mean = float(np.exp(logs.mean()))
     if len(logs) < 2:
         return mean, None, None
-    picks = np.random.default_rng(0).integers(0, len(logs), size=(resamples, len(logs)))
-    means = logs[picks].mean(axis=1)
+    means = bootstrap_means(logs, resamples)
     low, high = np.exp(np.percentile(means, [2.5, 97.5]))
     return mean, float(low), float(high)
 

@@ -12,6 +12,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.perception.pipeline import Pipeline, PipelineParams, Pose2D
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.stats import median
 from dynshape_perception.tools.sim.scenes import driving_scene
 
 EGO_SPEED_MPS = 5.0
@@ -114,7 +115,7 @@ def run_dds(args: argparse.Namespace) -> int:
                 + "".join(f" {_fmt(stages[s]):>13}" for s in DDS_COLUMNS)
             )
         session.probe.spin_for(DIAGNOSTICS_WAIT_S)
-        print(f"median scan-to-predictions {np.median(e2e):.1f} ms over DDS ({len(e2e)} frames)")
+        print(f"median scan-to-predictions {median(e2e):.1f} ms over DDS ({len(e2e)} frames)")
         for proc in session.processes:
             status = session.probe.status(proc.name)
             if status is None:
@@ -170,7 +171,7 @@ def run_in_process(args: argparse.Namespace) -> int:
             )
         metrics = engine.metrics.snapshot()
         print(
-            f"median frame {np.median(totals):.1f} ms; JIT: {metrics['calls']} calls, "
+            f"median frame {median(totals):.1f} ms; JIT: {metrics['calls']} calls, "
             f"{metrics['hits']} specialised, {metrics['compiles_ok']} compiled in background"
         )
         print(f"planned memory at the bounds (bytes): {engine.planned}")

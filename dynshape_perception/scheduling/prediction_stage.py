@@ -23,6 +23,7 @@ from dynshape_perception.scheduling.speculative import (
     run_to_end,
     snap,
 )
+from dynshape_perception.stats import DIGITS, median
 
 MODES = ("incremental", "full")
 # The grid is anchored this share of a grid step before the first frame: a later frame may
@@ -520,7 +521,7 @@ class PredictionStage:
                 "resets": c.resets,
                 "forward_calls": c.forward_calls,
                 "forwarded": c.forwarded,
-                "predict_p50_ms": round(float(np.median(predict)), 3) if predict.size else 0.0,
+                "predict_p50_ms": round(median(predict), DIGITS) if predict.size else 0.0,
                 "speculation": s.speculation,
             }
         verified, accepted = counts.pop("verified"), counts.pop("accepted")
@@ -528,7 +529,7 @@ class PredictionStage:
         # that of frames that were promoted, signed (below 0: promotion cost time); only
         # measured once both kinds were seen, and 0 until then.
         measured = bool(promoted.size and stepped.size)
-        saved = float(np.median(stepped)) - float(np.median(promoted)) if measured else 0.0
+        saved = median(stepped) - median(promoted) if measured else 0.0
         promoted_frames = counts.pop("promoted_frames")
         candidates = counts.pop("candidates")
         out.update(counts)

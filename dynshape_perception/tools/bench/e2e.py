@@ -17,6 +17,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.stats import DIGITS, median, percentile
 from dynshape_perception.tools.bench.prediction_cost import LENGTHS
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames
 from dynshape_perception.tools.sim.scenes import sensor_sectors
@@ -113,10 +114,10 @@ def summary(latencies_ms: list[float]) -> dict[str, float]:
     if values.size == 0:
         return {"p50_ms": float("nan"), "p99_ms": float("nan"), "max_ms": float("nan")}
     return {
-        "p50_ms": round(float(np.median(values)), 3),
-        "p99_ms": round(float(np.percentile(values, PERCENTILE)), 3),
-        "mean_ms": round(float(values.mean()), 3),
-        "max_ms": round(float(values.max()), 3),
+        "p50_ms": round(median(values), DIGITS),
+        "p99_ms": round(percentile(values, PERCENTILE), DIGITS),
+        "mean_ms": round(float(values.mean()), DIGITS),
+        "max_ms": round(float(values.max()), DIGITS),
     }
 
 
@@ -193,8 +194,10 @@ def measure(
         session.probe.spin_for(float(STATUS_WAIT_S))
         # A loaded host may publish the diagnostics late: wait for every node's.
         session.probe.spin_until(
-            lambda: all(session.probe.status(p.name) is not None for p in session.processes)
-            and session.probe.task(PREDICTING_NODE[setup], PREDICTION_TASK) is not None,
+            lambda: (
+                all(session.probe.status(p.name) is not None for p in session.processes)
+                and session.probe.task(PREDICTING_NODE[setup], PREDICTION_TASK) is not None
+            ),
             args.frame_timeout_s,
         )
         statuses = {proc.name: session.probe.status(proc.name) for proc in session.processes}
@@ -269,9 +272,7 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             continue
         head = runs.get("/".join(HEADLINE), next(iter(runs.values())))
-        modes[mode] = {k: head[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {
-            "runs": runs
-        }
+        modes[mode] = {k: head[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {"runs": runs}
     results: dict[str, Any] = {
         "benchmark": "e2e",
         "machine": {"cpu_count": _cpu_count(), "platform": platform.platform()},
@@ -296,9 +297,7 @@ def run(args: argparse.Namespace) -> int:
         results[f"prediction_cost_{path}"] = cost
         print(f"prediction cost per frame, {cost['agents']} agents ({cost['path']}):")
         for mode in ("incremental", "full"):
-            row = "  ".join(
-                f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items()
-            )
+            row = "  ".join(f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items())
             print(f"  {mode:<12} {row}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))

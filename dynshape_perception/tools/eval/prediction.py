@@ -10,6 +10,7 @@ import numpy as np
 from dynshape_perception.config import check_seed
 from dynshape_perception.errors import DataError, InputValueError, ShapeError
 from dynshape_perception.io.datasets import Tracks, detect_frame_step
+from dynshape_perception.stats import bootstrap_means, central_interval
 
 OBS_STEPS = 8
 PRED_STEPS = 12
@@ -175,13 +176,11 @@ def bootstrap_ci(
     if values.ndim != 1 or values.size == 0:
         raise ShapeError(f"bootstrap needs a non-empty 1-D array, got shape {values.shape}")
     if groups is None:
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, values.size, size=(resamples, values.size))
-        means = values[idx].mean(axis=1)
+        means = bootstrap_means(values, resamples, seed)
     else:
         totals, counts = _group_draws([values, np.ones_like(values)], groups, seed, resamples)
         means = totals / counts
-    return _percentiles(means, level)
+    return central_interval(means, level)
 
 
 def ratio_ci(
@@ -207,7 +206,7 @@ def ratio_ci(
     top, bottom = _group_draws([numerator, denominator], groups, seed, resamples)
     if not (bottom > NO_ERROR_M * denominator.size).all():
         return None
-    return _percentiles(top / bottom, level)
+    return central_interval(top / bottom, level)
 
 
 def _group_draws(
@@ -227,12 +226,6 @@ def _group_draws(
     np.add.at(times, (np.arange(resamples)[:, None], drawn), 1.0)
     totals = times @ sums
     return [totals[:, j] for j in range(len(columns))]
-
-
-def _percentiles(samples: np.ndarray, level: float) -> tuple[float, float]:
-    tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(samples, [tail, 100.0 - tail])
-    return float(lo), float(hi)
 
 
 def calibration(probs: np.ndarray, traj: np.ndarray, fut: np.ndarray) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dynshape_perception.stats import DIGITS, percentile
 from dynshape_perception.tools.replay.params import REPLAY_STAGES, STAGE_TIERS, TIERS
 
 if TYPE_CHECKING:
@@ -53,9 +54,9 @@ def _stats(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     arr = np.asarray(values, dtype=np.float64)
-    out = {f"p{p}": round(float(np.percentile(arr, p)), 3) for p in PERCENTILES}
-    out["mean"] = round(float(arr.mean()), 3)
-    out["max"] = round(float(arr.max()), 3)
+    out = {f"p{p}": round(percentile(arr, p), DIGITS) for p in PERCENTILES}
+    out["mean"] = round(float(arr.mean()), DIGITS)
+    out["max"] = round(float(arr.max()), DIGITS)
     return out
 
 
