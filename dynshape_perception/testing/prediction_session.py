@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 import uuid
@@ -30,7 +29,7 @@ from dynshape_perception.resources import config_path
 from dynshape_perception.testing.processes import (
     NodeProcess,
     dds_env,
-    dds_settings,
+    dds_settings_applied,
     domain_lease,
     start_node,
 )
@@ -145,9 +144,7 @@ def prediction_session(
             )
             processes.append(proc)
             stack.callback(proc.stop)
-        saved = {k: os.environ.get(k) for k in dds_settings()}
-        os.environ.update(dds_settings())
-        stack.callback(_restore, saved)
+        stack.enter_context(dds_settings_applied())
         context = Context()
         rclpy.init(context=context, domain_id=domain)
         stack.callback(context.try_shutdown)
@@ -190,11 +187,3 @@ def _wire(session: PredictionSession, names: list[str]) -> None:
             session.messages[status.name] = status.message
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, qos)
-
-
-def _restore(saved: Mapping[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value

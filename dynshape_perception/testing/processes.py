@@ -61,6 +61,23 @@ def dds_settings() -> dict[str, str]:
     }
 
 
+@contextmanager
+def dds_settings_applied() -> Iterator[None]:
+    """``dds_settings()`` in this process's own environment (for an in-process participant)
+    while the block runs; the earlier values, or their absence, come back after it."""
+    settings = dds_settings()
+    saved = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def dds_env(domain_id: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update(dds_settings())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import tempfile
 import time
@@ -21,7 +20,7 @@ from dynshape_perception.testing.probe import Probe, probe_session
 from dynshape_perception.testing.processes import (
     NodeProcess,
     dds_env,
-    dds_settings,
+    dds_settings_applied,
     domain_lease,
     start_node,
 )
@@ -160,10 +159,7 @@ def node_session(
         logs = log_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
         env = dds_env(domain)
         # The probe's own participant reads these when it is created.
-        settings = dds_settings()
-        saved = {k: os.environ.get(k) for k in settings}
-        os.environ.update(settings)
-        stack.callback(_restore_env, saved)
+        stack.enter_context(dds_settings_applied())
         processes: list[NodeProcess] = []
         stack.callback(_stop_all, processes)
         for name in MODES[mode]:
@@ -185,11 +181,3 @@ def node_session(
 def _stop_all(processes: list[NodeProcess]) -> None:
     for proc in processes:
         proc.stop(signal.SIGINT)
-
-
-def _restore_env(saved: Mapping[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
