@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,11 +35,16 @@ from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE, check_box
 from dynshape_perception.perception.objects import (
     UUID_BYTES,
     ObjectParams,
+    TrackUuids,
+    existence_probability,
     pose_covariance,
     twist_covariance,
 )
 from dynshape_perception.perception.prediction import PredictedPaths
 from dynshape_perception.perception.transforms import normalised_quaternion
+
+if TYPE_CHECKING:
+    from dynshape_perception.perception.tracking import Tracker
 
 DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
 OBJECT_TYPES = (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS)
@@ -80,6 +85,17 @@ class TrackStates:
             )
         if self.missed.shape != (n,):
             raise MessageError(f"track states disagree: {n} tracks, missed {self.missed.shape}")
+
+    @classmethod
+    def of_tracker(cls, tracks: np.ndarray, tracker: Tracker, uuids: TrackUuids) -> TrackStates:
+        """``tracks``, just returned by ``tracker``, with its hit and miss counts (read them
+        under the tracker's lock)."""
+        return cls(
+            tracks,
+            uuids.of(tracks["id"]),
+            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
+            tracker.missed,
+        )
 
 
 def _poses(x: np.ndarray, y: np.ndarray, z: np.ndarray, yaw: np.ndarray) -> np.ndarray:

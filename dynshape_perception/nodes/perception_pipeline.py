@@ -32,7 +32,7 @@ from dynshape_perception.nodes.messages import (
     table_msg,
 )
 from dynshape_perception.nodes.segmenting import SegmentingNode
-from dynshape_perception.perception.objects import TrackUuids, existence_probability
+from dynshape_perception.perception.objects import TrackUuids
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.scheduling.lidar_tiers import MARKERS, MS_PER_S, NearResult
 from dynshape_perception.scheduling.perception_tiers import (
@@ -131,13 +131,7 @@ class PerceptionPipelineNode(SegmentingNode):
 
     def _states(self, tracks: np.ndarray) -> TrackStates:
         """The tracks as the messages carry them (called under the tracker's lock)."""
-        tracker = self.pipeline.tracker
-        return TrackStates(
-            tracks,
-            self.uuids.of(tracks["id"]),
-            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
-            tracker.missed,
-        )
+        return TrackStates.of_tracker(tracks, self.pipeline.tracker, self.uuids)
 
     def on_points(self, msg: PointCloud2) -> None:
         with self.handling("points"):

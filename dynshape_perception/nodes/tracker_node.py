@@ -35,7 +35,7 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import serialized_header, stamp_ns, stamp_s, table_msg
-from dynshape_perception.perception.objects import TrackUuids, existence_probability
+from dynshape_perception.perception.objects import TrackUuids
 from dynshape_perception.perception.pipeline import Pipeline
 
 MS_PER_S = 1000.0
@@ -120,12 +120,7 @@ class TrackerNode(PerceptionNode):
         tracker = pipeline.tracker
         self.set_counter(TRACKS_DROPPED, tracker.dropped_tracks)
         t1 = time.perf_counter()
-        states = TrackStates(
-            tracks,
-            self.uuids.of(tracks["id"]),
-            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
-            tracker.missed,
-        )
+        states = TrackStates.of_tracker(tracks, tracker, self.uuids)
         ns = stamp_ns(header.stamp)
         self.tracked.publish_serialized(
             tracked_objects(ns, located.fixed_frame, states, pipeline.params.objects),

@@ -28,7 +28,6 @@ from dynshape_perception.perception.localization import Localizer, Located
 from dynshape_perception.perception.objects import (
     REPLAY_NAMESPACE,
     TrackUuids,
-    existence_probability,
 )
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
 from dynshape_perception.perception.prediction import PredictedPaths
@@ -565,7 +564,7 @@ class InProcessReplay:
             tracks,
             table,
             paths,
-            self._states(pipeline, tracks),
+            TrackStates.of_tracker(tracks, pipeline.tracker, self._uuids),
             obstacle_frame,
             fixed_frame,
             reference,
@@ -577,15 +576,6 @@ class InProcessReplay:
         if located is None:
             raise ConfigError(f"no pose of {frame_id!r} at {stamp_s:.6f} s")
         return located
-
-    def _states(self, pipeline: Pipeline, tracks: np.ndarray) -> TrackStates:
-        tracker = pipeline.tracker
-        return TrackStates(
-            tracks,
-            self._uuids.of(tracks["id"]),
-            existence_probability(tracker.hits, tracker.missed, tracker.params.max_missed_frames),
-            tracker.missed,
-        )
 
     def _jit_state(self, record: FrameRecord) -> None:
         m = self.engine.metrics
