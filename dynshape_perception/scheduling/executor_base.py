@@ -245,14 +245,10 @@ class ExecutorBase:
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until nothing is queued or running; False on timeout."""
-        end = time.monotonic() + timeout_s
         with self._cv:
-            while self._queued_locked() or self._running:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cv.wait(left)
-        return True
+            return self._cv.wait_for(
+                lambda: not (self._queued_locked() or self._running), timeout_s
+            )
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop accepting work, drop what is queued (counted), and join the workers."""

@@ -637,14 +637,8 @@ class IdleSpeculation:
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no speculation is asked for or running; False on timeout."""
-        end = time.monotonic() + timeout_s
         with self._cv:
-            while self._pending or self._busy:
-                left = end - time.monotonic()
-                if left <= 0.0:
-                    return False
-                self._cv.wait(left)
-        return True
+            return self._cv.wait_for(lambda: not (self._pending or self._busy), timeout_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
         with self._cv:
