@@ -27,13 +27,14 @@ from dynshape_perception.compiler.targets import TargetProfile, load_profile
 from dynshape_perception.errors import DynshapeError
 from dynshape_perception.fsutil import StagedDir
 from dynshape_perception.models import MODEL_NAMES
-from dynshape_perception.tools.verify.common import load_models, make_cases, repo_root, save_arrays
+from dynshape_perception.tools.verify.common import load_models, make_cases, repo_root, write_cases
 from dynshape_perception.tools.verify.elf import ElfFile
 
 log = logging.getLogger(__name__)
 
 RUNNER = "run_bundle.py"
 MANIFEST = "bundle.json"
+CASE_LAYOUT = {"inputs": "cases/{key}.npz", "expected": "cases/{key}.expected.npz"}
 DEFAULT_MAX_MB = 60.0
 # The Python of each destination: the GPU test machine runs 3.12; the vehicle image, like the
 # emulated one, Debian's 3.11. Other x86 profiles default to this interpreter.
@@ -268,19 +269,7 @@ def _assemble(
     for unit in load_models(models):
         artefact = cache.get_or_build(unit.model, unit.weights, profile)
         lib, _ = export_to(artefact, out_dir / "artefacts")
-        entries = []
-        for case in make_cases(unit):
-            save_arrays(out_dir / "cases" / f"{case.key}.npz", case.inputs)
-            save_arrays(out_dir / "cases" / f"{case.key}.expected.npz", case.expected)
-            entries.append(
-                {
-                    "key": case.key,
-                    "function": case.function,
-                    "count": case.count,
-                    "inputs": f"cases/{case.key}.npz",
-                    "expected": f"cases/{case.key}.expected.npz",
-                }
-            )
+        entries = write_cases(make_cases(unit), out_dir, CASE_LAYOUT)
         plan["models"].append(
             {"name": unit.model.name, "library": f"artefacts/{lib.name}", "cases": entries}
         )

@@ -27,7 +27,7 @@ from dynshape_perception.tools.verify.common import (
     load_arrays,
     load_models,
     make_cases,
-    save_arrays,
+    write_cases,
 )
 from dynshape_perception.tools.verify.elf import EM_AARCH64, ElfFile
 from dynshape_perception.tools.verify.emulator import EmulatedPython, ensure_emulator
@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 TARGET = "aarch64"
 HOST_PROFILE = "x86_64"
+# Where the emulated runner finds each case and writes what it computed, under the work dir.
+CASE_LAYOUT = {
+    "inputs": "inputs/{key}.npz",
+    "expected": "expected/{key}.npz",
+    "outputs": "outputs/{key}.npz",
+}
 
 
 @dataclass(frozen=True)
@@ -159,20 +165,7 @@ def _prepare(
             unit.model, cache.get_or_build(unit.model, unit.weights, host).library_path
         )
         cases = make_cases(unit)
-        entries = []
-        for case in cases:
-            save_arrays(work_dir / "inputs" / f"{case.key}.npz", case.inputs)
-            save_arrays(work_dir / "expected" / f"{case.key}.npz", case.expected)
-            entries.append(
-                {
-                    "key": case.key,
-                    "function": case.function,
-                    "count": case.count,
-                    "inputs": f"inputs/{case.key}.npz",
-                    "expected": f"expected/{case.key}.npz",
-                    "outputs": f"outputs/{case.key}.npz",
-                }
-            )
+        entries = write_cases(cases, work_dir, CASE_LAYOUT)
         plan["models"].append(
             {"name": unit.model.name, "library": str(arm_art.library_path), "cases": entries}
         )
@@ -232,7 +225,7 @@ def verify_aarch64(
         run_s = {row["key"]: float(row["run_s"]) for row in model_report["cases"]}
         by_count: dict[int, CountResult] = {}
         for case, x86 in zip(prep.cases, prep.x86_outputs, strict=True):
-            arm = load_arrays(work_dir / "outputs" / f"{case.key}.npz")
+            arm = load_arrays(work_dir / CASE_LAYOUT["outputs"].format(key=case.key))
             entry = by_count.setdefault(case.count, CountResult(case.count, case.dims))
             entry.functions[case.function] = FunctionResult(
                 reference=compare(arm, case.expected),

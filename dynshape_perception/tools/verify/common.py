@@ -136,6 +136,21 @@ def save_arrays(path: Path, arrays: Sequence[np.ndarray]) -> None:
     np.savez(path, *[np.ascontiguousarray(a) for a in arrays])
 
 
+def write_cases(
+    cases: Sequence[Case], root: Path, layout: Mapping[str, str]
+) -> list[dict[str, str | int]]:
+    """Save each case's inputs and expected outputs under ``root``, at the ``inputs`` and
+    ``expected`` paths of ``layout`` (``{key}`` is the case's); the runner's plan entries,
+    which name every path of ``layout``."""
+    entries: list[dict[str, str | int]] = []
+    for case in cases:
+        paths = {name: template.format(key=case.key) for name, template in layout.items()}
+        save_arrays(root / paths["inputs"], case.inputs)
+        save_arrays(root / paths["expected"], case.expected)
+        entries.append({"key": case.key, "function": case.function, "count": case.count, **paths})
+    return entries
+
+
 def load_arrays(path: Path) -> list[np.ndarray]:
     try:
         return runner.load_arrays(path)
