@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
-from geometry_msgs.msg import Point, Quaternion
+from geometry_msgs.msg import Point, Quaternion, TransformStamped
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import PointCloud2, PointField
 from std_msgs.msg import ColorRGBA, Header
@@ -24,7 +24,7 @@ from dynshape_perception.io.tables import (
     LABEL_POLE,
     LABEL_UNKNOWN,
 )
-from dynshape_perception.perception.transforms import normalised_quaternion
+from dynshape_perception.perception.transforms import Matrix, normalised_quaternion, quaternion_of
 
 NS_PER_S = 1_000_000_000
 
@@ -80,6 +80,17 @@ def cloud_msg(data: CloudData, head: Header) -> PointCloud2:
 
 def table_msg(table: np.ndarray, head: Header) -> PointCloud2:
     return cloud_msg(encode_cloud(table), head)
+
+
+def transform_msg(parent: str, child: str, m: Matrix, stamp: Time) -> TransformStamped:
+    """The 4x4 rigid transform ``m`` of ``child`` in ``parent`` at ``stamp``."""
+    msg = TransformStamped()
+    msg.header = header(stamp, parent)
+    msg.child_frame_id = child
+    move, turn = msg.transform.translation, msg.transform.rotation
+    move.x, move.y, move.z = (float(v) for v in m[:3, 3])
+    turn.x, turn.y, turn.z, turn.w = quaternion_of(m)
+    return msg
 
 
 def odometry_pose(msg: Odometry) -> tuple[float, float, float, float]:

@@ -12,7 +12,6 @@ import numpy as np
 import rclpy
 from autoware_perception_msgs.msg import DetectedObjects, PredictedObjects, TrackedObjects
 from diagnostic_msgs.msg import DiagnosticArray
-from geometry_msgs.msg import TransformStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.context import Context
@@ -43,10 +42,11 @@ from dynshape_perception.nodes.messages import (
     header,
     stamp_ns,
     time_msg,
+    transform_msg,
     yaw_quaternion,
 )
 from dynshape_perception.perception.objects import UuidIndex
-from dynshape_perception.perception.transforms import Matrix, quaternion_of
+from dynshape_perception.perception.transforms import Matrix
 
 TABLE_TOPICS: dict[str, np.dtype] = {
     "near_obstacles": OBSTACLE_DTYPE,
@@ -247,15 +247,7 @@ class Probe(Node):
     ) -> None:
         """(parent, child, transform) on /tf_static (latched: one message holds them all) or
         on /tf at stamp ``ns``."""
-        msgs = []
-        for parent, child, m in transforms:
-            t = TransformStamped()
-            t.header = header(time_msg(ns), parent)
-            t.child_frame_id = child
-            move, turn = t.transform.translation, t.transform.rotation
-            move.x, move.y, move.z = (float(v) for v in m[:3, 3])
-            turn.x, turn.y, turn.z, turn.w = quaternion_of(m)
-            msgs.append(t)
+        msgs = [transform_msg(parent, child, m, time_msg(ns)) for parent, child, m in transforms]
         if static:
             self.tf_static.sendTransform(msgs)
         else:
