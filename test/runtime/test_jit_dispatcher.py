@@ -72,6 +72,23 @@ def eager_config(**overrides: object) -> JitConfig:
     return JitConfig(**values)  # type: ignore[arg-type]
 
 
+def associator_engine(
+    cache_root: Path,
+    config: JitConfig | None = None,
+    compile_fn: CompileFn = compile_to_cache,
+    bookkeeper: Bookkeeper | None = None,
+) -> Engine:
+    return Engine(
+        "x86_64",
+        config or eager_config(),
+        cache_dir=cache_root,
+        models=("associator",),
+        weights=WEIGHTS,
+        compile_fn=compile_fn,
+        bookkeeper=bookkeeper,
+    )
+
+
 @pytest.fixture()
 def engine(cache_root: Path) -> Iterator[Engine]:
     with Engine(
@@ -164,14 +181,7 @@ def test_failing_compiler_three_strikes_then_blacklisted(
     cache_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with (
-        Engine(
-            "x86_64",
-            eager_config(),
-            cache_dir=cache_root,
-            models=("associator",),
-            weights=WEIGHTS,
-            compile_fn=failing_compiler_fault_injector,
-        ) as eng,
+        associator_engine(cache_root, compile_fn=failing_compiler_fault_injector) as eng,
         caplog.at_level(logging.WARNING),
     ):
         inputs = call_inputs("associator", {"N": 5, "M": 5}, seed=2)
@@ -188,19 +198,19 @@ def test_failing_compiler_three_strikes_then_blacklisted(
         assert caplog.text.count("failed to compile 3 times") == 1
 
 
+def specialise_in_turn(eng: Engine, point_counts: tuple[int, ...]) -> None:
+    """Make the associator's (N=n, M=2) hot for each n in order, each compile finished before
+    the next shape, so that the keys enter the cache in that order."""
+    for n in point_counts:
+        inputs = call_inputs("associator", {"N": n, "M": 2}, seed=n)
+        for _ in range(2):
+            eng["associator"]("forward", *inputs)
+        assert eng.pool is not None and eng.pool.wait_idle(120)
+
+
 def test_lru_bounds_count_and_bytes(cache_root: Path) -> None:
-    with Engine(
-        "x86_64",
-        eager_config(max_entries=2),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
-        for n in (3, 10, 50):
-            inputs = call_inputs("associator", {"N": n, "M": 2}, seed=n)
-            for _ in range(2):
-                eng["associator"]("forward", *inputs)
-            assert eng.pool is not None and eng.pool.wait_idle(120)
+    with associator_engine(cache_root, eager_config(max_entries=2)) as eng:
+        specialise_in_turn(eng, (3, 10, 50))
         assert len(eng["associator"].cache) == 2 and eng.metrics.evictions == 1
         oldest = Signature.of("forward", {"N": 4, "M": 4})
         assert oldest not in eng["associator"].cache.keys()
@@ -214,18 +224,8 @@ def test_lru_bounds_count_and_bytes(cache_root: Path) -> None:
         hits = eng.metrics.hits
         eng["associator"]("forward", *call_inputs("associator", {"N": 3, "M": 2}, seed=3))
         assert eng.metrics.hits == hits, "a call of the evicted key is served generic"
-    with Engine(
-        "x86_64",
-        eager_config(max_bytes=1),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
-        for n in (3, 10):
-            inputs = call_inputs("associator", {"N": n, "M": 2}, seed=n)
-            for _ in range(2):
-                eng["associator"]("forward", *inputs)
-            assert eng.pool is not None and eng.pool.wait_idle(120)
+    with associator_engine(cache_root, eager_config(max_bytes=1)) as eng:
+        specialise_in_turn(eng, (3, 10))
         assert len(eng["associator"].cache) == 1 and eng.metrics.evictions == 1
 
 
@@ -255,24 +255,12 @@ def test_concurrent_callers(engine: Engine) -> None:
 
 def test_warm_up_profile_round_trip(cache_root: Path, tmp_path: Path) -> None:
     profile = tmp_path / "shapes.yaml"
-    with Engine(
-        "x86_64",
-        eager_config(mode="off"),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
+    with associator_engine(cache_root, eager_config(mode="off")) as eng:
         for _ in range(5):
             eng["associator"]("forward", *call_inputs("associator", {"N": 12, "M": 7}, seed=3))
         eng.record_shapes(profile)
     assert "N: 12" in profile.read_text()
-    with Engine(
-        "x86_64",
-        eager_config(mode="frozen"),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-    ) as eng:
+    with associator_engine(cache_root, eager_config(mode="frozen")) as eng:
         assert eng.warm_up(profile, wait_s=120) == 1
         eng["associator"]("forward", *call_inputs("associator", {"N": 12, "M": 7}, seed=4))
         assert eng.metrics.hits == 1, "a warm start serves the first call specialised"
@@ -435,14 +423,7 @@ def slow_compiler_fault_injector(
 def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = eager_config(max_strikes=100, degrade_min_misses=20, degrade_cooldown_s=0.3)
     with (
-        Engine(
-            "x86_64",
-            config,
-            cache_dir=cache_root,
-            models=("associator",),
-            weights=WEIGHTS,
-            compile_fn=slow_compiler_fault_injector,
-        ) as eng,
+        associator_engine(cache_root, config, compile_fn=slow_compiler_fault_injector) as eng,
         caplog.at_level(logging.WARNING),
     ):
         dispatcher = eng["associator"]
@@ -458,23 +439,6 @@ def test_auto_degrade_and_resume(cache_root: Path, caplog: pytest.LogCaptureFixt
         time.sleep(0.4)
         dispatcher("forward", *call_inputs("associator", {"N": 3, "M": 3}, seed=99))
         assert not dispatcher.degrade.active, "specialisation resumes after the cool-down"
-
-
-def associator_engine(
-    cache_root: Path,
-    config: JitConfig | None = None,
-    compile_fn: CompileFn = compile_to_cache,
-    bookkeeper: Bookkeeper | None = None,
-) -> Engine:
-    return Engine(
-        "x86_64",
-        config or eager_config(),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-        compile_fn=compile_fn,
-        bookkeeper=bookkeeper,
-    )
 
 
 def test_a_caller_refilling_its_arrays_does_not_change_the_compile_sample(
@@ -632,14 +596,7 @@ def test_an_engine_whose_compile_worker_cannot_start_serves_generic(
 
 
 def test_process_pool_compiles_off_thread(cache_root: Path) -> None:
-    with Engine(
-        "x86_64",
-        eager_config(compile_mode="process"),
-        cache_dir=cache_root,
-        models=("associator",),
-        weights=WEIGHTS,
-        compile_fn=compile_to_cache,
-    ) as eng:
+    with associator_engine(cache_root, eager_config(compile_mode="process")) as eng:
         inputs = call_inputs("associator", {"N": 30, "M": 30}, seed=6)
         started = time.perf_counter()
         for _ in range(3):
