@@ -138,6 +138,14 @@ def _broken(cloud: CloudData, **changes: object) -> CloudData:
     return replace(cloud, **changes)  # type: ignore[arg-type]
 
 
+XYZI = (
+    FieldSpec("x", 0, FLOAT32),
+    FieldSpec("y", 4, FLOAT32),
+    FieldSpec("z", 8, FLOAT32),
+    FieldSpec("intensity", 12, FLOAT32),
+)
+
+
 @pytest.mark.parametrize(
     ("changes", "reason", "match"),
     [
@@ -145,40 +153,22 @@ def _broken(cloud: CloudData, **changes: object) -> CloudData:
         ({"row_step": 8, "data": b"\0" * 8}, BAD_LAYOUT, "row_step"),
         ({"width": 0, "row_step": 0, "data": b""}, EMPTY, "no points"),
         (
-            {"fields": (FieldSpec("x", 0, FLOAT32), FieldSpec("y", 4, FLOAT32))},
+            {"fields": XYZI[:2]},
             MISSING_FIELDS,
             "'z'",
         ),
         (
-            {
-                "fields": (
-                    FieldSpec("x", 12, FLOAT64),
-                    FieldSpec("y", 4, FLOAT32),
-                    FieldSpec("z", 8, FLOAT32),
-                )
-            },
+            {"fields": (FieldSpec("x", 12, FLOAT64), *XYZI[1:3])},
             BAD_LAYOUT,
             "does not fit",
         ),
         (
-            {
-                "fields": (
-                    FieldSpec("x", 0, UINT8),
-                    FieldSpec("y", 4, FLOAT32),
-                    FieldSpec("z", 8, FLOAT32),
-                )
-            },
+            {"fields": (FieldSpec("x", 0, UINT8), *XYZI[1:3])},
             UNSUPPORTED_DATATYPE,
             "FLOAT32",
         ),
         (
-            {
-                "fields": (
-                    FieldSpec("x", 0, 42),
-                    FieldSpec("y", 4, FLOAT32),
-                    FieldSpec("z", 8, FLOAT32),
-                )
-            },
+            {"fields": (FieldSpec("x", 0, 42), *XYZI[1:3])},
             UNSUPPORTED_DATATYPE,
             "datatype 42",
         ),
@@ -190,14 +180,6 @@ def test_bad_clouds(changes: dict[str, object], reason: str, match: str) -> None
         cloud_to_points(_broken(cloud, **changes))
     assert info.value.reason == reason
     assert isinstance(info.value, MessageError)
-
-
-XYZI = (
-    FieldSpec("x", 0, FLOAT32),
-    FieldSpec("y", 4, FLOAT32),
-    FieldSpec("z", 8, FLOAT32),
-    FieldSpec("intensity", 12, FLOAT32),
-)
 
 
 @pytest.mark.parametrize(
