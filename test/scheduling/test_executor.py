@@ -47,6 +47,20 @@ def slow_stage_fault_injector(
     return stage
 
 
+class BlockingStageFaultInjector:
+    """Fault injector: a stage that, once started, holds its lane until released."""
+
+    def __init__(self, result: str) -> None:
+        self.result = result
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> str:
+        self.started.set()
+        self.release.wait(WAIT_S)
+        return self.result
+
+
 def tiered(clock: FakeClock, **changes: Any) -> TieredExecutor:
     return TieredExecutor(TierConfig().with_changes(changes), clock=clock, start=False)
 
@@ -401,20 +415,13 @@ def test_diagnostic_status_levels() -> None:
 
 
 def test_reserved_lane_is_not_held_up_by_running_lower_tier_work() -> None:
-    release = threading.Event()
-    started = threading.Event()
-
-    def blocking_stage_fault_injector() -> str:
-        started.set()
-        release.wait(WAIT_S)
-        return "lower"
-
+    blocking = BlockingStageFaultInjector("lower")
     with TieredExecutor() as ex:
-        lower = ex.submit(blocking_stage_fault_injector, 3)
-        assert started.wait(WAIT_S)
+        lower = ex.submit(blocking, 3)
+        assert blocking.started.wait(WAIT_S)
         assert ex.submit(lambda: "collision", 1).result(timeout=WAIT_S) == "collision"
         assert not lower.done()
-        release.set()
+        blocking.release.set()
         assert lower.result(timeout=WAIT_S) == "lower"
 
 
@@ -438,24 +445,17 @@ def test_fifo_holds_tier_one_behind_running_work() -> None:
 
 
 def test_close_drops_queued_work_joins_workers_and_refuses_more() -> None:
-    release = threading.Event()
-    started = threading.Event()
-
-    def blocking_stage_fault_injector() -> str:
-        started.set()
-        release.wait(WAIT_S)
-        return "finished"
-
+    blocking = BlockingStageFaultInjector("finished")
     ex = TieredExecutor(options=ExecutorOptions(reserved_workers=1, shared_workers=1))
-    running = ex.submit(blocking_stage_fault_injector, 2)
-    assert started.wait(WAIT_S)
+    running = ex.submit(blocking, 2)
+    assert blocking.started.wait(WAIT_S)
     queued = [ex.submit(lambda: None, 3) for _ in range(3)]
     closer = threading.Thread(target=ex.close)
     closer.start()
     for future in queued:
         with pytest.raises(CancelledError, match="shutdown"):
             future.result(timeout=WAIT_S)
-    release.set()
+    blocking.release.set()
     closer.join(WAIT_S)
     assert not closer.is_alive()
     assert running.result(timeout=0) == "finished"
@@ -517,22 +517,15 @@ def test_shared_lanes_are_boosted_only_while_tier_one_work_is_pending(
         "sched_setscheduler",
         lambda tid, policy, param: calls.append((policy, param.sched_priority)),
     )
-    release = threading.Event()
-    started = threading.Event()
-
-    def blocking_stage_fault_injector() -> str:
-        started.set()
-        release.wait(WAIT_S)
-        return "collision"
-
+    blocking = BlockingStageFaultInjector("collision")
     options = ExecutorOptions(reserved_workers=1, shared_workers=2, shared_boost_rt_priority=5)
     with TieredExecutor(options=options) as ex:
         assert ex.submit(lambda: "planning", 2).result(timeout=WAIT_S) == "planning"
         assert ex.drain(WAIT_S) and calls == []
-        collision = ex.submit(blocking_stage_fault_injector, 1)
-        assert started.wait(WAIT_S)
+        collision = ex.submit(blocking, 1)
+        assert blocking.started.wait(WAIT_S)
         assert calls == [(os.SCHED_FIFO, 5)] * 2
-        release.set()
+        blocking.release.set()
         assert collision.result(timeout=WAIT_S) == "collision"
         assert ex.drain(WAIT_S)
         assert calls[2:] == [(os.SCHED_OTHER, 0)] * 2
