@@ -66,6 +66,20 @@ def hotel_file(shared_data: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def prediction_metrics() -> frozenset[str]:
+    """The errors a prediction report gives, each with its 95 % interval under ``ci95``."""
+    return frozenset(
+        {"minADE", "minFDE", "top1_ADE", "top1_FDE", "cv_ADE", "cv_FDE", "cv6_minADE", "cv6_minFDE"}
+    )
+
+
+@pytest.fixture(scope="session")
+def prediction_keys(prediction_metrics: frozenset[str]) -> frozenset[str]:
+    """Every key of a prediction report (as a library call or ``evaluate prediction --json``)."""
+    return prediction_metrics | {"windows", "pedestrians", "ci95", "ratios", "calibration"}
+
+
+@pytest.fixture(scope="session")
 def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One artefact cache for the whole session, so each model compiles once."""
     return tmp_path_factory.mktemp("artefacts")

@@ -17,21 +17,6 @@ from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import read_manifest, save_weights
 
-PREDICTION_KEYS = {
-    "minADE",
-    "minFDE",
-    "top1_ADE",
-    "top1_FDE",
-    "cv_ADE",
-    "cv_FDE",
-    "cv6_minADE",
-    "cv6_minFDE",
-    "windows",
-    "pedestrians",
-    "ci95",
-    "ratios",
-    "calibration",
-}
 SEGMENTATION_KEYS = {"ground_excluded", "raised_detected", "clusters", "num_points", "roi_points"}
 CLUSTER_KEYS = {"x", "y", "z", "length", "width", "height", "yaw", "num_points"}
 FRAME_STEP = 10
@@ -74,6 +59,20 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[dict[str, Any]
     return json.loads(captured.out), captured.err
 
 
+def _evaluate(
+    capsys: pytest.CaptureFixture[str],
+    task: str,
+    data: Path,
+    weights: Path | None = None,
+    *extra: str,
+) -> tuple[dict[str, Any], str]:
+    """``evaluate <task> --json`` on one file, with the weights in ``weights`` (None: the
+    committed ones): the JSON report and stderr."""
+    flag = "--eth-ucy" if task == "prediction" else "--kitti-bin"
+    weight_args = () if weights is None else ("--weights-dir", str(weights))
+    return _run(capsys, "evaluate", task, flag, str(data), "--json", *weight_args, *extra)
+
+
 def _straight_scene(path: Path) -> Path:
     """Two pedestrians on straight lines at constant speed, 25 annotated frames each."""
     frames = np.arange(0, 25 * FRAME_STEP, FRAME_STEP)
@@ -100,45 +99,30 @@ def _zero_predictor(directory: Path, fitted_file: Path | None = None) -> Path:
 
 
 def test_prediction_zero_weights_are_exact_on_straight_lines(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    prediction_keys: frozenset[str],
+    prediction_metrics: frozenset[str],
 ) -> None:
     scene = _straight_scene(tmp_path / "straight.txt")
     weights = _zero_predictor(tmp_path / "models")
-    result, err = _run(
-        capsys,
-        "evaluate",
-        "prediction",
-        "--eth-ucy",
-        str(scene),
-        "--json",
-        "--weights-dir",
-        str(weights),
-    )
-    assert set(result) == PREDICTION_KEYS
+    result, err = _evaluate(capsys, "prediction", scene, weights)
+    assert set(result) == prediction_keys
     assert result["windows"] == 2 * (25 - 20 + 1)
-    for key in PREDICTION_KEYS - {"windows", "pedestrians", "ci95", "ratios", "calibration"}:
+    for key in prediction_metrics:
         assert result[key] == pytest.approx(0.0, abs=1e-4), key
     assert "skipped 1 malformed row" in err
     assert "warning" not in err
 
 
 def test_prediction_flags_a_scene_the_weights_saw(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prediction_keys: frozenset[str]
 ) -> None:
     scene = _straight_scene(tmp_path / "straight.txt")
     weights = _zero_predictor(tmp_path / "models", fitted_file=scene)
-    result, err = _run(
-        capsys,
-        "evaluate",
-        "prediction",
-        "--eth-ucy",
-        str(scene),
-        "--json",
-        "--weights-dir",
-        str(weights),
-    )
+    result, err = _evaluate(capsys, "prediction", scene, weights)
     assert result[FITTED_FLAG] is True
-    assert set(result) == PREDICTION_KEYS | {FITTED_FLAG}
+    assert set(result) == prediction_keys | {FITTED_FLAG}
     assert "warning: the predictor weights were fitted on straight.txt" in err
     entry = read_manifest(weights)["models"]["predictor"]
     assert fitted_on(entry, scene) == "straight"
@@ -187,18 +171,7 @@ def test_segmentation_threshold_weights_on_flat_ground(
     scan, centres = _flat_scan(tmp_path / "flat.bin")
     weights = _threshold_segmenter(tmp_path / "models")
     png = tmp_path / "bev.png"
-    result, err = _run(
-        capsys,
-        "evaluate",
-        "segmentation",
-        "--kitti-bin",
-        str(scan),
-        "--json",
-        "--weights-dir",
-        str(weights),
-        "--plot",
-        str(png),
-    )
+    result, err = _evaluate(capsys, "segmentation", scan, weights, "--plot", str(png))
     assert set(result) == SEGMENTATION_KEYS
     assert result["ground_excluded"] == 1.0
     assert result["raised_detected"] == 1.0
@@ -221,16 +194,7 @@ def test_segmentation_json_has_no_nan(tmp_path: Path, capsys: pytest.CaptureFixt
     flat = np.c_[rng.uniform(2, 50, (500, 2)), np.full(500, -SENSOR_HEIGHT_M), np.zeros(500)]
     scan.write_bytes(flat.astype("<f4").tobytes())
     weights = _threshold_segmenter(tmp_path / "models")
-    result, _ = _run(
-        capsys,
-        "evaluate",
-        "segmentation",
-        "--kitti-bin",
-        str(scan),
-        "--json",
-        "--weights-dir",
-        str(weights),
-    )
+    result, _ = _evaluate(capsys, "segmentation", scan, weights)
     assert result["raised_detected"] is None  # a share over no raised points
     assert result["clusters"] == []
 
@@ -251,10 +215,12 @@ def test_missing_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_committed_predictor_on_eth(eth_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result, err = _run(capsys, "evaluate", "prediction", "--eth-ucy", str(eth_file), "--json")
+def test_committed_predictor_on_eth(
+    eth_file: Path, capsys: pytest.CaptureFixture[str], prediction_keys: frozenset[str]
+) -> None:
+    result, err = _evaluate(capsys, "prediction", eth_file)
     # Fitted on every real scene: held-out figures are leave-one-out's.
-    assert set(result) == PREDICTION_KEYS | {FITTED_FLAG} and result[FITTED_FLAG] is True
+    assert set(result) == prediction_keys | {FITTED_FLAG} and result[FITTED_FLAG] is True
     assert "were fitted on biwi_eth.txt" in err
     for key, value in COMMITTED_ETH.items():
         assert result[key] == pytest.approx(value, abs=FIGURE_TOLERANCE_M), key
@@ -268,7 +234,7 @@ def test_committed_predictor_on_eth(eth_file: Path, capsys: pytest.CaptureFixtur
 def test_committed_predictor_flags_hotel(
     hotel_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result, err = _run(capsys, "evaluate", "prediction", "--eth-ucy", str(hotel_file), "--json")
+    result, err = _evaluate(capsys, "prediction", hotel_file)
     assert result[FITTED_FLAG] is True
     assert "were fitted on biwi_hotel.txt" in err
 
@@ -277,16 +243,7 @@ def test_committed_segmenter_on_kitti(
     kitti_bin: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     png = tmp_path / "kitti.png"
-    result, _ = _run(
-        capsys,
-        "evaluate",
-        "segmentation",
-        "--kitti-bin",
-        str(kitti_bin),
-        "--json",
-        "--plot",
-        str(png),
-    )
+    result, _ = _evaluate(capsys, "segmentation", kitti_bin, None, "--plot", str(png))
     assert result["ground_excluded"] >= 0.95
     assert result["raised_detected"] >= 0.90
     assert len(result["clusters"]) == COMMITTED_KITTI_CLUSTERS
