@@ -46,6 +46,20 @@ def _constants(tree: ast.Module) -> dict[str, object]:
     return out
 
 
+def _first_arguments(tree: ast.Module, callee: str) -> list[ast.expr]:
+    """The first argument of every call of the name ``callee``."""
+    return [
+        node.args[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == callee
+    ]
+
+
+def _constant_first_arguments(tree: ast.Module, callee: str) -> set[object]:
+    """The first arguments of the calls of ``callee`` that are constants, by value."""
+    return {arg.value for arg in _first_arguments(tree, callee) if isinstance(arg, ast.Constant)}
+
+
 def test_python_launch_file() -> None:
     tree = ast.parse(LAUNCH_PY.read_text())
     consts = _constants(tree)
@@ -54,28 +68,14 @@ def test_python_launch_file() -> None:
     assert executables == _console_scripts()
     for key in ("DEFAULT_PARAMS", "FASTDDS_PROFILE"):
         assert (ROOT.joinpath(*consts[key])).is_file(), key  # type: ignore[misc]
-    declared = {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") == "DeclareLaunchArgument"
-        and isinstance(node.args[0], ast.Constant)
-    }
-    used = {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "id", "") == "LaunchConfiguration"
-        and isinstance(node.args[0], ast.Constant)
-    }
+    declared = _constant_first_arguments(tree, "DeclareLaunchArgument")
+    used = _constant_first_arguments(tree, "LaunchConfiguration")
     assert declared == ARGUMENTS and used == ARGUMENTS
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert "generate_launch_description" in functions
-    env = {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "SetEnvironmentVariable"
-    }
+    env_names = _first_arguments(tree, "SetEnvironmentVariable")
+    assert all(isinstance(name, ast.Constant) for name in env_names), env_names
+    env = _constant_first_arguments(tree, "SetEnvironmentVariable")
     assert env == {
         "FASTDDS_BUILTIN_TRANSPORTS",
         "FASTDDS_DEFAULT_PROFILES_FILE",
