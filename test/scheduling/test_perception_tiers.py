@@ -96,9 +96,11 @@ def run(
     frames: list[DriveFrame],
     per_revolution: int = 1,
     settings: PredictionSettings | None = None,
+    track: bool = True,
 ) -> Record:
     """The drive through the tiers; with ``per_revolution`` > 1, as SECTORS sectors a scan
-    (those with points make a revolution), stamped through the scan."""
+    (those with points make a revolution), stamped through the scan; with ``track`` False,
+    through the point cloud node's tiers (near field and full obstacles, nothing tracked)."""
     record = Record()
     segmenter = engine["segmenter"]
     pipeline = Pipeline(segmenter, associator, engine["predictor"])
@@ -107,10 +109,12 @@ def run(
         segmentation = Segmentation(
             segmenter, segmenter, pipeline, NearField(), executor, (CHUNK_POINTS,)
         )
-        stage = PredictionStage(engine["predictor"], settings or PredictionSettings())
-        tiers = PerceptionTiers(
-            executor, segmentation, Outputs(record), strict, stage, SectorAssembler(per_revolution)
-        )
+        if track:
+            stage = PredictionStage(engine["predictor"], settings or PredictionSettings())
+            sectors = SectorAssembler(per_revolution)
+            tiers = PerceptionTiers(executor, segmentation, Outputs(record), strict, stage, sectors)
+        else:
+            tiers = PerceptionTiers(executor, segmentation, Outputs(record), strict, track=False)
         for frame in frames:
             split = per_revolution > 1
             parts = sensor_sectors(frame.points, SECTORS) if split else [frame.points]
@@ -191,23 +195,7 @@ def test_without_tracking_the_full_cloud_is_the_last_result(
     engine: Engine, frames: list[DriveFrame]
 ) -> None:
     """The point cloud node's tiers: near field and full obstacles, nothing tracked."""
-    record = Record()
-    segmenter = engine["segmenter"]
-    pipeline = Pipeline(segmenter, associator, engine["predictor"])
-    clock = SimulatedClock()
-    with TieredExecutor(start=False, clock=clock) as executor:
-        segmentation = Segmentation(
-            segmenter, segmenter, pipeline, NearField(), executor, (CHUNK_POINTS,)
-        )
-        tiers = PerceptionTiers(executor, segmentation, Outputs(record), strict, track=False)
-        for frame in frames[:5]:
-            clock.now_s = frame.stamp_s
-            info = FrameInfo(
-                frame.stamp_s, Pose2D(*frame.pose), executor.arrive("points"), 0.0, 0, frame.index
-            )
-            tiers.cloud(frame.points, info)
-            while executor.run_one():
-                pass
+    record = run(engine, frames[:5], track=False)
     assert [kind for kind, _ in record.events] == ["near", "tracked"] * 5
     assert all(t.tracks is None and t.cloud is not None for t in record.tracked)
     assert sum(t.obstacles.shape[0] for t in record.tracked) > 5
