@@ -95,6 +95,22 @@ def _odom(stamp_s: float, x: float) -> Odometry:
     return msg
 
 
+def _admit_in_step(
+    frame: FixedFrame,
+    odometry: OdometryInput,
+    start_s: float,
+    step_s: float,
+    ks: range,
+    x0: float = 0.0,
+) -> None:
+    """For each k: odometry at ``start_s + step_s * k`` (x = x0 + k), then a frame of that
+    stamp, which the fixed frame passes and admits."""
+    for k in ks:
+        stamp = start_s + step_s * k
+        odometry._on_odom(_odom(stamp, x0 + k))
+        assert frame.screen(stamp) and frame.admit("odom", stamp)
+
+
 class Resets:
     def __init__(self) -> None:
         self.n = 0
@@ -107,17 +123,13 @@ def test_a_far_future_stamp_is_dropped_and_moves_no_state(tracker: InputNode) ->
     resets = Resets()
     frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
     t = 100.0
-    for k in range(3):
-        odometry._on_odom(_odom(t + 0.1 * k, float(k)))
-        assert frame.screen(t + 0.1 * k) and frame.admit("odom", t + 0.1 * k)
+    _admit_in_step(frame, odometry, t, 0.1, range(3))
     future = tracker.ros_time_s() + 10 * float(tracker.values["stamps.future_tolerance_s"])
     odometry._on_odom(_odom(future, 999.0))
     assert not frame.screen(future)
     assert tracker.drops.counts[FUTURE_STAMP] == 2
     # Later inputs go on as before: no stale frames, no odometry "going back".
-    for k in range(3, 20):
-        odometry._on_odom(_odom(t + 0.1 * k, float(k)))
-        assert frame.screen(t + 0.1 * k) and frame.admit("odom", t + 0.1 * k)
+    _admit_in_step(frame, odometry, t, 0.1, range(3, 20))
     assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 0
     located = odometry.pose_at(t + 1.9, "lidar")
     assert located is not None and located[0].x == pytest.approx(19.0)
@@ -137,9 +149,7 @@ def test_a_jump_back_in_time_restarts_frame_and_odometry(
     tracker = tracker_taking_jumps_at_once
     resets = Resets()
     frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
-    for k in range(50):
-        odometry._on_odom(_odom(100.0 + 0.1 * k, float(k)))
-        assert frame.screen(100.0 + 0.1 * k) and frame.admit("odom", 100.0 + 0.1 * k)
+    _admit_in_step(frame, odometry, 100.0, 0.1, range(50))
     assert resets.n == 1  # the first frame set the fixed frame
     # A small step back is a stale input, as before.
     odometry._on_odom(_odom(104.0, 0.0))
@@ -155,9 +165,7 @@ def test_a_jump_back_in_time_restarts_frame_and_odometry(
     located = odometry.pose_at(start, "lidar")
     assert located is not None and located[0].x == -5.0
     # The frame first this time: odometry restarts with it.
-    for k in range(1, 5):
-        odometry._on_odom(_odom(start + 0.1 * k, -5.0 + k))
-        assert frame.screen(start + 0.1 * k) and frame.admit("odom", start + 0.1 * k)
+    _admit_in_step(frame, odometry, start, 0.1, range(1, 5), x0=-5.0)
     again = start - 2 * tolerance_s
     assert frame.screen(again) and frame.admit("odom", again)
     assert tracker.counters[TIME_JUMP_RESET] == 2 and resets.n == 3 and len(odometry.buffer) == 0
@@ -188,17 +196,13 @@ def test_a_single_outlier_stamp_is_dropped_and_moves_no_state(
     resets = Resets()
     frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
     t = 100.0
-    for k in range(5):
-        odometry._on_odom(_odom(t + 0.5 * k, float(k)))
-        assert frame.screen(t + 0.5 * k) and frame.admit("odom", t + 0.5 * k)
+    _admit_in_step(frame, odometry, t, 0.5, range(5))
     bad = outlier(t + 2.0)
     odometry._on_odom(_odom(bad, 999.0))
     assert not frame.screen(bad)
     assert tracker.drops.counts[OUTLIER_STAMP] == 2
     # The ten frames after it (5 s at 2 Hz) go on as if it had never come.
-    for k in range(5, 15):
-        odometry._on_odom(_odom(t + 0.5 * k, float(k)))
-        assert frame.screen(t + 0.5 * k) and frame.admit("odom", t + 0.5 * k)
+    _admit_in_step(frame, odometry, t, 0.5, range(5, 15))
     assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 0
     assert tracker.counters[TIME_JUMP_RESET] == 0 and resets.n == 1
     assert len(odometry.buffer) == 15
@@ -213,9 +217,7 @@ def test_only_a_sustained_jump_back_restarts(tracker: InputNode) -> None:
     resets = Resets()
     frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
     tolerance_s = float(tracker.values["stamps.jump_back_tolerance_s"])
-    for k in range(round(2 * tolerance_s / 0.1)):
-        odometry._on_odom(_odom(100.0 + 0.1 * k, float(k)))
-        assert frame.screen(100.0 + 0.1 * k) and frame.admit("odom", 100.0 + 0.1 * k)
+    _admit_in_step(frame, odometry, 100.0, 0.1, range(round(2 * tolerance_s / 0.1)))
     for k in range(confirm - 1):
         assert not frame.screen(100.0 + 0.1 * k)
         assert tracker.counters[TIME_JUMP_RESET] == 0 and resets.n == 1
