@@ -13,27 +13,17 @@ from dynshape_perception import parameters
 from dynshape_perception.config import default_bounds, predictor_history_steps
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.nodes.base import descriptor
+from dynshape_perception.tools.replay.params import flatten
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 PARAM_FILES = sorted(CONFIG.glob("*.param.yaml"))
-
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def _yaml_params(path: Path) -> dict[str, Any]:
     """The file's parameters of the package (diagnostic_updater declares its own)."""
     doc = yaml.safe_load(path.read_text())
     assert list(doc) == ["/**"], f"{path.name} must configure every node with /**"
-    values = _flatten(doc["/**"]["ros__parameters"])
+    values = flatten(doc["/**"]["ros__parameters"])
     assert set(values) >= parameters.LIBRARY_PARAMETERS - {"diagnostic_updater.use_fqn"}
     return {k: v for k, v in values.items() if k not in parameters.LIBRARY_PARAMETERS}
 
