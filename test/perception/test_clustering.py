@@ -169,24 +169,29 @@ def test_empty_input_gives_an_empty_table() -> None:
     assert cluster_obstacles(points, np.zeros(points.shape[0])).shape == (0,)
 
 
-def test_bad_input_and_params() -> None:
+def test_bad_input_and_roi() -> None:
     with pytest.raises(ShapeError):
         cluster_obstacles(np.zeros((4, 2)), np.zeros(4))
     with pytest.raises(ShapeError):
         cluster_obstacles(np.zeros((4, 4)), np.zeros(3))
-    with pytest.raises(ConfigError, match="cell_size_m"):
-        ClusterParams(cell_size_m=0.0)
-    with pytest.raises(ConfigError, match="closing_cells"):
-        ClusterParams(closing_cells=-1)
-    with pytest.raises(ConfigError, match="min_points"):
-        ClusterParams(min_points=0)
-    with pytest.raises(ConfigError, match="max_height_m"):
-        ClusterParams(max_height_m=float("nan"))
-    # A grid that would take gigabytes per frame is a setting error, not a MemoryError later.
-    with pytest.raises(ConfigError, match="raise cell_size_m"):
-        ClusterParams(cell_size_m=1e-4)
     with pytest.raises(ConfigError, match="finite"):
         ClusterParams(roi=Roi(x_m=(0.0, float("inf"))))
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"cell_size_m": 0.0}, "cell_size_m"),
+        ({"closing_cells": -1}, "closing_cells"),
+        ({"min_points": 0}, "min_points"),
+        ({"max_height_m": float("nan")}, "max_height_m"),
+        # A grid that would take gigabytes per frame is a setting error, not a MemoryError later.
+        ({"cell_size_m": 1e-4}, "raise cell_size_m"),
+    ],
+)
+def test_bad_params(changes: dict[str, object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        ClusterParams(**changes)  # type: ignore[arg-type]
 
 
 def test_near_cars_of_a_synthetic_scan_are_single_clusters() -> None:

@@ -66,19 +66,20 @@ def test_reference_affinity_in_unit_range() -> None:
     assert reference_affinity(det, trk[:0]).shape == (2, 0)
 
 
-def test_params_validated() -> None:
-    with pytest.raises(ConfigError, match="gate_distance_m"):
-        TrackerParams(gate_distance_m=0.0)
-    with pytest.raises(ConfigError, match="min_affinity"):
-        TrackerParams(min_affinity=1.5)
-    with pytest.raises(ConfigError, match="max_missed_frames"):
-        TrackerParams(max_missed_frames=-1)
-    with pytest.raises(ConfigError, match="min_hits_to_confirm"):
-        TrackerParams(min_hits_to_confirm=0)
-    with pytest.raises(ConfigError, match="velocity_smoothing"):
-        TrackerParams(velocity_smoothing=0.0)
-    with pytest.raises(ConfigError, match="max_history_s"):
-        TrackerParams(max_history_s=-1.0)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("gate_distance_m", 0.0),
+        ("min_affinity", 1.5),
+        ("max_missed_frames", -1),
+        ("min_hits_to_confirm", 0),
+        ("velocity_smoothing", 0.0),
+        ("max_history_s", -1.0),
+    ],
+)
+def test_params_validated(name: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=name):
+        TrackerParams(**{name: value})  # type: ignore[arg-type]
 
 
 def test_inputs_of_the_wrong_kind_are_package_errors() -> None:
