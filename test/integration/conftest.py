@@ -1,9 +1,12 @@
-"""Fixtures of the integration tests: weights, a shared artefact cache, node overrides, the scan."""
+"""Fixtures of the integration tests: weights, a shared artefact cache, node overrides, the scan,
+one node with a probe."""
 
 from __future__ import annotations
 
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,9 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
+from dynshape_perception.resources import config_path
+from dynshape_perception.testing.probe import Probe, probe_session
+from dynshape_perception.testing.processes import NodeProcess, dds_env, domain_lease, start_node
 
 # Diagnostics often enough that a test sees a counter move within a fraction of a second.
 DIAGNOSTICS_PERIOD_S = 0.2
@@ -88,3 +94,41 @@ def wait_gone() -> Callable[[list[int], float], list[int]]:
 @pytest.fixture(scope="session")
 def kitti_points(kitti_bin: Path) -> np.ndarray:
     return read_kitti_bin(kitti_bin)
+
+
+@contextmanager
+def _node_with_probe(
+    executable: str,
+    log_dir: Path,
+    overrides: Mapping[str, bool | int | float | str],
+    graph: tuple[Mapping[str, int], Mapping[str, int]],
+    startup_s: float,
+    prepare: Callable[[Probe], None] | None = None,
+) -> Iterator[tuple[NodeProcess, Probe]]:
+    """``executable`` with the x86_dev parameters and ``overrides`` on a domain of its own, and
+    a probe there, ready once the graph holds ``graph`` (subscribers, publishers by topic);
+    ``prepare`` gives the probe its own endpoints first. Stopped with SIGINT, it must exit 0."""
+    with domain_lease() as domain:
+        proc = start_node(
+            executable,
+            env=dds_env(domain),
+            log_dir=log_dir,
+            params_file=config_path("x86_dev.param.yaml"),
+            overrides=overrides,
+        )
+        try:
+            with probe_session(domain) as probe:
+                if prepare is not None:
+                    prepare(probe)
+                up = probe.wait_for_graph(*graph, startup_s)
+                assert up, proc.log()[-2000:]
+                yield proc, probe
+        finally:
+            assert proc.stop(signal.SIGINT) == 0, proc.log()[-2000:]
+
+
+@pytest.fixture(scope="session")
+def node_with_probe() -> Callable[..., AbstractContextManager[tuple[NodeProcess, Probe]]]:
+    """``node_with_probe(executable, log_dir, overrides, graph, startup_s, prepare=None)``: a
+    context manager of one node and a probe on a domain of their own."""
+    return _node_with_probe

@@ -5,8 +5,8 @@ where the same scan from an unrotated lidar gives them."""
 from __future__ import annotations
 
 import math
-import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 import numpy as np
 import pytest
@@ -14,9 +14,8 @@ from scipy.optimize import linear_sum_assignment
 
 from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud
 from dynshape_perception.perception.transforms import planar, transform_points
-from dynshape_perception.resources import config_path
-from dynshape_perception.testing.probe import Probe, probe_session
-from dynshape_perception.testing.processes import NodeProcess, dds_env, domain_lease, start_node
+from dynshape_perception.testing.probe import Probe
+from dynshape_perception.testing.processes import NodeProcess
 
 STARTUP_S = 120.0
 TIMEOUT_S = 30.0
@@ -52,23 +51,12 @@ def ouster_cloud(points: np.ndarray, no_returns: int) -> CloudData:
 def lidar_node(
     node_overrides: dict[str, bool | int | float | str],
     tmp_path_factory: pytest.TempPathFactory,
+    node_with_probe: Callable[..., AbstractContextManager[tuple[NodeProcess, Probe]]],
 ) -> Iterator[tuple[NodeProcess, Probe]]:
     folder = tmp_path_factory.mktemp("tf_mount")
-    with domain_lease() as domain:
-        proc = start_node(
-            "pointcloud_node",
-            env=dds_env(domain),
-            log_dir=folder,
-            params_file=config_path("x86_dev.param.yaml"),
-            overrides=node_overrides,
-        )
-        try:
-            with probe_session(domain) as probe:
-                up = probe.wait_for_graph({"points": 1, "/tf_static": 1}, {}, STARTUP_S)
-                assert up, proc.log()[-2000:]
-                yield proc, probe
-        finally:
-            assert proc.stop(signal.SIGINT) == 0, proc.log()[-2000:]
+    graph = ({"points": 1, "/tf_static": 1}, {})
+    with node_with_probe("pointcloud_node", folder, node_overrides, graph, STARTUP_S) as running:
+        yield running
 
 
 def _objects(probe: Probe, cloud: CloudData, ns: int, frame: str) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +20,8 @@ from vision_msgs.msg import Detection3DArray
 from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE
 from dynshape_perception.nodes.messages import message_class
-from dynshape_perception.resources import config_path
-from dynshape_perception.testing.probe import Probe, probe_session
-from dynshape_perception.testing.processes import (
-    NodeProcess,
-    dds_env,
-    domain_lease,
-    start_node,
-)
+from dynshape_perception.testing.probe import Probe
+from dynshape_perception.testing.processes import NodeProcess
 
 TIMEOUT_S = 20.0
 # Start-up builds the generic libraries on a cold cache and waits for the idle-priority
@@ -42,6 +37,7 @@ DISCOVERY_S = 1.0
 def tracker(
     node_overrides: dict[str, bool | int | float | str],
     tmp_path_factory: pytest.TempPathFactory,
+    node_with_probe: Callable[..., AbstractContextManager[tuple[NodeProcess, Probe]]],
 ) -> Iterator[tuple[NodeProcess, Probe]]:
     folder = tmp_path_factory.mktemp("vision")
     profile = folder / "profile.yaml"
@@ -54,26 +50,19 @@ def tracker(
         "jit.warm_up_shapes": str(profile),
         "jit.compile_mode": "process",
     }
-    with domain_lease() as domain:
-        proc = start_node(
-            "tracker_node",
-            env=dds_env(domain),
-            log_dir=folder,
-            params_file=config_path("x86_dev.param.yaml"),
-            overrides=overrides,
+
+    def add_detections_publisher(probe: Probe) -> None:
+        probe.detections_pub = probe.create_publisher(  # type: ignore[attr-defined]
+            Detection3DArray,
+            "detections",
+            QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
         )
-        try:
-            with probe_session(domain) as probe:
-                probe.detections_pub = probe.create_publisher(  # type: ignore[attr-defined]
-                    Detection3DArray,
-                    "detections",
-                    QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
-                )
-                up = probe.wait_for_graph({"detections": 1}, {"tracked_objects": 1}, STARTUP_S)
-                assert up, proc.log()[-2000:]
-                yield proc, probe
-        finally:
-            proc.stop(signal.SIGINT)
+
+    graph = ({"detections": 1}, {"tracked_objects": 1})
+    with node_with_probe(
+        "tracker_node", folder, overrides, graph, STARTUP_S, add_detections_publisher
+    ) as running:
+        yield running
 
 
 def _detections(obstacles: np.ndarray, ns: int) -> Detection3DArray:
