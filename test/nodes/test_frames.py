@@ -6,35 +6,25 @@ import math
 
 import numpy as np
 import pytest
-from geometry_msgs.msg import TransformStamped
 from tf2_ros import Buffer
 
 from dynshape_perception.errors import TransformError
 from dynshape_perception.nodes.frames import Tf2Lookup
-from dynshape_perception.nodes.messages import header, time_msg
+from dynshape_perception.nodes.messages import time_msg, transform_msg
 from dynshape_perception.perception.localization import TF, FrameParams, Localizer
-from dynshape_perception.perception.transforms import planar, quaternion_of
+from dynshape_perception.perception.transforms import planar
 
 NS = 5_000_000_000
-
-
-def _transform(parent: str, child: str, m: np.ndarray, ns: int) -> TransformStamped:
-    t = TransformStamped()
-    t.header = header(time_msg(ns), parent)
-    t.child_frame_id = child
-    tr, r = t.transform.translation, t.transform.rotation
-    tr.x, tr.y, tr.z = (float(v) for v in m[:3, 3])
-    r.x, r.y, r.z, r.w = quaternion_of(m)
-    return t
 
 
 def test_tf2_lookups_feed_the_localizer() -> None:
     buffer = Buffer()
     mount = planar(1.2, 0.0, math.pi / 2, z=1.8)
-    buffer.set_transform_static(_transform("base_link", "lidar", mount, 0), "test")
+    buffer.set_transform_static(transform_msg("base_link", "lidar", mount, time_msg(0)), "test")
     for k in range(3):
         buffer.set_transform(
-            _transform("odom", "base_link", planar(2.0 * k), NS + k * 100_000_000), "test"
+            transform_msg("odom", "base_link", planar(2.0 * k), time_msg(NS + k * 100_000_000)),
+            "test",
         )
     tf = Tf2Lookup(buffer)
     np.testing.assert_allclose(tf.lookup("base_link", "lidar", 5.05), mount, atol=1e-9)
