@@ -33,6 +33,8 @@ MODES: dict[str, dict[str, bool | int | float | str]] = {
 }
 STREAMING = "streaming"
 HEADLINE = ("composed", "kitti")
+# The prediction modes each prediction-cost run compares.
+COST_MODES = ("incremental", "full")
 # The standard outputs of testing.session (imported there with rclpy, only when measuring).
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 KITTI_SCAN = Path("lidar") / "kitti_000008.bin"
@@ -244,7 +246,7 @@ def node_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
     from dynshape_perception.testing.prediction_session import prediction_session
     from dynshape_perception.tools.bench.prediction_cost import node_cost
 
-    variants = {mode: {"prediction.mode": mode} for mode in ("incremental", "full")}
+    variants = {mode: {"prediction.mode": mode} for mode in COST_MODES}
     overrides = {**_overrides(args), "prediction.history_steps": max(args.cost_lengths)}
     with prediction_session(variants, overrides, startup_timeout_s=args.startup_timeout_s) as s:
         cost = node_cost(s, args.cost_lengths, args.cost_agents, args.cost_repeats)
@@ -296,12 +298,16 @@ def run(args: argparse.Namespace) -> int:
         cost = costs[path](args)
         results[f"prediction_cost_{path}"] = cost
         print(f"prediction cost per frame, {cost['agents']} agents ({cost['path']}):")
-        for mode in ("incremental", "full"):
+        for mode in COST_MODES:
             row = "  ".join(f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items())
-            print(f"  {mode:<12} {row}")
+            missing = f"  lost: {cost[f'{mode}_lost']}" if f"{mode}_lost" in cost else ""
+            print(f"  {mode:<12} {row}{missing}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     lost = sum(r["lost"] for e in modes.values() for r in e["runs"].values())
+    node = results.get("prediction_cost_node")
+    if node is not None:
+        lost += sum(node[f"{mode}_lost"] for mode in COST_MODES)
     return 0 if lost == 0 else 1
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dynshape_perception import stats
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.tables import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.perception.pipeline import ModelFn
@@ -24,6 +25,8 @@ STEP_NS = 100_000_000
 # Track ids of one run start here times its number: each run's tracks are new ones.
 RUN_IDS = 100_000
 ROUND_TRIP_TIMEOUT_S = 10.0
+# A node that answers none of this many tables in a row has stopped, not lost a message.
+MAX_LOST_IN_A_ROW = 3
 PRIME_ATTEMPTS = 10
 # The tracks carry boxes and scores as a tracker gives them (the messages need sizes).
 TRACK_SCORE = 0.9
@@ -57,8 +60,8 @@ def _tables(agents: int, frames: int, seed: int) -> list[np.ndarray]:
 def _summary(values: list[float]) -> dict[str, float | int]:
     data = np.asarray(values, np.float64)
     return {
-        "p50_ms": round(float(np.median(data)), 4),
-        "p99_ms": round(float(np.percentile(data, 99)), 4),
+        "p50_ms": round(stats.median(data), 4),
+        "p99_ms": round(stats.percentile(data, 99), 4),
         "mean_ms": round(float(data.mean()), 4),
         "frames": int(data.size),
     }
@@ -178,6 +181,11 @@ def node_cost(
     nodes start afresh; its frames before the histories reach L are sent but not timed.
     The nodes' window is the longest length; its runs go on past the window for one
     restart cycle of the nodes' default stride (``past_window``, every frame timed).
+
+    The nodes take their input best effort, as from a tracker: a table that brings no
+    predictions back within the timeout is counted (``<variant>_lost``, all frames, and
+    ``<variant>_lost_timed``, those that would have been timed) and the run goes on; a node
+    that answers none of ``MAX_LOST_IN_A_ROW`` tables in a row is an error.
     """
     _check_sizes(lengths, agents, repeats)
     names = list(session.publishers)
@@ -185,6 +193,9 @@ def node_cost(
     stride = PredictionSettings(history_steps=window).stride
     per: dict[str, dict[int, list[float]]] = {n: {length: [] for length in lengths} for n in names}
     past: dict[str, list[float]] = {n: [] for n in names}
+    lost = {n: 0 for n in names}
+    lost_timed = {n: 0 for n in names}
+    in_a_row = {n: 0 for n in names}
     stamp = session.prime(FIRST_NS, STEP_NS, PRIME_ATTEMPTS, ROUND_TRIP_TIMEOUT_S)
     run = 0
     for repeat in range(repeats):
@@ -201,7 +212,16 @@ def node_cost(
                     ms = session.round_trip(name, stamp, tracks, ROUND_TRIP_TIMEOUT_S)
                     if ms is None:
                         session.check_alive()
-                        raise ConfigError(f"no predictions of stamp {stamp} from {name}")
+                        lost[name] += 1
+                        lost_timed[name] += k in timed or k in beyond
+                        in_a_row[name] += 1
+                        if in_a_row[name] >= MAX_LOST_IN_A_ROW:
+                            raise ConfigError(
+                                f"no predictions from {name} for {MAX_LOST_IN_A_ROW} tables in "
+                                f"a row (the last of stamp {stamp})"
+                            )
+                        continue
+                    in_a_row[name] = 0
                     if k in timed:
                         per[name][length].append(ms)
                     elif k in beyond:
@@ -210,5 +230,7 @@ def node_cost(
     result: dict[str, Any] = _header(agents, window, stride, repeats)
     for name in names:
         result[name] = _by_length(per[name], past[name])
+        result[f"{name}_lost"] = lost[name]
+        result[f"{name}_lost_timed"] = lost_timed[name]
         _ratios(result, name, lengths)
     return result

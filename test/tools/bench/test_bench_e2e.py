@@ -55,7 +55,6 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
         assert entry["frames"] == 2 and 0 <= entry["lost"] <= entry["frames"]
         assert set(entry["runs"]) == {"composed/kitti"}
         lost += entry["lost"]
-    assert code == (1 if lost else 0)
     runs = {mode: entry["runs"]["composed/kitti"] for mode, entry in doc["modes"].items()}
     assert runs["streaming"]["sectors_per_revolution"] > 1
     for mode in ("baseline", "incremental", "streaming"):
@@ -67,6 +66,12 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     cost = doc["prediction_cost_node"]
     assert cost["stride"] == 1
     for mode in ("incremental", "full"):
+        # Four frames timed at each length and past the window; a table lost on the way
+        # (the nodes take their input best effort) is counted instead of timed.
         assert set(cost[mode]) == {"2", "3", "past_window"}
-        assert all(set(v) == SUMMARY_KEYS and v["frames"] == 4 for v in cost[mode].values())
+        assert all(set(v) == SUMMARY_KEYS and 1 <= v["frames"] <= 4 for v in cost[mode].values())
+        missing = sum(4 - v["frames"] for v in cost[mode].values())
+        assert missing == cost[f"{mode}_lost_timed"] <= cost[f"{mode}_lost"]
         assert cost[f"{mode}_ratio_past_window_to_shortest"] > 0.0
+        lost += cost[f"{mode}_lost"]
+    assert code == (1 if lost else 0)
