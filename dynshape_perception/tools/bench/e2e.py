@@ -17,6 +17,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.scheduling.prediction_stage import MODES as COST_MODES
 from dynshape_perception.stats import DIGITS, median, percentile
 from dynshape_perception.tools.bench.prediction_cost import LENGTHS
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames
@@ -33,8 +34,6 @@ MODES: dict[str, dict[str, bool | int | float | str]] = {
 }
 STREAMING = "streaming"
 HEADLINE = ("composed", "kitti")
-# The prediction modes each prediction-cost run compares.
-COST_MODES = ("incremental", "full")
 # The standard outputs of testing.session (imported there with rclpy, only when measuring).
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 KITTI_SCAN = Path("lidar") / "kitti_000008.bin"

@@ -13,7 +13,11 @@ from dynshape_perception import stats
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.tables import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.perception.pipeline import ModelFn
-from dynshape_perception.scheduling.prediction_stage import PredictionSettings, PredictionStage
+from dynshape_perception.scheduling.prediction_stage import (
+    MODES,
+    PredictionSettings,
+    PredictionStage,
+)
 from dynshape_perception.tools.sim.scenes import PEDESTRIAN_SIZE_M, pedestrian_scene
 
 if TYPE_CHECKING:
@@ -115,7 +119,7 @@ def stage_cost(
     window = max(lengths)
     stride = replace(settings, history_steps=window, history_stride=0).stride
     result: dict[str, Any] = _header(agents, window, stride, repeats)
-    for mode in ("incremental", "full"):
+    for mode in MODES:
         config = replace(
             settings, mode=mode, history_steps=window, history_stride=stride, speculation=False
         )
