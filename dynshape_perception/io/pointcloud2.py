@@ -248,9 +248,10 @@ def cloud_to_points(msg: CloudLike) -> Points:
         out[:, 3] = columns[INTENSITY].reshape(-1)
     else:
         out[:, 3] = 0.0
-    finite = np.isfinite(out).all(axis=1)
-    removed = count - int(np.count_nonzero(finite))
-    if removed:
+    removed = 0
+    if not np.isfinite(out).all():
+        finite = np.isfinite(out).all(axis=1)
+        removed = count - int(np.count_nonzero(finite))
         if msg.is_dense:
             raise CloudError(
                 NON_FINITE, f"a cloud marked dense holds {removed} point(s) with NaN or Inf"

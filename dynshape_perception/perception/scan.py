@@ -38,8 +38,11 @@ class Box:
 
     def contains(self, xyz: np.ndarray) -> np.ndarray:
         inside = np.ones(xyz.shape[0], dtype=bool)
+        scratch = np.empty(xyz.shape[0], dtype=bool)
         for axis, (lo, hi) in enumerate((self.x_m, self.y_m, self.z_m)):
-            inside &= (xyz[:, axis] >= lo) & (xyz[:, axis] <= hi)
+            column = xyz[:, axis]
+            inside &= np.greater_equal(column, lo, out=scratch)
+            inside &= np.less_equal(column, hi, out=scratch)
         return inside
 
 
@@ -72,21 +75,24 @@ def prepare_scan(points: np.ndarray, mount: Matrix, params: ScanParams) -> Scan:
     the place of a beam that saw nothing; the minimum range is measured from the sensor.
     """
     xyz = points[:, :3]
-    no_return = (xyz == 0.0).all(axis=1)
+    no_return = (xyz[:, 0] == 0.0) & (xyz[:, 1] == 0.0) & (xyz[:, 2] == 0.0)
     keep = ~no_return
     too_near = np.zeros_like(keep)
     if params.min_range_m > 0.0:
         range_sq = np.einsum("ij,ij->i", xyz, xyz, dtype=np.float64)
         too_near = keep & (range_sq < params.min_range_m**2)
         keep &= ~too_near
-    moved = transform_points(mount, points[keep] if not keep.all() else points)
+    moved = transform_points(mount, points if keep.all() else points[keep])
     ego = np.zeros(moved.shape[0], dtype=bool)
     if params.ego is not None:
         ego = params.ego.contains(moved[:, :3])
     roi = params.roi
-    inside = Box(roi.x_m, roi.y_m, roi.z_m).contains(moved[:, :3]) & ~ego
+    inside = Box(roi.x_m, roi.y_m, roi.z_m).contains(moved[:, :3])
+    if params.ego is not None:
+        inside &= ~ego
+    kept = moved if inside.all() else moved[inside]
     return Scan(
-        np.ascontiguousarray(moved[inside], dtype=np.float32),
+        np.ascontiguousarray(kept, dtype=np.float32),
         {
             "points_no_return_removed": int(no_return.sum()),
             "points_too_near_removed": int(too_near.sum()),
