@@ -155,6 +155,11 @@ class SectorAssembler:
         if points.shape[0] == 0:
             self.counters.empty_sectors += 1
             return []
+        if self.configured == 1:
+            # Whole scans: each is its own revolution, and no coverage or turn decides.
+            self._points.append(np.ascontiguousarray(points, dtype=np.float32))
+            self._stamps.append(float(stamp_s))
+            return [self._emit(True)]
         done: list[Revolution] = []
         bins = azimuth_bins(points)
         occupied = int(np.count_nonzero(bins))
