@@ -208,32 +208,54 @@ def _shape(out: _Writer, dimensions: bytes) -> None:
     out.doubles(dimensions)
 
 
-_Paths = tuple[list[bytes], list[float], bytes]
+_Paths = tuple[np.ndarray, np.ndarray, tuple[int, int]]
 
 
 def _paths(arrays: ObjectArrays) -> dict[int, _Paths]:
-    """Per object row with paths: each path's poses as bytes, the confidences, and the
-    time step with its confidence slot's format."""
+    """Per object row with paths: its paths' poses ``[K, H, 7]``, confidences ``[K]`` and
+    the time step."""
     poses = np.ascontiguousarray(arrays.path_poses, dtype=_F64)
-    confidences = arrays.path_confidences.astype(np.float32).tolist()
-    step = _TIME.pack(*arrays.time_step)
+    confidences = np.asarray(arrays.path_confidences, dtype=np.float32)
     return {
-        int(row): ([path.tobytes() for path in poses[p]], confidences[p], step)
+        int(row): (poses[p], confidences[p], arrays.time_step)
         for p, row in enumerate(arrays.path_rows.tolist())
     }
+
+
+def _path_dtype(steps: int) -> np.dtype:
+    """One PredictedPath as CDR lays it out when its count starts 4 bytes past an 8-byte
+    boundary: the poses then fall on one, and nothing in it is padded."""
+    return np.dtype(
+        [
+            ("steps", "<u4"),
+            ("poses", _F64, (steps, POSE_SIZE)),
+            ("sec", "<i4"),
+            ("nanosec", "<u4"),
+            ("confidence", "<f4"),
+        ]
+    )
 
 
 def _predicted_paths(out: _Writer, paths: _Paths | None) -> None:
     if paths is None:
         out.u32(0)
         return
-    poses, confidences, step = paths
-    out.u32(len(poses))
-    for path, confidence in zip(poses, confidences, strict=True):
-        out.u32(len(path) // (POSE_SIZE * _F64.itemsize))
-        out.doubles(path)
-        out.buf += step
-        out.buf += _F32.pack(confidence)
+    poses, confidences, (sec, nanosec) = paths
+    out.u32(poses.shape[0])
+    if poses.shape[0] == 0:
+        return
+    out.u32(poses.shape[1])
+    out.doubles(poses[0].tobytes())
+    out.packed(_TIME, sec, nanosec)
+    out.buf += _F32.pack(float(confidences[0]))
+    # A path is 16 + 56 H bytes: each one ends, and the next begins, 4 bytes past an
+    # 8-byte boundary, so the others go in as one unpadded block.
+    rest = np.zeros(poses.shape[0] - 1, _path_dtype(poses.shape[1]))
+    rest["steps"] = poses.shape[1]
+    rest["poses"] = poses[1:]
+    rest["sec"], rest["nanosec"] = sec, nanosec
+    rest["confidence"] = confidences[1:]
+    out.buf += rest.tobytes()
 
 
 # -- reading --------------------------------------------------------------------------------
