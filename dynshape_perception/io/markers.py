@@ -6,6 +6,7 @@ import math
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -145,9 +146,20 @@ def _after_text(out: CdrWriter) -> None:
     out.buf.append(0)  # mesh_use_embedded_materials
 
 
-# What comes between a marker's points and its text, and after the text: all empty.
+# Written once, spliced into every marker: strings and counts are the same bytes at any
+# 4-aligned offset.
 _BEFORE_TEXT = _part(_before_text)
 _AFTER_TEXT = _part(_after_text)
+
+
+def _tail(out: CdrWriter, text: str) -> None:
+    """What follows a marker's points: no colors, no texture, ``text``, no mesh."""
+    out.splice(_BEFORE_TEXT)
+    out.string(text)
+    out.splice(_AFTER_TEXT)
+
+
+_NO_TEXT = _part(partial(_tail, text=""))
 
 
 class _Markers:
@@ -160,7 +172,8 @@ class _Markers:
         self.head = CdrWriter()
         self.head.packed(_TIME, sec, nanosec)
         self.head.string(frame_id)
-        self.namespaces: dict[str, CdrWriter] = {}
+        # Per namespace, the header and namespace every marker in it starts with.
+        self.starts: dict[str, CdrWriter] = {}
 
     def add(
         self,
@@ -172,11 +185,12 @@ class _Markers:
         text: str = "",
     ) -> None:
         out = self.out
-        out.splice(self.head)
-        if ns not in self.namespaces:
-            self.namespaces[ns] = CdrWriter()
-            self.namespaces[ns].string(ns)
-        out.splice(self.namespaces[ns])
+        start = self.starts.get(ns)
+        if start is None:
+            start = self.starts[ns] = CdrWriter()
+            start.splice(self.head)
+            start.string(ns)
+        out.splice(start)
         out.packed(_KIND, *kind)
         out.doubles(pose_scale)
         out.packed(_LOOK, *rgba, 0, 0, False)
@@ -184,9 +198,10 @@ class _Markers:
         # A sequence of structs aligns at its first element: an empty one not at all.
         if points:
             out.doubles(points)
-        out.splice(_BEFORE_TEXT)
-        out.string(text)
-        out.splice(_AFTER_TEXT)
+        if text:
+            _tail(out, text)
+        else:
+            out.splice(_NO_TEXT)
 
 
 def _encode(
