@@ -66,7 +66,7 @@ class ObjectArrays:
         return int(self.existence.shape[0])
 
 
-class _Writer:
+class CdrWriter:
     """Appends CDR fields, each aligned to its size from the start of the payload."""
 
     def __init__(self) -> None:
@@ -103,6 +103,21 @@ class _Writer:
         raw = text.encode()
         self.u32(len(raw) + 1)
         self.buf += raw + b"\x00"
+
+    def splice(self, part: CdrWriter) -> None:
+        """The payload of ``part``, written on its own: the same bytes here only where it
+        starts 4-aligned and holds no 8-byte field, as one field of strings and counts does."""
+        self.align(4)
+        shift = len(self.buf) - len(ENCAPSULATION)
+        self.pads += [(start + shift, n) for start, n in part.pads]
+        self.buf += part.buf[len(ENCAPSULATION) :]
+
+    def padding_mask(self) -> np.ndarray:
+        """``[len(buf)]`` bool: True on the alignment padding bytes."""
+        mask = np.zeros(len(self.buf), bool)
+        for start, n in self.pads:
+            mask[start : start + n] = True
+        return mask
 
 
 def _rows_f64(*blocks: np.ndarray) -> list[bytes]:
@@ -147,18 +162,14 @@ def encode(msgtype: str, arrays: ObjectArrays) -> bytes:
 
 def padding_mask(msgtype: str, arrays: ObjectArrays) -> np.ndarray:
     """``[len(encode(...))]`` bool: True on the alignment padding bytes."""
-    out = _encode(msgtype, arrays)
-    mask = np.zeros(len(out.buf), bool)
-    for start, n in out.pads:
-        mask[start : start + n] = True
-    return mask
+    return _encode(msgtype, arrays).padding_mask()
 
 
-def _encode(msgtype: str, arrays: ObjectArrays) -> _Writer:
+def _encode(msgtype: str, arrays: ObjectArrays) -> CdrWriter:
     if msgtype not in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
         raise MessageError(f"no CDR writer for {msgtype}")
     _check(arrays, msgtype)
-    out = _Writer()
+    out = CdrWriter()
     sec, nanosec, frame_id = arrays.header
     out.packed(_TIME, sec, nanosec)
     out.string(frame_id)
@@ -202,7 +213,7 @@ def _encode(msgtype: str, arrays: ObjectArrays) -> _Writer:
     return out
 
 
-def _shape(out: _Writer, dimensions: bytes) -> None:
+def _shape(out: CdrWriter, dimensions: bytes) -> None:
     out.buf.append(BOUNDING_BOX)
     out.u32(0)  # an empty footprint
     out.doubles(dimensions)
@@ -236,7 +247,7 @@ def _path_dtype(steps: int) -> np.dtype:
     )
 
 
-def _predicted_paths(out: _Writer, paths: _Paths | None) -> None:
+def _predicted_paths(out: CdrWriter, paths: _Paths | None) -> None:
     if paths is None:
         out.u32(0)
         return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -12,33 +11,28 @@ import numpy as np
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Point, Quaternion, TransformStamped
 from nav_msgs.msg import Odometry
+from rclpy.serialization import serialize_message
 from sensor_msgs.msg import PointCloud2, PointField
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from dynshape_perception.io.cdr import header_of
-from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud
-from dynshape_perception.io.tables import (
-    LABEL_CAR,
-    LABEL_PEDESTRIAN,
-    LABEL_POLE,
-    LABEL_UNKNOWN,
+from dynshape_perception.io.markers import (
+    LABEL_RGB,
+    MARKER_NS_BOXES,
+    MARKER_NS_IDS,
+    MARKER_NS_PATHS,
+    TEXT_RGB,
+    MarkerStyle,
+    encode_markers,
+    layout_matches,
+    path_bounds,
 )
+from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud
+from dynshape_perception.io.tables import LABEL_UNKNOWN
 from dynshape_perception.perception.transforms import Matrix, normalised_quaternion, quaternion_of
 
 NS_PER_S = 1_000_000_000
-
-# RViz colours (r, g, b) by obstacle label.
-LABEL_RGB: dict[int, tuple[float, float, float]] = {
-    LABEL_UNKNOWN: (0.7, 0.7, 0.7),
-    LABEL_CAR: (0.1, 0.5, 1.0),
-    LABEL_PEDESTRIAN: (1.0, 0.6, 0.1),
-    LABEL_POLE: (0.6, 0.3, 0.9),
-}
-TEXT_RGB = (1.0, 1.0, 1.0)
-MARKER_NS_BOXES = "track_boxes"
-MARKER_NS_IDS = "track_ids"
-MARKER_NS_PATHS = "predicted_paths"
 
 
 def stamp_s(stamp: Time) -> float:
@@ -122,13 +116,6 @@ def yaw_quaternion(yaw: float) -> Quaternion:
     return Quaternion(x=0.0, y=0.0, z=math.sin(yaw / 2.0), w=math.cos(yaw / 2.0))
 
 
-@dataclass(frozen=True)
-class MarkerStyle:
-    box_alpha: float
-    text_size_m: float
-    path_width_m: float
-
-
 def _color(rgb: tuple[float, float, float], alpha: float) -> ColorRGBA:
     return ColorRGBA(r=rgb[0], g=rgb[1], b=rgb[2], a=float(alpha))
 
@@ -156,22 +143,37 @@ def marker_array(
         text.color = _color(TEXT_RGB, 1.0)
         text.text = str(track_id)
         markers += [box, text]
-    if predictions.size:
-        order = np.lexsort((predictions["step"], predictions["k"], predictions["id"]))
-        rows = predictions[order]
-        keys = rows["id"].astype(np.int64) * (int(rows["k"].max()) + 1) + rows["k"]
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        for path_index, (lo, hi) in enumerate(zip(starts, [*starts[1:], len(rows)], strict=True)):
-            path = rows[lo:hi]
-            line = Marker(header=head, ns=MARKER_NS_PATHS, id=path_index, type=Marker.LINE_STRIP)
-            line.pose.orientation.w = 1.0
-            line.scale.x = style.path_width_m
-            line.color = _color(LABEL_RGB[LABEL_UNKNOWN], float(path["prob"][0]))
-            line.points = [
-                Point(x=float(x), y=float(y), z=0.0)
-                for x, y in zip(path["x"].tolist(), path["y"].tolist(), strict=True)
-            ]
-            markers.append(line)
+    rows, bounds = path_bounds(predictions)
+    for path_index, (lo, hi) in enumerate(bounds):
+        path = rows[lo:hi]
+        line = Marker(header=head, ns=MARKER_NS_PATHS, id=path_index, type=Marker.LINE_STRIP)
+        line.pose.orientation.w = 1.0
+        line.scale.x = style.path_width_m
+        line.color = _color(LABEL_RGB[LABEL_UNKNOWN], float(path["prob"][0]))
+        line.points = [
+            Point(x=float(x), y=float(y), z=0.0)
+            for x, y in zip(path["x"].tolist(), path["y"].tolist(), strict=True)
+        ]
+        markers.append(line)
     for marker in markers:
         marker.lifetime = Duration()
     return MarkerArray(markers=markers)
+
+
+def _installed_fields(msgtype: str) -> dict[str, str]:
+    fields: dict[str, str] = message_class(msgtype).get_fields_and_field_types()
+    return fields
+
+
+# Jazzy and Kilted lay Marker out as io.markers writes it; elsewhere (Humble) rclpy serialises.
+MARKERS_AS_CDR = layout_matches(_installed_fields)
+
+
+def marker_bytes(
+    tracks: np.ndarray, predictions: np.ndarray, head: Header, style: MarkerStyle
+) -> bytes:
+    """The CDR bytes of ``marker_array(...)``, written from the arrays without its objects."""
+    if not MARKERS_AS_CDR:
+        return bytes(serialize_message(marker_array(tracks, predictions, head, style)))
+    stamp = head.stamp
+    return encode_markers((stamp.sec, stamp.nanosec, head.frame_id), tracks, predictions, style)

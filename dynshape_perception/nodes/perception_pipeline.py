@@ -26,7 +26,7 @@ from dynshape_perception.nodes.base import (
     run_node,
 )
 from dynshape_perception.nodes.messages import (
-    marker_array,
+    marker_bytes,
     stamp_ns,
     stamp_s,
     table_msg,
@@ -199,12 +199,16 @@ class PerceptionPipelineNode(SegmentingNode):
         if self.markers is None:
             return
         self.scheduler.submit(
-            partial(marker_array, states.tracks, table, heads.fixed, self.marker_style()),
+            partial(marker_bytes, states.tracks, table, heads.fixed, self.marker_style()),
             Tier.BEST_EFFORT,
             arrival=frame.arrival,
             name=MARKERS,
             size=states.tracks.shape[0],
-        ).add_done_callback(self.deliver("markers", self.markers.publish))
+        ).add_done_callback(
+            self.deliver(
+                "markers", partial(self.markers.publish_serialized, stamp=heads.fixed.stamp)
+            )
+        )
 
     # -- diagnostics ----------------------------------------------------------------------
     def report_prediction(self) -> diag.Report:

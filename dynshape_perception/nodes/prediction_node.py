@@ -30,7 +30,7 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import (
-    marker_array,
+    marker_bytes,
     serialized_header,
     stamp_ns,
     stamp_s,
@@ -120,7 +120,9 @@ class PredictionNode(PerceptionNode):
             if self.predictions is not None:
                 self.predictions.publish(table_msg(table, head))
             if self.markers is not None:
-                self.markers.publish(marker_array(tracks, table, head, self.marker_style()))
+                self.markers.publish_serialized(
+                    marker_bytes(tracks, table, head, self.marker_style()), head.stamp
+                )
             self.count("frames_out")
             self.set_counter(AGENTS_DROPPED, self.stage.counters.agents_dropped)
             if self.stage.settings.speculation:
