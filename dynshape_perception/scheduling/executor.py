@@ -114,7 +114,14 @@ class TieredExecutor(ExecutorBase):
     def _pop_locked(self, lane: Lane, now: float) -> tuple[Work | None, list[tuple[Work, str]]]:
         self._update_degrade_locked(now)
         shed: list[tuple[Work, str]] = []
-        tiers = (Tier.COLLISION,) if lane == "reserved" else TIERS
+        if lane == "reserved":
+            tiers: tuple[Tier, ...] = (Tier.COLLISION,)
+        elif self._idle_reserved:
+            # Tier 1 is woken for (every submit notifies all lanes): a shared lane that took
+            # it would hold back the lower tier queued beside it while a reserved lane idles.
+            tiers = TIERS[1:]
+        else:
+            tiers = TIERS
         for tier in tiers:
             heap = self._heaps[tier]
             while heap:

@@ -74,6 +74,8 @@ class ExecutorBase:
         self._rt_lanes = 0
         self._shared_tids: list[int] = []
         self._tier1_active = 0
+        # Reserved lanes waiting for work: a shared lane leaves tier 1 to them.
+        self._idle_reserved = 0
         self._boosted = False
         self._boosts = 0
         self._boost_ok = True
@@ -364,7 +366,7 @@ class ExecutorBase:
                         self._count_drop_locked(item, reason, self._clock())
                     if work is not None or shed or self._closed:
                         break
-                    self._cv.wait()
+                    self._wait_locked(lane)
                 if work is not None:
                     self._running += 1
                 elif self._closed:
@@ -372,6 +374,16 @@ class ExecutorBase:
             self._finish_drops(shed)
             if work is not None:
                 self._execute(work)
+
+    def _wait_locked(self, lane: Lane) -> None:
+        if lane != "reserved":
+            self._cv.wait()
+            return
+        self._idle_reserved += 1
+        try:
+            self._cv.wait()
+        finally:
+            self._idle_reserved -= 1
 
     def _set_priority(self, lane: Lane) -> None:
         tid = threading.get_native_id()

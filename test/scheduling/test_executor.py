@@ -425,6 +425,49 @@ def test_reserved_lane_is_not_held_up_by_running_lower_tier_work() -> None:
         assert lower.result(timeout=WAIT_S) == "lower"
 
 
+def test_a_shared_lane_leaves_tier_one_to_an_idle_reserved_lane() -> None:
+    """A frame's near field and full cloud, queued one after the other: the full cloud
+    must not wait behind a near field that the shared lane took from an idle reserved lane."""
+    near = BlockingStageFaultInjector("near")
+    lanes: dict[str, str] = {}
+
+    def full_cloud() -> str:
+        lanes["full"] = threading.current_thread().name
+        return "full"
+
+    def near_field() -> str:
+        lanes["near"] = threading.current_thread().name
+        return near()
+
+    options = ExecutorOptions(reserved_workers=1, shared_workers=1)
+    with TieredExecutor(options=options) as ex:
+        for _ in range(1000):
+            with ex._cv:
+                if ex._idle_reserved:
+                    break
+            near.release.wait(0.01)
+        assert ex._idle_reserved == 1
+        held = ex.submit(near_field, 1)
+        assert ex.submit(full_cloud, 2).result(timeout=WAIT_S) == "full"
+        assert not held.done()
+        near.release.set()
+        assert held.result(timeout=WAIT_S) == "near"
+    assert "-reserved-" in lanes["near"] and "-shared-" in lanes["full"]
+
+
+def test_a_shared_lane_takes_tier_one_only_when_no_reserved_lane_waits() -> None:
+    clock = FakeClock()
+    ex = tiered(clock)
+    ex.submit(lambda: "near", 1)
+    lower = ex.submit(lambda: "full", 2)
+    # What a reserved lane waiting for work in ``_serve`` counts.
+    ex._idle_reserved = 1
+    assert ex.run_one("shared") and lower.result(timeout=0) == "full"
+    assert not ex.run_one("shared")
+    ex._idle_reserved = 0
+    assert ex.run_one("shared")
+
+
 def test_fifo_holds_tier_one_behind_running_work() -> None:
     release = threading.Event()
     both_started = threading.Barrier(3)
