@@ -413,6 +413,17 @@ def header_of(data: bytes | bytearray | memoryview) -> tuple[int, int, str]:
     return int(sec), int(nanosec), r.string()
 
 
+def first_element_header(data: bytes | bytearray | memoryview) -> tuple[int, int, str] | None:
+    """The header of the first element of a message that is one sequence of stamped
+    messages (a MarkerArray's first marker); None when the sequence is empty."""
+    r = _Reader(data)
+    (count,) = r.unpack(_U32)
+    if count == 0:
+        return None
+    sec, nanosec = r.unpack(_I32U32)
+    return int(sec), int(nanosec), r.string()
+
+
 def stamp_s_of(data: bytes | bytearray | memoryview) -> float | None:
     """The header stamp of a stamped message's CDR bytes in seconds; None if unreadable."""
     try:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from tf2_ros import StaticTransformBroadcaster, TransformBroadcaster
 from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception.errors import DynshapeError
-from dynshape_perception.io.cdr import NS_PER_S, header_of
+from dynshape_perception.io.cdr import NS_PER_S, first_element_header, header_of
 from dynshape_perception.io.objects import (
     obstacles_from_detected_objects,
     predictions_from_predicted_objects,
@@ -68,21 +70,67 @@ RECORD_DEPTH = 100
 
 @dataclass
 class Received:
-    """One output with its arrival time; an object message kept as its CDR bytes until
-    ``msg`` is first read."""
+    """One output with its arrival time; a message kept as its CDR bytes until ``msg`` is
+    first read, and its table read when ``table`` or ``error`` is first asked for."""
 
     t_s: float
     frame_id: str
     message: Any
-    table: np.ndarray | None = None
-    error: str = ""
     msg_type: Any = None
+    reader: Callable[[Any], np.ndarray] | None = field(default=None, repr=False)
+    backlog: Backlog | None = field(default=None, repr=False)
+    _table: np.ndarray | None = field(default=None, repr=False)
+    _error: str = field(default="", repr=False)
 
     @property
     def msg(self) -> Any:
         if isinstance(self.message, bytes):
             self.message = deserialize_message(self.message, self.msg_type)
         return self.message
+
+    @property
+    def table(self) -> np.ndarray | None:
+        self._settle()
+        return self._table
+
+    @property
+    def error(self) -> str:
+        self._settle()
+        return self._error
+
+    def _settle(self) -> None:
+        if self.backlog is not None:
+            self.backlog.read_through(self)
+
+    def read(self) -> None:
+        reader, self.reader, self.backlog = self.reader, None, None
+        if reader is None:
+            return
+        try:
+            self._table = reader(self.message)
+        except DynshapeError as err:
+            self._error = str(err)
+
+
+class Backlog:
+    """Outputs whose tables are not read yet, in arrival order.
+
+    Reading waits until a table is asked for, so that the callback that stamps an arrival
+    never makes the next one wait; it then goes in arrival order up to the one asked for,
+    since the ids given to track UUIDs depend on the order the messages are read in.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[Received] = deque()
+
+    def add(self, item: Received) -> Received:
+        item.backlog = self
+        self._items.append(item)
+        return item
+
+    def read_through(self, item: Received) -> None:
+        while self._items and item.backlog is self:
+            self._items.popleft().read()
 
 
 @dataclass
@@ -124,6 +172,7 @@ class Probe(Node):
         self.unreadable: dict[str, str] = {}
         self.diagnostics: dict[str, Diagnostics] = {}
         self.tasks: dict[str, Diagnostics] = {}
+        self.backlog = Backlog()
         self.track_ids = UuidIndex()
         self.prediction_ids = UuidIndex()
         self.readers: dict[str, Subscription] = {}
@@ -137,7 +186,7 @@ class Probe(Node):
                 msg_type, topic, self._objects_cb(topic), qos, raw=True
             )
         self.readers["markers"] = self.create_subscription(
-            MarkerArray, "markers", self._on_markers, qos
+            MarkerArray, "markers", self._on_markers, qos, raw=True
         )
         self.writers: dict[str, Publisher] = {
             "points": self.points_pub,
@@ -152,12 +201,9 @@ class Probe(Node):
     def _table_cb(self, topic: str) -> Callable[[PointCloud2], None]:
         def on_table(msg: PointCloud2) -> None:
             now = time.perf_counter()
-            item = Received(now, msg.header.frame_id, msg)
-            try:
-                item.table = cloud_to_table(msg, TABLE_TOPICS[topic])
-            except DynshapeError as err:
-                item.error = str(err)
-            self.received[topic][stamp_ns(msg.header.stamp)] = item
+            reader = partial(cloud_to_table, dtype=TABLE_TOPICS[topic])
+            item = Received(now, msg.header.frame_id, msg, reader=reader)
+            self.received[topic][stamp_ns(msg.header.stamp)] = self.backlog.add(item)
 
         return on_table
 
@@ -169,12 +215,9 @@ class Probe(Node):
             except DynshapeError as err:
                 self.unreadable[topic] = str(err)
                 return
-            item = Received(now, frame_id, data, msg_type=OBJECT_TOPICS[topic])
-            try:
-                item.table = self._object_table(topic, data)
-            except DynshapeError as err:
-                item.error = str(err)
-            self.received[topic][sec * NS_PER_S + nanosec] = item
+            reader = partial(self._object_table, topic)
+            item = Received(now, frame_id, data, OBJECT_TOPICS[topic], reader)
+            self.received[topic][sec * NS_PER_S + nanosec] = self.backlog.add(item)
 
         return on_objects
 
@@ -199,12 +242,17 @@ class Probe(Node):
             return np.array(rows, dtype=PREDICTION_DTYPE)
         return obstacles_from_detected_objects(msg)
 
-    def _on_markers(self, msg: MarkerArray) -> None:
-        stamps = [stamp_ns(m.header.stamp) for m in msg.markers]
-        if stamps:
-            self.received["markers"][stamps[0]] = Received(
-                time.perf_counter(), msg.markers[0].header.frame_id, msg
-            )
+    def _on_markers(self, data: bytes) -> None:
+        now = time.perf_counter()
+        try:
+            first = first_element_header(data)
+        except DynshapeError as err:
+            self.unreadable["markers"] = str(err)
+            return
+        if first is not None:
+            sec, nanosec, frame_id = first
+            item = Received(now, frame_id, data, msg_type=MarkerArray)
+            self.received["markers"][sec * NS_PER_S + nanosec] = item
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         """Every status by name; a node's own tasks (not the topic rates) also merged under

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from dynshape_perception.io.cdr import ENCAPSULATION
+from dynshape_perception.errors import MessageError
+from dynshape_perception.io.cdr import ENCAPSULATION, first_element_header
 from dynshape_perception.io.markers import (
     MARKER_LAYOUT,
     MarkerStyle,
@@ -67,3 +69,15 @@ def test_the_message_starts_with_its_marker_count() -> None:
     # A DELETEALL, a box and a text per track, a path per (id, k).
     assert int.from_bytes(data[4:8], "little") == 1 + 2 * 3 + 2
     assert data[8:16] == (7).to_bytes(4, "little") + (8).to_bytes(4, "little")
+
+
+def test_the_first_markers_header_is_read_from_the_bytes() -> None:
+    style = MarkerStyle(box_alpha=0.5, text_size_m=1.0, path_width_m=0.1)
+    tracks = np.zeros(2, TRACK_DTYPE)
+    tracks["id"] = [3, 8]
+    data = encode_markers((7, 250, "odom_frame"), tracks, np.zeros(0, PREDICTION_DTYPE), style)
+    assert first_element_header(data) == (7, 250, "odom_frame")
+    empty = ENCAPSULATION + (0).to_bytes(4, "little")
+    assert first_element_header(empty) is None
+    with pytest.raises(MessageError, match="ends at"):
+        first_element_header(data[:10])
