@@ -31,8 +31,9 @@ CAR_MAX_WIDTH_M = 3.0
 CAR_HEIGHT_M = (0.8, 2.5)
 
 _CONNECTIVITY = 8
-# The bird's-eye grid is allocated per frame: 0.15 m over the default 60 x 60 m ROI is
-# 160,000 cells; this allows 4096 x 4096 (2.5 cm cells over the default ROI).
+# The bird's-eye grid is allocated per frame, at worst over the whole ROI: 0.15 m over the
+# default 60 x 60 m ROI is 160,000 cells; this allows 4096 x 4096 (2.5 cm cells over the
+# default ROI).
 MAX_GRID_CELLS = 4096 * 4096
 
 
@@ -114,34 +115,57 @@ def size_label(length_m: np.ndarray, width_m: np.ndarray, height_m: np.ndarray) 
     return labels
 
 
-def _oriented_rect(xy: np.ndarray) -> tuple[float, float, float, float, float]:
-    """Centre x, y, length >= width and yaw in (-pi/2, pi/2] of the minimum-area rectangle."""
-    rect = cv2.minAreaRect(xy.astype(np.float32))
-    corners = cv2.boxPoints(rect).astype(np.float64)
-    edge_a = corners[1] - corners[0]
-    edge_b = corners[2] - corners[1]
-    len_a, len_b = float(np.hypot(*edge_a)), float(np.hypot(*edge_b))
+def _oriented_rects(corners: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Centre x, y, length >= width and yaw in (-pi/2, pi/2] of each ``[K, 4, 2]`` boxPoints box."""
+    corners = corners.astype(np.float64)
+    edge_a = corners[:, 1] - corners[:, 0]
+    edge_b = corners[:, 2] - corners[:, 1]
+    len_a = np.hypot(edge_a[:, 0], edge_a[:, 1])
+    len_b = np.hypot(edge_b[:, 0], edge_b[:, 1])
     # boxPoints, not the angle of minAreaRect: its angle convention changed in OpenCV 4.5.
-    long_edge = edge_a if len_a >= len_b else edge_b
-    yaw = float(np.arctan2(long_edge[1], long_edge[0]))
-    if yaw <= -np.pi / 2:
-        yaw += np.pi
-    elif yaw > np.pi / 2:
-        yaw -= np.pi
-    centre = corners.mean(axis=0)
-    return float(centre[0]), float(centre[1]), max(len_a, len_b), min(len_a, len_b), yaw
+    long_edge = np.where((len_a >= len_b)[:, None], edge_a, edge_b)
+    yaw = np.arctan2(long_edge[:, 1], long_edge[:, 0])
+    yaw = np.where(yaw <= -np.pi / 2, yaw + np.pi, np.where(yaw > np.pi / 2, yaw - np.pi, yaw))
+    centre = (corners[:, 0] + corners[:, 1] + corners[:, 2] + corners[:, 3]) / 4.0
+    return centre[:, 0], centre[:, 1], np.maximum(len_a, len_b), np.minimum(len_a, len_b), yaw
 
 
-def _group_reduce(
-    ufunc: np.ufunc, sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
-    """Reduce each group of ``sorted_values`` (``counts[g]`` from ``starts[g]``); NaN if empty."""
-    out = np.full(counts.size, np.nan)
-    # reduceat runs each slice up to the next given start, so only non-empty groups are given.
-    filled = np.flatnonzero(counts)
-    if filled.size:
-        out[filled] = ufunc.reduceat(sorted_values, starts[filled])
-    return out
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _float32_at_or_above(bound: float) -> np.float32:
+    """The smallest float32 ``>= bound``: for every float32 ``x``, ``x >= bound`` and
+    ``x < bound`` decide as they would in float64."""
+    if bound > _FLOAT32_MAX:
+        return np.float32(np.inf)
+    value = np.float32(max(bound, -_FLOAT32_MAX))
+    return np.nextafter(value, np.float32(np.inf)) if float(value) < bound else value
+
+
+def _in_roi(xyz: np.ndarray, roi: Roi) -> np.ndarray:
+    """Whether each row of ``xyz`` (float32 or float64) is inside ``roi`` (half-open, as
+    compared in float64)."""
+    inside = np.ones(xyz.shape[0], dtype=bool)
+    for axis, bounds in enumerate((roi.x_m, roi.y_m, roi.z_m)):
+        lo, hi = map(_float32_at_or_above, bounds) if xyz.dtype == np.float32 else bounds
+        values = xyz[:, axis]
+        inside &= values >= lo
+        inside &= values < hi
+    return inside
+
+
+def _window(cells: np.ndarray, size: int, margin: int) -> tuple[int, int]:
+    """The cells ``[lo, hi)`` of one grid axis that are closed and labelled: the occupied
+    ``cells`` and ``margin`` more each side, within ``[0, size)``, from an even cell.
+
+    With ``margin > closing_cells`` the closing leaves the cells outside empty, as on the
+    whole grid; cv2's erosion takes the outside of its image as set, and the margin keeps
+    that away from the objects. cv2 labels 2 x 2 blocks, so an even start keeps its
+    numbering of the blobs that of the whole grid.
+    """
+    lo = max(int(cells.min()) - margin, 0) & ~1
+    hi = min(int(cells.max()) + 1 + margin, size)
+    return lo, hi
 
 
 def cluster_obstacles(
@@ -165,69 +189,87 @@ def cluster_obstacles(
     if scores.shape != (points.shape[0],):
         raise ShapeError(f"scores must be [P={points.shape[0]}], got shape {scores.shape}")
 
-    xyz = points[:, :3].astype(np.float64)
-    (x_lo, x_hi), (y_lo, y_hi), (z_lo, z_hi) = params.roi.x_m, params.roi.y_m, params.roi.z_m
-    keep = (
-        (scores > params.score_threshold)
-        & (xyz[:, 0] >= x_lo)
-        & (xyz[:, 0] < x_hi)
-        & (xyz[:, 1] >= y_lo)
-        & (xyz[:, 1] < y_hi)
-        & (xyz[:, 2] >= z_lo)
-        & (xyz[:, 2] < z_hi)
-    )
-    heights = ground.height(xyz) if ground is not None else None
+    # Float32 points stay float32: converted to float64 they are exact, and every decision
+    # below is taken as in float64. np.take gathers rows many times faster than indexing.
+    source = points if points.dtype == np.float32 else points[:, :3].astype(np.float64)
+    candidates = np.flatnonzero(scores > params.score_threshold)
+    rows = np.take(source, candidates, axis=0)
+    keep = _in_roi(rows, params.roi)
+    # A height is the dot product of its own row alone: the same on these rows as on all.
+    heights = ground.height(rows) if ground is not None else None
     if heights is not None:
         keep &= heights <= params.max_height_m
-    if not keep.any():
+    kept = np.flatnonzero(keep)
+    if kept.size == 0:
         return empty(OBSTACLE_DTYPE)
-    xyz, member_scores = xyz[keep], scores[keep].astype(np.float64)
-    heights = heights[keep] if heights is not None else None
+    member_scores = np.take(scores, candidates[kept]).astype(np.float64)
 
-    rows, cols = params.grid_shape
-    col = np.minimum(((xyz[:, 0] - x_lo) / params.cell_size_m).astype(np.int64), cols - 1)
-    row = np.minimum(((xyz[:, 1] - y_lo) / params.cell_size_m).astype(np.int64), rows - 1)
-    grid: np.ndarray = np.zeros((rows, cols), dtype=np.uint8)
-    grid[row, col] = 1
+    num_rows, num_cols = params.grid_shape
+    x = np.take(rows[:, 0], kept).astype(np.float64)
+    y = np.take(rows[:, 1], kept).astype(np.float64)
+    # Cells counted from the ROI's corner, exactly as on the whole grid.
+    col = np.minimum(((x - params.roi.x_m[0]) / params.cell_size_m).astype(np.int64), num_cols - 1)
+    row = np.minimum(((y - params.roi.y_m[0]) / params.cell_size_m).astype(np.int64), num_rows - 1)
+    margin = params.closing_cells + 1
+    row_lo, row_hi = _window(row, num_rows, margin)
+    col_lo, col_hi = _window(col, num_cols, margin)
+    width = col_hi - col_lo
+    cell = (row - row_lo) * width + (col - col_lo)
+    grid: np.ndarray = np.zeros((row_hi - row_lo, width), dtype=np.uint8)
+    grid.ravel()[cell] = 1
     if params.closing_cells:
         side = 2 * params.closing_cells + 1
         kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (side, side))
         grid = cv2.morphologyEx(grid, cv2.MORPH_CLOSE, kernel)
-    num_labels, label_img, _, _ = cv2.connectedComponentsWithStats(
+    num_labels, label_img = cv2.connectedComponents(
         grid, connectivity=_CONNECTIVITY, ltype=cv2.CV_32S
     )
     # Every kept point's cell is occupied, and closing never clears an occupied cell.
-    comp = label_img[row, col].astype(np.int64) - 1
+    comp = label_img.ravel()[cell] - 1
     counts = np.bincount(comp, minlength=num_labels - 1)
-    order = np.argsort(comp, kind="stable")
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
     present = np.flatnonzero(counts >= params.min_points)
     if present.size == 0:
         return empty(OBSTACLE_DTYPE)
 
-    sorted_xyz = xyz[order]
-    z_min = _group_reduce(np.minimum, sorted_xyz[:, 2], starts, counts)[present]
-    z_max = _group_reduce(np.maximum, sorted_xyz[:, 2], starts, counts)[present]
+    # Each group in its points' order: minAreaRect's result can depend on the order of its
+    # input where rectangles tie. A stable sort of 16-bit keys is a radix sort.
+    order = np.argsort(comp.astype(np.uint16) if num_labels <= 1 << 16 else comp, kind="stable")
+    sorted_rows = np.take(rows, kept[order], axis=0)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    # reduceat runs each slice up to the next given start, so only non-empty groups are given.
+    filled = np.flatnonzero(counts)
+    present_of_filled = np.flatnonzero(counts[filled] >= params.min_points)
+
+    def group_reduce(ufunc: np.ufunc, sorted_values: np.ndarray) -> np.ndarray:
+        reduced = ufunc.reduceat(sorted_values, starts[filled])[present_of_filled]
+        return np.asarray(reduced, dtype=np.float64)
+
     score_sum = np.bincount(comp, weights=member_scores, minlength=counts.size)
     score_mean = score_sum[present] / counts[present]
-    if heights is not None:
-        top_height = _group_reduce(np.maximum, heights[order], starts, counts)[present]
+
+    # Column by column: a strided copy of both columns at once is several times slower.
+    sorted_xy = np.empty((kept.size, 2), dtype=np.float32)
+    sorted_xy[:, 0] = sorted_rows[:, 0]
+    sorted_xy[:, 1] = sorted_rows[:, 1]
+    corners = np.empty((present.size, 4, 2), dtype=np.float32)
+    spans = zip(starts[present].tolist(), ends[present].tolist(), strict=True)
+    for i, (start, end) in enumerate(spans):
+        corners[i] = cv2.boxPoints(cv2.minAreaRect(sorted_xy[start:end]))
 
     out = np.zeros(present.size, dtype=OBSTACLE_DTYPE)
-    for i, label in enumerate(present):
-        start = starts[label]
-        member_xy = sorted_xyz[start : start + counts[label], :2]
-        out_row = _oriented_rect(member_xy)
-        out["x"][i], out["y"][i], out["length"][i], out["width"][i], out["yaw"][i] = out_row
-
+    out["x"], out["y"], out["length"], out["width"], out["yaw"] = _oriented_rects(corners)
     out["length"] = np.maximum(out["length"], params.cell_size_m)
     out["width"] = np.maximum(out["width"], params.cell_size_m)
     if ground is not None and heights is not None:
+        top_height = group_reduce(np.maximum, np.take(heights, kept[order]))
         base = ground.z_at(out["x"], out["y"])
         height = np.maximum(top_height, 0.0)
         out["z"] = base + height / 2.0
         out["height"] = height
     else:
+        z_min = group_reduce(np.minimum, sorted_rows[:, 2])
+        z_max = group_reduce(np.maximum, sorted_rows[:, 2])
         out["z"] = (z_min + z_max) / 2.0
         out["height"] = z_max - z_min
     out["score"] = score_mean
