@@ -14,6 +14,9 @@ from dynshape_perception.perception.transforms import Matrix, transform_points
 
 # Whole scans: 60 m all around the vehicle.
 SURROUND_ROI = Roi(x_m=(-60.0, 60.0), y_m=(-60.0, 60.0), z_m=(-3.0, 3.0))
+# Relative slack of a float32 squared range (a few ulps of 1.2e-7) beyond which its side of a
+# range bound is certain.
+_RANGE_SLACK = 1.0e-5
 COUNTERS = (
     "points_no_return_removed",
     "points_too_near_removed",
@@ -68,6 +71,23 @@ class Scan:
     removed: dict[str, int]
 
 
+def _nearer_than(xyz: np.ndarray, range_m: float) -> np.ndarray:
+    """Points within ``range_m`` of the origin, decided as in float64 at float32's cost.
+
+    Squared ranges in float32 can fall on the wrong side of the bound only within a few
+    ulps of it; those few are measured again in float64.
+    """
+    bound = range_m**2
+    x, y, z = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    approx = x * x + y * y + z * z
+    near: np.ndarray = approx < bound
+    close = np.flatnonzero(np.abs(approx - bound) <= _RANGE_SLACK * bound)
+    if close.size:
+        exact = np.einsum("ij,ij->i", xyz[close], xyz[close], dtype=np.float64)
+        near[close] = exact < bound
+    return near
+
+
 def prepare_scan(points: np.ndarray, mount: Matrix, params: ScanParams) -> Scan:
     """From the sensor frame (``mount``: sensor to vehicle) to the cropped vehicle-frame scan.
 
@@ -79,8 +99,7 @@ def prepare_scan(points: np.ndarray, mount: Matrix, params: ScanParams) -> Scan:
     keep = ~no_return
     too_near = np.zeros_like(keep)
     if params.min_range_m > 0.0:
-        range_sq = np.einsum("ij,ij->i", xyz, xyz, dtype=np.float64)
-        too_near = keep & (range_sq < params.min_range_m**2)
+        too_near = keep & _nearer_than(xyz, params.min_range_m)
         keep &= ~too_near
     moved = transform_points(mount, points if keep.all() else points[keep])
     ego = np.zeros(moved.shape[0], dtype=bool)

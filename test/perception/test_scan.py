@@ -61,3 +61,20 @@ def test_without_crops_only_no_returns_go() -> None:
 def test_bad_crop_settings_are_refused(make: object) -> None:
     with pytest.raises(ConfigError):
         make()  # type: ignore[operator]
+
+
+def test_the_minimum_range_is_decided_in_float64_at_the_bound() -> None:
+    rng = np.random.default_rng(4)
+    directions = rng.normal(size=(2000, 3))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    bound = 0.5
+    radii = np.float32(bound) + np.arange(-1000, 1000, dtype=np.float32) * np.float32(6e-8)
+    xyz = (directions * radii[:, None]).astype(np.float32)
+    far = rng.uniform((-40.0, -40.0, -2.0), (40.0, 40.0, 2.0), size=(500, 3))
+    xyz = np.concatenate([xyz, far.astype(np.float32)])
+    points = np.concatenate([xyz, np.zeros((xyz.shape[0], 1), np.float32)], axis=1)
+    scan = prepare_scan(points, np.eye(4), ScanParams(min_range_m=bound))
+    exact = np.einsum("ij,ij->i", xyz, xyz, dtype=np.float64) < bound**2
+    assert scan.removed["points_too_near_removed"] == int(exact.sum())
+    kept = {tuple(p) for p in scan.points[:, :3].tolist()}
+    assert kept == {tuple(p) for p in xyz[~exact].tolist()}
