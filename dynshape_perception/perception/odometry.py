@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
-
-import numpy as np
+from operator import itemgetter
 
 from dynshape_perception.perception.pipeline import Pose2D
+
+_stamp = itemgetter(0)
 
 
 def wrap_angle(rad: float) -> float:
@@ -47,15 +49,15 @@ class PoseBuffer:
 
     def base_pose_at(self, stamp_s: float) -> Pose2D | None:
         """Linear interpolation between the neighbouring poses; the end pose outside the span."""
-        if not self._poses:
+        poses = self._poses
+        if not poses:
             return None
-        table = np.asarray(self._poses, dtype=np.float64)
-        stamps = table[:, 0]
-        i = int(np.searchsorted(stamps, stamp_s))
-        if i == 0 or i == len(stamps):
-            _, x, y, yaw = table[0 if i == 0 else -1]
+        # Stamps increase: a binary search over the deque, not an array of all of it per call.
+        i = bisect.bisect_left(poses, stamp_s, key=_stamp)
+        if i == 0 or i == len(poses):
+            _, x, y, yaw = poses[0 if i == 0 else -1]
             return Pose2D(float(x), float(y), float(yaw))
-        (t0, x0, y0, a0), (t1, x1, y1, a1) = table[i - 1], table[i]
+        (t0, x0, y0, a0), (t1, x1, y1, a1) = poses[i - 1], poses[i]
         w = (stamp_s - t0) / (t1 - t0)
         return Pose2D(
             float(x0 + w * (x1 - x0)),
@@ -68,8 +70,10 @@ class PoseBuffer:
         base = self.base_pose_at(stamp_s)
         if base is None:
             return None
-        x, y = base.apply(np.array([self.mount.x]), np.array([self.mount.y]))
-        return Pose2D(float(x[0]), float(y[0]), wrap_angle(base.yaw + self.mount.yaw))
+        c, s = math.cos(base.yaw), math.sin(base.yaw)
+        x = base.x + c * self.mount.x - s * self.mount.y
+        y = base.y + s * self.mount.x + c * self.mount.y
+        return Pose2D(x, y, wrap_angle(base.yaw + self.mount.yaw))
 
 
 def yaw_from_quaternion(x: float, y: float, z: float, w: float) -> float:
