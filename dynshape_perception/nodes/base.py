@@ -583,6 +583,10 @@ class FixedFrame:
         return True
 
 
+# Frames whose markers were not built: nobody subscribed to them.
+MARKERS_UNREAD = "markers_unread"
+
+
 class Output:
     """A reliable publisher whose rate (and stamps, if ``stamped``) the diagnostics check."""
 
@@ -601,6 +605,14 @@ class Output:
         """A message already in CDR bytes, of header stamp ``stamp``."""
         self.publisher.publish(data)
         self.diagnostics.tick(self.name, stamp_s(stamp) if self.stamped else None)
+
+    def unread(self) -> bool:
+        """Nobody subscribes: an optional output need not be built. Its rate check counts
+        the frame as served, since leaving it out is the node's choice, not a stall."""
+        if self.publisher.get_subscription_count() > 0:
+            return False
+        self.diagnostics.tick(self.name)
+        return True
 
 
 class PoseSource(Protocol):

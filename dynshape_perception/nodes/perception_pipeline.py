@@ -17,6 +17,7 @@ from dynshape_perception.io.objects import TrackStates, predicted_objects, track
 from dynshape_perception.models import MODEL_NAMES
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import (
+    MARKERS_UNREAD,
     ODOM_REASONS,
     POINT_COUNTERS,
     POINT_REASONS,
@@ -92,6 +93,7 @@ class PerceptionPipelineNode(SegmentingNode):
         self.counters[NOT_PREDICTED] = 0
         self.counters[TRACKS_DROPPED] = 0
         self.counters[AGENTS_DROPPED] = 0
+        self.counters[MARKERS_UNREAD] = 0
         self.uuids = TrackUuids()
         self.stage = PredictionStage(
             self.engine["predictor"], parameters.prediction_settings(self.values)
@@ -197,6 +199,9 @@ class PerceptionPipelineNode(SegmentingNode):
             {"predict": result.ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
         )
         if self.markers is None:
+            return
+        if self.markers.unread():
+            self.count(MARKERS_UNREAD)
             return
         self.scheduler.submit(
             partial(marker_bytes, states.tracks, table, heads.fixed, self.marker_style()),

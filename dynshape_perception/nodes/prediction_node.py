@@ -19,6 +19,7 @@ from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
+    MARKERS_UNREAD,
     ODOM_REASONS,
     OVER_BOUND,
     PROCESSING_ERROR,
@@ -70,6 +71,7 @@ class PredictionNode(PerceptionNode):
         self.frame = FixedFrame(self, self._reset)
         self.pose = PoseInput(self)
         self.counters[AGENTS_DROPPED] = 0
+        self.counters[MARKERS_UNREAD] = 0
         self.predicted = self.output(PredictedObjects, "predicted_objects")
         tables = bool(self.values["debug.publish_tables"])
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
@@ -119,7 +121,9 @@ class PredictionNode(PerceptionNode):
             table = paths.table()
             if self.predictions is not None:
                 self.predictions.publish(table_msg(table, head))
-            if self.markers is not None:
+            if self.markers is not None and self.markers.unread():
+                self.count(MARKERS_UNREAD)
+            elif self.markers is not None:
                 self.markers.publish_serialized(
                     marker_bytes(tracks, table, head, self.marker_style()), head.stamp
                 )

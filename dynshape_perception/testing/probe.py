@@ -149,7 +149,11 @@ class Probe(Node):
     """Records outputs by stamp (ns) with their arrival time (``time.perf_counter``)."""
 
     def __init__(
-        self, context: Context | None = None, name: str = "dynshape_probe", namespace: str = ""
+        self,
+        context: Context | None = None,
+        name: str = "dynshape_probe",
+        namespace: str = "",
+        markers: bool = True,
     ) -> None:
         super().__init__(name, context=context, namespace=namespace)
         qos = QoSProfile(
@@ -185,9 +189,8 @@ class Probe(Node):
             self.readers[topic] = self.create_subscription(
                 msg_type, topic, self._objects_cb(topic), qos, raw=True
             )
-        self.readers["markers"] = self.create_subscription(
-            MarkerArray, "markers", self._on_markers, qos, raw=True
-        )
+        self._record_qos = qos
+        self.read_markers(markers)
         self.writers: dict[str, Publisher] = {
             "points": self.points_pub,
             "odom": self.odom_pub,
@@ -241,6 +244,16 @@ class Probe(Node):
             ]
             return np.array(rows, dtype=PREDICTION_DTYPE)
         return obstacles_from_detected_objects(msg)
+
+    def read_markers(self, read: bool) -> None:
+        """Subscribe to ``markers``, or leave them unread (the nodes then build none)."""
+        reader = self.readers.pop("markers", None)
+        if reader is not None:
+            self.destroy_subscription(reader)
+        if read:
+            self.readers["markers"] = self.create_subscription(
+                MarkerArray, "markers", self._on_markers, self._record_qos, raw=True
+            )
 
     def _on_markers(self, data: bytes) -> None:
         now = time.perf_counter()
@@ -401,15 +414,15 @@ class Probe(Node):
 
 @contextmanager
 def probe_session(
-    domain_id: int, name: str = "dynshape_probe", namespace: str = ""
+    domain_id: int, name: str = "dynshape_probe", namespace: str = "", markers: bool = True
 ) -> Iterator[Probe]:
     """A probe in its own rclpy context on ``domain_id`` (no signal handlers installed); its
-    topics resolve in ``namespace``."""
+    topics resolve in ``namespace``; without ``markers`` it leaves that topic unread."""
     context = Context()
     rclpy.init(context=context, domain_id=domain_id)
     probe: Probe | None = None
     try:
-        probe = Probe(context=context, name=name, namespace=namespace)
+        probe = Probe(context=context, name=name, namespace=namespace, markers=markers)
         yield probe
     finally:
         if probe is not None:

@@ -150,8 +150,12 @@ def node_session(
     overrides: Mapping[str, bool | int | float | str] | None = None,
     log_dir: Path | None = None,
     startup_timeout_s: float = 120.0,
+    read_markers: bool = True,
 ) -> Iterator[NodeSession]:
-    """Start the nodes of ``mode`` and a probe on a leased domain; always stop them again."""
+    """Start the nodes of ``mode`` and a probe on a leased domain; always stop them again.
+
+    Without ``read_markers`` the probe leaves ``markers`` unread, so the nodes build none.
+    """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
     with ExitStack() as stack:
@@ -172,7 +176,7 @@ def node_session(
                     overrides=overrides,
                 )
             )
-        probe = stack.enter_context(probe_session(domain))
+        probe = stack.enter_context(probe_session(domain, markers=read_markers))
         session = NodeSession(mode, domain, probe, processes, logs)
         session.wait_ready(startup_timeout_s)
         yield session

@@ -15,7 +15,7 @@ from dynshape_perception import parameters
 from dynshape_perception.io.pointcloud2 import points_to_cloud
 from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.io.tables_reader import read_table
-from dynshape_perception.nodes.base import NO_ODOMETRY
+from dynshape_perception.nodes.base import MARKERS_UNREAD, NO_ODOMETRY
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.scheduling.executor import DROP_REASONS
 from dynshape_perception.testing.probe import Diagnostics
@@ -171,6 +171,27 @@ def test_every_tier_reports_in_diagnostics_and_near_obstacles_come_first(
     assert float(values["transport.points.p99_ms"]) > 0.0
     assert int(values["near_field_out"]) >= len(stamps)
     assert values["executor.far_field_keep_fraction"] == "1.0"
+
+
+def test_markers_nobody_reads_are_not_built(session: NodeSession, kitti_points: np.ndarray) -> None:
+    before = _watch(session, lambda s: MARKERS_UNREAD in s.values)[-1]
+    unread = int(before.values[MARKERS_UNREAD])
+    session.probe.read_markers(False)
+    try:
+        assert session.probe.spin_until(
+            lambda: session.probe.count_subscribers("markers") == 0, TIMEOUT_S
+        )
+        topics = tuple(t for t in FRAME_TOPICS if t != "markers")
+        for _ in range(3):
+            ns = FIRST_NS + next(_later) * STEP_NS
+            pose = Pose2D(EGO_SPEED_MPS * ns / 1e9)
+            timing = session.frame(kitti_points, ns, pose, TIMEOUT_S, topics)
+            assert timing.after_publish_ms[PREDICTED] is not None, timing
+        _watch(session, lambda s: int(s.values[MARKERS_UNREAD]) >= unread + 3)
+    finally:
+        session.probe.read_markers(True)
+        assert session.probe.wait_for_graph({}, {"markers": 1}, TIMEOUT_S)
+    _frames(session, kitti_points, 1)
 
 
 def _tier2_lost(status: Diagnostics) -> int:

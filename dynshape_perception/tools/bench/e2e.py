@@ -161,6 +161,8 @@ def measure(
         params_file=args.params_file,
         overrides=overrides,
         startup_timeout_s=args.startup_timeout_s,
+        # As on a vehicle with no RViz attached: nothing reads the markers.
+        read_markers=False,
     ) as session:
         stamp = FIRST_STAMP_NS
         primed = False
