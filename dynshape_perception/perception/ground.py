@@ -83,8 +83,12 @@ def _msac_costs(
     """
     costs = np.zeros(normals.shape[0])
     across = np.ascontiguousarray(normals.T)
+    # One buffer for every block: a fresh one each time may be mapped anew by the allocator.
+    buffer = np.empty((min(_COST_BLOCK_ROWS, sample.shape[0]), normals.shape[0]))
     for lo in range(0, sample.shape[0], _COST_BLOCK_ROWS):
-        block = sample[lo : lo + _COST_BLOCK_ROWS] @ across
+        rows = sample[lo : lo + _COST_BLOCK_ROWS]
+        block = buffer[: rows.shape[0]]
+        np.matmul(rows, across, out=block)
         block += offsets
         np.square(block, out=block)
         np.minimum(block, cap, out=block)
