@@ -218,7 +218,8 @@ def markers_group() -> tuple[ParamSpec, ...]:
         ParamSpec(
             "debug.publish_markers",
             True,
-            "publish RViz markers (track boxes, ids, predicted paths) on 'markers'",
+            "publish RViz markers (track boxes, ids, predicted paths) on 'markers', built "
+            "only while something subscribes",
             True,
         ),
         ParamSpec("markers.box_alpha", 0.5, "opacity of the track boxes", low=0.0, high=1.0),
