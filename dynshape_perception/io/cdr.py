@@ -408,7 +408,10 @@ def _read_paths(r: _Reader) -> list[ReadPath]:
 
 def header_of(data: bytes | bytearray | memoryview) -> tuple[int, int, str]:
     """The header (sec, nanosec, frame_id) that starts any stamped message's CDR bytes."""
-    r = _Reader(data)
+    return _header(_Reader(data))
+
+
+def _header(r: _Reader) -> tuple[int, int, str]:
     sec, nanosec = r.unpack(_I32U32)
     return int(sec), int(nanosec), r.string()
 
@@ -418,10 +421,7 @@ def first_element_header(data: bytes | bytearray | memoryview) -> tuple[int, int
     messages (a MarkerArray's first marker); None when the sequence is empty."""
     r = _Reader(data)
     (count,) = r.unpack(_U32)
-    if count == 0:
-        return None
-    sec, nanosec = r.unpack(_I32U32)
-    return int(sec), int(nanosec), r.string()
+    return _header(r) if count else None
 
 
 def stamp_s_of(data: bytes | bytearray | memoryview) -> float | None:
