@@ -24,6 +24,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
+from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
@@ -350,6 +351,22 @@ class PerceptionNode(Node):
 
     def output(self, msg_type: Any, topic: str, stamped: bool = True) -> Output:
         return Output(self, msg_type, topic, stamped)
+
+    def marker_output(self) -> Output | None:
+        """``markers``, with ``debug.publish_markers``."""
+        self.counters[MARKERS_UNREAD] = 0
+        if not self.values["debug.publish_markers"]:
+            return None
+        return self.output(MarkerArray, "markers", stamped=False)
+
+    def markers_to_build(self, markers: Output | None) -> Output | None:
+        """``markers`` if this frame's are to be built: on, and read (else counted)."""
+        if markers is None:
+            return None
+        if markers.unread():
+            self.count(MARKERS_UNREAD)
+            return None
+        return markers
 
     # -- input handling -----------------------------------------------------------------
     @contextmanager

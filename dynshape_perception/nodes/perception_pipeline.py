@@ -10,14 +10,12 @@ import numpy as np
 from autoware_perception_msgs.msg import DetectedObjects, PredictedObjects, TrackedObjects
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
-from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception import parameters
 from dynshape_perception.io.objects import TrackStates, predicted_objects, tracked_objects
 from dynshape_perception.models import MODEL_NAMES
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import (
-    MARKERS_UNREAD,
     ODOM_REASONS,
     POINT_COUNTERS,
     POINT_REASONS,
@@ -93,7 +91,6 @@ class PerceptionPipelineNode(SegmentingNode):
         self.counters[NOT_PREDICTED] = 0
         self.counters[TRACKS_DROPPED] = 0
         self.counters[AGENTS_DROPPED] = 0
-        self.counters[MARKERS_UNREAD] = 0
         self.uuids = TrackUuids()
         self.stage = PredictionStage(
             self.engine["predictor"], parameters.prediction_settings(self.values)
@@ -115,8 +112,7 @@ class PerceptionPipelineNode(SegmentingNode):
         self.obstacles = self.output(PointCloud2, "obstacles") if tables else None
         self.tracks = self.output(PointCloud2, "tracks") if tables else None
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
-        markers = bool(self.values["debug.publish_markers"])
-        self.markers = self.output(MarkerArray, "markers", stamped=False) if markers else None
+        self.markers = self.marker_output()
         self.diagnostics.add_task(diag.PREDICTION, self.report_prediction)
         self.report_sectors(self.tiers.sectors)
         self.subscribe(PointCloud2, "points", self.on_points)
@@ -198,10 +194,8 @@ class PerceptionPipelineNode(SegmentingNode):
         self.record_latency(
             {"predict": result.ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
         )
-        if self.markers is None:
-            return
-        if self.markers.unread():
-            self.count(MARKERS_UNREAD)
+        markers = self.markers_to_build(self.markers)
+        if markers is None:
             return
         self.scheduler.submit(
             partial(marker_bytes, states.tracks, table, heads.fixed, self.marker_style()),
@@ -210,9 +204,7 @@ class PerceptionPipelineNode(SegmentingNode):
             name=MARKERS,
             size=states.tracks.shape[0],
         ).add_done_callback(
-            self.deliver(
-                "markers", partial(self.markers.publish_serialized, stamp=heads.fixed.stamp)
-            )
+            self.deliver("markers", partial(markers.publish_serialized, stamp=heads.fixed.stamp))
         )
 
     # -- diagnostics ----------------------------------------------------------------------

@@ -6,7 +6,6 @@ import time
 
 from autoware_perception_msgs.msg import PredictedObjects, TrackedObjects
 from sensor_msgs.msg import PointCloud2
-from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception import parameters
 from dynshape_perception.io.objects import (
@@ -19,7 +18,6 @@ from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
-    MARKERS_UNREAD,
     ODOM_REASONS,
     OVER_BOUND,
     PROCESSING_ERROR,
@@ -71,12 +69,10 @@ class PredictionNode(PerceptionNode):
         self.frame = FixedFrame(self, self._reset)
         self.pose = PoseInput(self)
         self.counters[AGENTS_DROPPED] = 0
-        self.counters[MARKERS_UNREAD] = 0
         self.predicted = self.output(PredictedObjects, "predicted_objects")
         tables = bool(self.values["debug.publish_tables"])
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
-        markers = bool(self.values["debug.publish_markers"])
-        self.markers = self.output(MarkerArray, "markers", stamped=False) if markers else None
+        self.markers = self.marker_output()
         # Read with NumPy from the CDR bytes: no message objects per pose and covariance.
         self.subscribe(TrackedObjects, "tracked_objects", self.on_tracks, raw=True)
 
@@ -121,10 +117,9 @@ class PredictionNode(PerceptionNode):
             table = paths.table()
             if self.predictions is not None:
                 self.predictions.publish(table_msg(table, head))
-            if self.markers is not None and self.markers.unread():
-                self.count(MARKERS_UNREAD)
-            elif self.markers is not None:
-                self.markers.publish_serialized(
+            markers = self.markers_to_build(self.markers)
+            if markers is not None:
+                markers.publish_serialized(
                     marker_bytes(tracks, table, head, self.marker_style()), head.stamp
                 )
             self.count("frames_out")
