@@ -223,6 +223,15 @@ def executor_group() -> tuple[ParamSpec, ...]:
             low=OFF,
             high=MAX_LANES,
         ),
+        ParamSpec(
+            "executor.opencv_threads",
+            1,
+            "threads of OpenCV (the clustering) while the executor runs: with more, a call "
+            "waits on OpenCV workers that take a core from the other lanes; 0: left as it is",
+            True,
+            low=OFF,
+            high=MAX_LANES,
+        ),
     )
 
 

@@ -210,6 +210,7 @@ def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
             "shared_boost_rt_priority",
             "switch_interval_ms",
             "blas_threads",
+            "opencv_threads",
         ),
     )
     for name in (
@@ -217,6 +218,7 @@ def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
         "shared_boost_rt_priority",
         "switch_interval_ms",
         "blas_threads",
+        "opencv_threads",
     ):
         if name in picked:
             picked[name] = _or_none(picked[name])

@@ -1,4 +1,5 @@
-"""The thread count of the OpenBLAS that NumPy loaded: one lane must not wait on another's."""
+"""The thread counts of the libraries the lanes call (NumPy's OpenBLAS, OpenCV): one lane
+must not wait on another's."""
 
 from __future__ import annotations
 
@@ -66,4 +67,20 @@ def set_blas_threads(threads: int) -> int | None:
             setter(int(threads))
             previous = old if previous is None else previous
             break
+    return previous
+
+
+def set_opencv_threads(threads: int) -> int:
+    """Set OpenCV's thread count (process-wide); returns the previous one.
+
+    OpenCV splits a call (the clustering's closing and labelling) over its own worker
+    threads: on a host whose lanes already fill the cores, those workers only take a core
+    from another lane, and the call waits for the slowest of them.
+    """
+    if threads < 1:
+        raise ConfigError(f"OpenCV threads must be >= 1, got {threads}")
+    import cv2
+
+    previous = int(cv2.getNumThreads())
+    cv2.setNumThreads(int(threads))
     return previous

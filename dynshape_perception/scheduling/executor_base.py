@@ -17,7 +17,7 @@ from typing import Any, cast
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, SchedulingError
-from dynshape_perception.scheduling.blas import set_blas_threads
+from dynshape_perception.scheduling.blas import set_blas_threads, set_opencv_threads
 from dynshape_perception.scheduling.tiers import TIERS, Tier, TierConfig, as_tier
 from dynshape_perception.scheduling.work import (
     COST_SMOOTHING,
@@ -71,6 +71,7 @@ class ExecutorBase:
         self._threads: list[threading.Thread] = []
         self._saved_switch: float | None = None
         self._saved_blas: int | None = None
+        self._saved_opencv: int | None = None
         self._rt_lanes = 0
         self._shared_tids: list[int] = []
         self._tier1_active = 0
@@ -88,6 +89,8 @@ class ExecutorBase:
                 self._saved_blas = set_blas_threads(self.options.blas_threads)
                 if self._saved_blas is None:
                     log.warning("no OpenBLAS whose threads can be set: BLAS keeps its threads")
+            if self.options.opencv_threads is not None:
+                self._saved_opencv = set_opencv_threads(self.options.opencv_threads)
             for i, lane in enumerate(self._lanes()):
                 thread = threading.Thread(
                     target=self._serve, args=(lane,), name=f"{self.kind}-{lane}-{i}", daemon=True
@@ -274,6 +277,9 @@ class ExecutorBase:
         if self._saved_blas is not None:
             set_blas_threads(self._saved_blas)
             self._saved_blas = None
+        if self._saved_opencv is not None:
+            set_opencv_threads(self._saved_opencv)
+            self._saved_opencv = None
         if alive:
             log.warning("executor workers still running a unit after %.1f s: %s", timeout_s, alive)
 
@@ -309,6 +315,9 @@ class ExecutorBase:
                 "realtime_lanes": self._rt_lanes,
                 "shared_boosts": self._boosts,
                 "blas_threads": self.options.blas_threads if self._saved_blas else None,
+                "opencv_threads": (
+                    self.options.opencv_threads if self._saved_opencv is not None else None
+                ),
             }
             extra = self._extra_snapshot_locked()
             deadlines = {tier: self.config.deadline_ms(tier) for tier in TIERS}

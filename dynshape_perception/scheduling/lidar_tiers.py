@@ -205,8 +205,9 @@ def executor_values(snapshot: Mapping[str, Any], config: TierConfig) -> dict[str
         "executor.far_field_keep_fraction": config.far_field_keep_fraction if degraded else 1.0,
         "executor.realtime_lanes": snapshot["realtime_lanes"],
         "executor.shared_boosts": snapshot["shared_boosts"],
-        # 0: BLAS keeps its own thread count (not asked for, or no OpenBLAS to set).
+        # 0: the library keeps its own thread count (not asked for, or no OpenBLAS to set).
         "executor.blas_threads": snapshot.get("blas_threads") or 0,
+        "executor.opencv_threads": snapshot.get("opencv_threads") or 0,
         "executor.running": snapshot["running"],
         "executor.degraded_entries": snapshot.get("degraded_entries", 0),
         "executor.degraded_s": snapshot.get("degraded_s", 0.0),

@@ -77,6 +77,9 @@ class ExecutorOptions:
     # than one, a lane's BLAS call waits on BLAS worker threads that any lane pre-empts,
     # and they spin after each call, taking a core from the lanes. None: left as it is.
     blas_threads: int | None = None
+    # OpenCV's threads while the executor runs (process-wide), for the same reason. None:
+    # left as it is.
+    opencv_threads: int | None = None
     latency_window: int = 100_000
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class ExecutorOptions:
             raise ConfigError("latency_window must be >= 1")
         if self.blas_threads is not None and self.blas_threads < 1:
             raise ConfigError(f"blas_threads must be >= 1, got {self.blas_threads}")
+        if self.opencv_threads is not None and self.opencv_threads < 1:
+            raise ConfigError(f"opencv_threads must be >= 1, got {self.opencv_threads}")
         for name in ("reserved_rt_priority", "shared_boost_rt_priority"):
             value = getattr(self, name)
             if value is not None and not 1 <= value <= 99:

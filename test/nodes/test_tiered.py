@@ -132,6 +132,7 @@ def test_executor_options_take_zero_for_off() -> None:
         shared_boost_rt_priority=5,
         switch_interval_ms=0.1,
         blas_threads=1,
+        opencv_threads=1,
     )
     values.update(
         {
@@ -139,11 +140,13 @@ def test_executor_options_take_zero_for_off() -> None:
             "executor.shared_boost_rt_priority": 0,
             "executor.switch_interval_ms": 0.0,
             "executor.blas_threads": 0,
+            "executor.opencv_threads": 0,
         }
     )
     off = parameters.executor_options(values)
     assert off.reserved_rt_priority is None and off.shared_boost_rt_priority is None
     assert off.switch_interval_ms is None and off.blas_threads is None
+    assert off.opencv_threads is None
 
 
 @pytest.mark.parametrize(
@@ -263,6 +266,7 @@ def test_a_period_reports_only_what_happened_in_it() -> None:
     assert extra["executor.far_field_keep_fraction"] == 1.0
     assert extra["executor.realtime_lanes"] == 0
     assert extra["executor.blas_threads"] == 0
+    assert extra["executor.opencv_threads"] == 0
 
 
 def test_drop_counter_counts_from_many_threads() -> None:
