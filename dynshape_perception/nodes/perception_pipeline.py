@@ -186,15 +186,18 @@ class PerceptionPipelineNode(SegmentingNode):
         self.predicted.publish_serialized(
             predicted_objects(ns, heads.fixed.frame_id, states, paths, objects), heads.fixed.stamp
         )
-        table = paths.table()
-        if self.predictions is not None:
-            self.predictions.publish(table_msg(table, heads.fixed))
         self.set_counter(AGENTS_DROPPED, self.stage.counters.agents_dropped)
         self.set_counter(NOT_PREDICTED, self.tiers.counts[NOT_PREDICTED])
         self.record_latency(
             {"predict": result.ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
         )
         markers = self.markers_to_build(self.markers)
+        if self.predictions is None and markers is None:
+            return
+        # The rows only the debug table and the markers read.
+        table = paths.table()
+        if self.predictions is not None:
+            self.predictions.publish(table_msg(table, heads.fixed))
         if markers is None:
             return
         self.scheduler.submit(

@@ -114,14 +114,16 @@ class PredictionNode(PerceptionNode):
                 head_in.stamp,
             )
             head = output_header(head_in.stamp, frame_id)
-            table = paths.table()
-            if self.predictions is not None:
-                self.predictions.publish(table_msg(table, head))
             markers = self.markers_to_build(self.markers)
-            if markers is not None:
-                markers.publish_serialized(
-                    marker_bytes(tracks, table, head, self.marker_style()), head.stamp
-                )
+            if self.predictions is not None or markers is not None:
+                # The rows only the debug table and the markers read.
+                table = paths.table()
+                if self.predictions is not None:
+                    self.predictions.publish(table_msg(table, head))
+                if markers is not None:
+                    markers.publish_serialized(
+                        marker_bytes(tracks, table, head, self.marker_style()), head.stamp
+                    )
             self.count("frames_out")
             self.set_counter(AGENTS_DROPPED, self.stage.counters.agents_dropped)
             if self.stage.settings.speculation:
