@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import CancelledError, Future
 from typing import Any, cast
@@ -30,6 +30,7 @@ from dynshape_perception.scheduling.work import (
     Lane,
     PoolControl,
     TierStats,
+    Window,
     Work,
     size_bucket,
 )
@@ -66,7 +67,7 @@ class ExecutorBase:
         self._closed = False
         self._running = 0
         self._stats = {t: TierStats(self.options.latency_window) for t in TIERS}
-        self._transport: dict[str, deque[float]] = {}
+        self._transport: dict[str, Window] = {}
         self._cost_ms: dict[CostKey, float] = {}
         self._threads: list[threading.Thread] = []
         self._saved_switch: float | None = None
@@ -132,9 +133,9 @@ class ExecutorBase:
         transport = None if stamp_s is None else (self._wall() - stamp_s) * 1000.0
         with self._cv:
             if transport is not None:
-                window = self._transport.setdefault(
-                    topic, deque(maxlen=self.options.latency_window)
-                )
+                window = self._transport.get(topic)
+                if window is None:
+                    window = self._transport[topic] = Window(self.options.latency_window)
                 window.append(transport)
         return Arrival(topic, now, stamp_s, transport)
 
@@ -301,14 +302,14 @@ class ExecutorBase:
                     st.misses,
                     st.failed,
                     Counter(st.dropped),
-                    np.array(st.latency_ms),
-                    np.array(st.wait_ms),
+                    st.latency_ms.copy(),
+                    st.wait_ms.copy(),
                     st.starvations,
                     self._starved_locked(tier),
                 )
                 for tier, st in self._stats.items()
             }
-            transport_copy = {t: np.array(v) for t, v in self._transport.items() if v}
+            transport_copy = {t: v.copy() for t, v in self._transport.items() if len(v)}
             head = {
                 "executor": self.kind,
                 "running": self._running,

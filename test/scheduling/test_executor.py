@@ -17,7 +17,8 @@ from dynshape_perception.scheduling.executor import (
     TieredExecutor,
     diagnostic_status,
 )
-from dynshape_perception.scheduling.tiers import TierConfig
+from dynshape_perception.scheduling.tiers import Tier, TierConfig
+from dynshape_perception.scheduling.work import Window
 from dynshape_perception.testing.clocks import FakeClock
 
 WAIT_S = 10.0
@@ -646,3 +647,32 @@ def test_only_the_tiered_executor_boosts_shared_lanes_for_tier_one() -> None:
     assert boosts["fifo"] == 0
     if boosts["tiered"] == 0:
         pytest.skip("no permission to boost lanes here (needs CAP_SYS_NICE)")
+
+
+def test_a_sample_window_keeps_the_newest_in_order() -> None:
+    window = Window(3)
+    assert len(window) == 0 and window.copy().size == 0
+    for value in (1.0, 2.0):
+        window.append(value)
+    assert window.copy().tolist() == [1.0, 2.0]
+    for value in (3.0, 4.0, 5.0):
+        window.append(value)
+    held = window.copy()
+    assert len(window) == 3 and held.tolist() == [3.0, 4.0, 5.0]
+    window.append(6.0)
+    assert held.tolist() == [3.0, 4.0, 5.0], "a copy must not change with the window"
+    assert window.copy().tolist() == [4.0, 5.0, 6.0]
+    with pytest.raises(ConfigError, match="at least 1"):
+        Window(0)
+
+
+def test_tier_percentiles_cover_only_the_latency_window() -> None:
+    clock = FakeClock()
+    ex = TieredExecutor(clock=clock, start=False, options=ExecutorOptions(latency_window=4))
+    for ms in (400.0, 400.0, 1.0, 2.0, 3.0, 4.0):
+        arrival = ex.arrive("points")
+        ex.submit(lambda: None, Tier.COMFORT, arrival=arrival)
+        clock.advance_ms(ms)
+        assert ex.run_one("shared")
+    tier = ex.snapshot()["tiers"]["3"]
+    assert tier["max_ms"] == 4.0 and tier["completed"] == 6
