@@ -1,4 +1,5 @@
-"""autoware_perception_msgs object messages as CDR bytes, from NumPy arrays, without ROS."""
+"""CDR without ROS: autoware_perception_msgs object messages written from NumPy arrays and read
+back, PointCloud2 read with its points left in the bytes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.errors import MessageError
+from dynshape_perception.io.pointcloud2 import BAD_LAYOUT, CloudError, FieldSpec
 
 DETECTED_OBJECTS = "autoware_perception_msgs/msg/DetectedObjects"
 TRACKED_OBJECTS = "autoware_perception_msgs/msg/TrackedObjects"
@@ -271,6 +273,7 @@ def _predicted_paths(out: CdrWriter, paths: _Paths | None) -> None:
 
 # -- reading --------------------------------------------------------------------------------
 _I32U32 = struct.Struct("<iI")
+_U32U32 = struct.Struct("<II")
 _U8F32 = struct.Struct("<B3xf")
 # The fewest bytes one object takes: what bounds a count before anything is allocated.
 _MIN_OBJECT_BYTES = 100
@@ -431,3 +434,57 @@ def stamp_s_of(data: bytes | bytearray | memoryview) -> float | None:
     except MessageError:
         return None
     return sec + nanosec / NS_PER_S
+
+
+# The fewest bytes one PointField takes: a one-character name, offset, datatype, count.
+_MIN_FIELD_BYTES = 13
+
+
+@dataclass(frozen=True)
+class SerializedCloud:
+    """A sensor_msgs/PointCloud2 read from its CDR bytes: the header (sec, nanosec,
+    frame_id) and, as ``pointcloud2.CloudLike``, its layout, ``data`` a view of the bytes."""
+
+    header: tuple[int, int, str]
+    height: int
+    width: int
+    fields: tuple[FieldSpec, ...]
+    is_bigendian: bool
+    point_step: int
+    row_step: int
+    data: memoryview
+    is_dense: bool
+
+
+def read_point_cloud2(data: bytes | bytearray | memoryview) -> SerializedCloud:
+    """The cloud in ``data`` without copying its points: a lidar's cloud is megabytes, which
+    a message object would copy once more. Unreadable bytes are a ``bad_layout`` CloudError."""
+    try:
+        r = _Reader(data)
+        header = _header(r)
+        height, width = r.unpack(_U32U32)
+        fields = []
+        for _ in range(r.count(_MIN_FIELD_BYTES)):
+            name = r.string()
+            (offset,) = r.unpack(_U32)
+            datatype = r.u8()
+            (count,) = r.unpack(_U32)
+            fields.append(FieldSpec(name, int(offset), int(datatype), int(count)))
+        is_bigendian = bool(r.u8())
+        point_step, row_step = r.unpack(_U32U32)
+        size = r.count(1)
+        start = r.take(size)
+        is_dense = bool(r.u8())
+    except MessageError as err:
+        raise CloudError(BAD_LAYOUT, f"unreadable PointCloud2 CDR: {err}") from err
+    return SerializedCloud(
+        header,
+        int(height),
+        int(width),
+        tuple(fields),
+        is_bigendian,
+        int(point_step),
+        int(row_step),
+        memoryview(r.data)[start : start + size],
+        is_dense,
+    )

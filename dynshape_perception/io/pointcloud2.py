@@ -70,16 +70,25 @@ class FieldLike(Protocol):
 
 
 class CloudLike(Protocol):
-    """The parts of sensor_msgs/PointCloud2 read here (duck-typed, so no ROS is needed)."""
+    """The parts of sensor_msgs/PointCloud2 read here (duck-typed, so no ROS is needed),
+    read only."""
 
-    fields: Sequence[Any]
-    point_step: int
-    row_step: int
-    height: int
-    width: int
-    is_bigendian: bool
-    is_dense: bool
-    data: Any
+    @property
+    def fields(self) -> Sequence[Any]: ...
+    @property
+    def point_step(self) -> int: ...
+    @property
+    def row_step(self) -> int: ...
+    @property
+    def height(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def is_bigendian(self) -> bool: ...
+    @property
+    def is_dense(self) -> bool: ...
+    @property
+    def data(self) -> Any: ...
 
 
 @dataclass(frozen=True)

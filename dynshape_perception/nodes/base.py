@@ -22,7 +22,6 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
@@ -30,7 +29,7 @@ from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
 from dynshape_perception.interrupts import startup_done
 from dynshape_perception.io.cdr import stamp_s_of
-from dynshape_perception.io.pointcloud2 import REASONS, CloudError, cloud_to_points
+from dynshape_perception.io.pointcloud2 import REASONS, CloudError, CloudLike, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, stamp_s
 from dynshape_perception.perception import scan
@@ -429,7 +428,7 @@ class PerceptionNode(Node):
         return done
 
     def points_of(
-        self, msg: PointCloud2, pipeline: Pipeline, mount: Matrix | None = None
+        self, msg: CloudLike, pipeline: Pipeline, mount: Matrix | None = None
     ) -> np.ndarray:
         """Vectorised conversion; into the vehicle frame by ``mount``, cropped (no-returns,
         too near, the ego box, outside the ROI: each counted); then the point bound (drop,

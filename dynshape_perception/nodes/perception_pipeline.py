@@ -115,7 +115,7 @@ class PerceptionPipelineNode(SegmentingNode):
         self.markers = self.marker_output()
         self.diagnostics.add_task(diag.PREDICTION, self.report_prediction)
         self.report_sectors(self.tiers.sectors)
-        self.subscribe(PointCloud2, "points", self.on_points)
+        self.subscribe(PointCloud2, "points", self.on_points, raw=True)
 
     def apply_parameters(self, changed: set[str]) -> None:
         super().apply_parameters(changed)
@@ -131,11 +131,11 @@ class PerceptionPipelineNode(SegmentingNode):
         """The tracks as the messages carry them (called under the tracker's lock)."""
         return TrackStates.of_tracker(tracks, self.pipeline.tracker, self.uuids)
 
-    def on_points(self, msg: PointCloud2) -> None:
+    def on_points(self, data: bytes) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
-            points, head = self.vehicle_points(msg)
-            stamp = stamp_s(msg.header.stamp)
+            points, head = self.vehicle_points(data)
+            stamp = stamp_s(head.stamp)
             located = self.frame.place(self.pose, self.base_frame, stamp)
             if located is None or not self.frame.admit(located.fixed_frame, stamp):
                 return
@@ -148,7 +148,7 @@ class PerceptionPipelineNode(SegmentingNode):
                 t0,
                 self.tiers.generation,
                 self.next_seed(),
-                Heads(head, output_header(msg.header.stamp, located.fixed_frame)),
+                Heads(head, output_header(head.stamp, located.fixed_frame)),
             )
             self.tiers.cloud(points, frame)
 

@@ -48,13 +48,13 @@ class PointcloudNode(SegmentingNode):
         self.detected = self.output(DetectedObjects, "detected_objects")
         self.obstacles = self.output(PointCloud2, "obstacles") if self.tables else None
         self.report_sectors(self.tiers.sectors)
-        self.subscribe(PointCloud2, "points", self.on_points)
+        self.subscribe(PointCloud2, "points", self.on_points, raw=True)
 
-    def on_points(self, msg: PointCloud2) -> None:
+    def on_points(self, data: bytes) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
-            points, head = self.vehicle_points(msg)
-            stamp = stamp_s(msg.header.stamp)
+            points, head = self.vehicle_points(data)
+            stamp = stamp_s(head.stamp)
             arrival = self.scheduler.arrive("points", stamp)
             self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})
             frame = FrameInfo(stamp, Pose2D(), arrival, t0, 0, self.next_seed(), head)

@@ -7,11 +7,13 @@ from typing import Any
 
 import numpy as np
 from autoware_perception_msgs.msg import DetectedObjects
+from builtin_interfaces.msg import Time
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import Header
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.io.cdr import read_point_cloud2
 from dynshape_perception.io.objects import detected_objects
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import Output, PerceptionNode
@@ -86,11 +88,15 @@ class SegmentingNode(PerceptionNode):
         self._seed += 1
         return self._seed
 
-    def vehicle_points(self, msg: PointCloud2) -> tuple[np.ndarray, Header]:
-        """The cloud in the vehicle frame, cropped and bounded; the outputs' header."""
-        mount = self.pose.mount(msg.header.frame_id, stamp_s(msg.header.stamp))
-        points = self.points_of(msg, self.pipeline, mount)
-        return points, Header(stamp=msg.header.stamp, frame_id=self.base_frame)
+    def vehicle_points(self, data: bytes) -> tuple[np.ndarray, Header]:
+        """A PointCloud2's CDR bytes, read in place, as points in the vehicle frame, cropped
+        and bounded; the outputs' header (the cloud's stamp)."""
+        cloud = read_point_cloud2(data)
+        sec, nanosec, frame_id = cloud.header
+        stamp = Time(sec=sec, nanosec=nanosec)
+        mount = self.pose.mount(frame_id, stamp_s(stamp))
+        points = self.points_of(cloud, self.pipeline, mount)
+        return points, Header(stamp=stamp, frame_id=self.base_frame)
 
     def publish_obstacles(
         self, objects: Output, table: Output | None, head: Header, obstacles: np.ndarray
