@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 from autoware_perception_msgs.msg import DetectedObjects
-from rclpy.serialization import deserialize_message
+from rclpy.serialization import deserialize_message, serialize_message
 
 from dynshape_perception import parameters
 from dynshape_perception.config import default_config
@@ -32,6 +32,7 @@ from dynshape_perception.io.pointcloud2 import (
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
+from dynshape_perception.nodes.messages import cloud_msg, header, time_msg
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import config_path
 from dynshape_perception.testing.session import (
@@ -297,6 +298,25 @@ def test_bad_cloud_is_dropped_and_the_next_one_processed(
     assert wait_counter(session, "pointcloud_node", key, before + 1) == before + 1
     assert all(p.alive() for p in session.processes)
     assert re.search(rf"dropped input \({reason}, \d+ so far\)", session.processes[0].log())
+
+
+def test_unreadable_cloud_bytes_are_dropped_and_the_next_cloud_processed(
+    session: NodeSession, kitti_points: np.ndarray
+) -> None:
+    """The point nodes read a cloud's CDR bytes themselves: bytes cut short, as a raw
+    publisher could send them, are a bad_layout drop, not a dead node."""
+    bad_ns, _ = next_stamp()
+    whole = serialize_message(
+        cloud_msg(points_to_cloud(kitti_points), header(time_msg(bad_ns), "lidar"))
+    )
+    before = counter(session, "pointcloud_node", "drops.bad_layout")
+    session.probe.points_pub.publish(whole[: len(whole) // 2])
+    assert wait_counter(session, "pointcloud_node", "drops.bad_layout", before + 1) == before + 1
+    ns, t_s = next_stamp()
+    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S, wait_for=(DETECTED,))
+    assert timing.after_publish_ms[DETECTED] is not None, "the next valid cloud was lost"
+    assert all(p.alive() for p in session.processes)
+    assert re.search(r"unreadable PointCloud2 CDR", session.processes[0].log())
 
 
 def test_warnings_are_throttled(session: NodeSession, kitti_points: np.ndarray) -> None:
