@@ -257,3 +257,25 @@ def test_the_random_cases_shift_the_objects_and_mix_objects_with_and_without_pat
     mixed = [a for a in cases if 0 < a.path_rows.size < a.size and a.path_poses.shape[1]]
     assert mixed and any((np.diff(a.path_rows) < 0).any() for a in mixed)
     assert {a.path_poses.shape[1] for a in cases} >= {0, 6} and max(a.size for a in cases) > 40
+
+
+@pytest.mark.parametrize("rows", [[0, 0], [3], [-1]])
+def test_path_rows_out_of_range_or_repeated_are_a_message_error(rows: list[int]) -> None:
+    arrays = _random_arrays(0)
+    arrays = replace(
+        arrays,
+        existence=arrays.existence[:3],
+        labels=arrays.labels[:3],
+        poses=arrays.poses[:3],
+        pose_covariances=arrays.pose_covariances[:3],
+        twists=arrays.twists[:3],
+        twist_covariances=arrays.twist_covariances[:3],
+        dimensions=arrays.dimensions[:3],
+        uuids=arrays.uuids[:3],
+        stationary=arrays.stationary[:3],
+        path_rows=np.asarray(rows, np.intp),
+        path_poses=np.zeros((len(rows), 2, 3, 7)),
+        path_confidences=np.zeros((len(rows), 2), np.float32),
+    )
+    with pytest.raises(MessageError, match="path rows"):
+        encode(PREDICTED_OBJECTS, arrays)
