@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,12 +289,28 @@ def _path_dtype(steps: int) -> np.dtype:
 _Which = slice | np.ndarray
 
 
-def _rows(layout: _Layout, arrays: ObjectArrays, which: _Which, n: int) -> np.ndarray:
-    """The ``n`` objects ``which`` of ``arrays`` as rows of ``layout`` (paths left as the
-    template has them)."""
-    raw = np.empty((n, layout.dtype.itemsize), np.uint8)
-    raw[:] = layout.template
-    rows = raw.reshape(-1).view(layout.dtype)
+class _Scratch(threading.local):
+    """Per thread, the buffer the rows are filled in and kept between messages: one as
+    large as a message, allocated each time, comes back from the system in fresh pages
+    whose faults cost more than filling them."""
+
+    def __init__(self) -> None:
+        self.buf = np.empty(0, np.uint8)
+
+    def take(self, size: int) -> np.ndarray:
+        if self.buf.size < size:
+            self.buf = np.empty(size, np.uint8)
+        return self.buf[:size]
+
+
+_SCRATCH = _Scratch()
+
+
+def _rows(layout: _Layout, arrays: ObjectArrays, which: _Which, raw: np.ndarray) -> np.ndarray:
+    """The objects ``which`` of ``arrays`` as rows of ``layout`` in ``raw`` (paths left as
+    the template has them)."""
+    raw.reshape(-1, layout.dtype.itemsize)[:] = layout.template
+    rows = raw.view(layout.dtype)
     rows["existence"] = arrays.existence[which]
     rows["label"] = arrays.labels[which]
     rows["pose"] = arrays.poses[which]
@@ -348,12 +365,15 @@ def _lay_out(msgtype: str, arrays: ObjectArrays) -> _Laid:
         return _Laid(head, [], [])
     plain = _layout(msgtype, 0, 0)
     if msgtype != PREDICTED_OBJECTS or not (p_n and k):
-        return _Laid(head, [(_rows(plain, arrays, slice(None), n), plain)], [(0, 0, n)])
+        raw = _SCRATCH.take(n * plain.dtype.itemsize)
+        return _Laid(head, [(_rows(plain, arrays, slice(None), raw), plain)], [(0, 0, n)])
     order = _path_order(arrays.path_rows, n)
     rows = arrays.path_rows[order]
     with_paths = _layout(msgtype, k, arrays.path_poses.shape[2])
+    split = p_n * with_paths.dtype.itemsize
+    raw = _SCRATCH.take(split + (n - p_n) * plain.dtype.itemsize)
     # With a path each, the objects are the rows 0..n-1 in order.
-    paths = _rows(with_paths, arrays, slice(None) if p_n == n else rows, p_n)
+    paths = _rows(with_paths, arrays, slice(None) if p_n == n else rows, raw[:split])
     path = paths["path"]
     path["poses"] = arrays.path_poses[order]
     path["confidence"] = arrays.path_confidences[order]
@@ -362,7 +382,7 @@ def _lay_out(msgtype: str, arrays: ObjectArrays) -> _Laid:
         return _Laid(head, [(paths, with_paths)], [(0, 0, n)])
     has = np.zeros(n, bool)
     has[rows] = True
-    without = _rows(plain, arrays, np.flatnonzero(~has), n - p_n)
+    without = _rows(plain, arrays, np.flatnonzero(~has), raw[split:])
     return _Laid(head, [(without, plain), (paths, with_paths)], _runs(has))
 
 
