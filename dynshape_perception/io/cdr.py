@@ -147,15 +147,15 @@ def encode(msgtype: str, arrays: ObjectArrays) -> bytes:
     ``rclpy.serialization.serialize_message`` gives for the same message (zeros where it
     leaves alignment padding unset)."""
     laid = _lay_out(msgtype, arrays)
-    rows = [group.view(np.uint8) for group, _ in laid.groups]
+    rows = [raw for raw, _ in laid.groups]
     head = np.frombuffer(laid.head.buf, np.uint8)
-    return b"".join([p.data for p in laid.pieces(head, rows, np.zeros(_SHIFT, np.uint8))])
+    return b"".join([p.data for p in laid.pieces(head, rows, _SHIFT_BYTES)])
 
 
 def padding_mask(msgtype: str, arrays: ObjectArrays) -> np.ndarray:
     """``[len(encode(...))]`` bool: True on the alignment padding bytes."""
     laid = _lay_out(msgtype, arrays)
-    rows = [np.tile(layout.pads, group.size) for group, layout in laid.groups]
+    rows = [np.tile(layout.pads, raw.size // layout.dtype.itemsize) for raw, layout in laid.groups]
     head = laid.head.padding_mask()
     return np.concatenate(laid.pieces(head, rows, np.ones(_SHIFT, bool)))
 
@@ -163,6 +163,8 @@ def padding_mask(msgtype: str, arrays: ObjectArrays) -> np.ndarray:
 # Every object ends with its 8-byte dimensions, so all but the first start on an 8-byte
 # boundary; the first starts there or 4 bytes past one, as the header leaves it.
 _SHIFT = 4
+_SHIFT_BYTES = np.zeros(_SHIFT, np.uint8)
+_SHIFT_BYTES.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -310,7 +312,7 @@ def _rows(layout: _Layout, arrays: ObjectArrays, which: _Which, raw: np.ndarray)
     """The objects ``which`` of ``arrays`` as rows of ``layout`` in ``raw`` (paths left as
     the template has them)."""
     raw.reshape(-1, layout.dtype.itemsize)[:] = layout.template
-    rows = raw.view(layout.dtype)
+    rows = np.frombuffer(raw, layout.dtype)
     rows["existence"] = arrays.existence[which]
     rows["label"] = arrays.labels[which]
     rows["pose"] = arrays.poses[which]
@@ -328,8 +330,9 @@ def _rows(layout: _Layout, arrays: ObjectArrays, which: _Which, raw: np.ndarray)
 
 @dataclass(frozen=True)
 class _Laid:
-    """An object message laid out: its header, the rows of each group of objects alike, and
-    the runs of consecutive objects of one group, (group, first row, end row), in order."""
+    """An object message laid out: its header, the rows of each group of objects alike (as
+    bytes), and the runs of consecutive objects of one group, (group, first row, end row),
+    in order."""
 
     head: CdrWriter
     groups: list[tuple[np.ndarray, _Layout]]
@@ -366,7 +369,8 @@ def _lay_out(msgtype: str, arrays: ObjectArrays) -> _Laid:
     plain = _layout(msgtype, 0, 0)
     if msgtype != PREDICTED_OBJECTS or not (p_n and k):
         raw = _SCRATCH.take(n * plain.dtype.itemsize)
-        return _Laid(head, [(_rows(plain, arrays, slice(None), raw), plain)], [(0, 0, n)])
+        _rows(plain, arrays, slice(None), raw)
+        return _Laid(head, [(raw, plain)], [(0, 0, n)])
     order = _path_order(arrays.path_rows, n)
     rows = arrays.path_rows[order]
     with_paths = _layout(msgtype, k, arrays.path_poses.shape[2])
@@ -379,11 +383,11 @@ def _lay_out(msgtype: str, arrays: ObjectArrays) -> _Laid:
     path["confidence"] = arrays.path_confidences[order]
     path["sec"], path["nanosec"] = arrays.time_step
     if p_n == n:
-        return _Laid(head, [(paths, with_paths)], [(0, 0, n)])
+        return _Laid(head, [(raw, with_paths)], [(0, 0, n)])
     has = np.zeros(n, bool)
     has[rows] = True
-    without = _rows(plain, arrays, np.flatnonzero(~has), raw[split:])
-    return _Laid(head, [(without, plain), (paths, with_paths)], _runs(has))
+    _rows(plain, arrays, np.flatnonzero(~has), raw[split:])
+    return _Laid(head, [(raw[split:], plain), (raw[:split], with_paths)], _runs(has))
 
 
 def _path_order(rows: np.ndarray, n: int) -> _Which:
