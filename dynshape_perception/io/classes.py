@@ -64,10 +64,9 @@ _CLASSIFICATIONS.flags.writeable = False
 
 def classification_of(labels: np.ndarray) -> np.ndarray:
     """ObjectClassification labels (uint8) of table labels; labels not in the map: UNKNOWN."""
-    table = _CLASSIFICATIONS
     labels = np.asarray(labels, dtype=np.int64)
-    known = (labels >= 0) & (labels < table.size)
-    return np.where(known, table[np.clip(labels, 0, table.size - 1)], UNKNOWN).astype(np.uint8)
+    known = (labels >= 0) & (labels < _CLASSIFICATIONS.size)
+    return _CLASSIFICATIONS[np.where(known, labels, LABEL_UNKNOWN)]
 
 
 def label_of_classification(classification: int) -> int:

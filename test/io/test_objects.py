@@ -15,7 +15,13 @@ from rclpy.serialization import deserialize_message
 from dynshape_perception.errors import MessageError
 from dynshape_perception.io import msgtypes
 from dynshape_perception.io.cdr import encode
-from dynshape_perception.io.classes import PEDESTRIAN, label_of_class_id
+from dynshape_perception.io.classes import (
+    CAR,
+    PEDESTRIAN,
+    UNKNOWN,
+    classification_of,
+    label_of_class_id,
+)
 from dynshape_perception.io.objects import (
     DETECTED_OBJECTS,
     PREDICTED_OBJECTS,
@@ -235,3 +241,8 @@ def test_a_step_too_short_keeps_the_heading_before_it() -> None:
     arrays = predicted_arrays(NS, "map", states, twice, ObjectParams())
     assert arrays.path_rows.tolist() == [0]
     np.testing.assert_allclose(arrays.path_confidences, [[0.9, 0.9]])
+
+
+def test_table_labels_outside_the_map_are_unknown_classifications() -> None:
+    labels = np.array([LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE, 0, 99, -1, 2**40])
+    assert classification_of(labels).tolist() == [CAR, PEDESTRIAN, UNKNOWN, UNKNOWN] + [UNKNOWN] * 3
