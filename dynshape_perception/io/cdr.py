@@ -172,7 +172,8 @@ class _Layout:
     """One object's bytes as CDR lays them out when it starts on an 8-byte boundary: the
     ``dtype`` (``pads``: the bytes no field covers), a ``template`` row with the constant
     fields set, and ``shift_at``: the first 8-byte field, before which an object starting 4
-    past a boundary takes 4 more bytes of padding (all before it is 4-aligned and 8 long)."""
+    past a boundary takes 4 more bytes of padding (the fields before it are 4-aligned and
+    a multiple of 8 bytes long, so all after it fall as they do at a boundary)."""
 
     dtype: np.dtype
     template: np.ndarray
@@ -364,30 +365,31 @@ def _lay_out(msgtype: str, arrays: ObjectArrays) -> _Laid:
     n = arrays.size
     head.u32(n)
     p_n, k = arrays.path_confidences.shape
+    with_paths = msgtype == PREDICTED_OBJECTS and p_n > 0 and k > 0
+    order = _path_order(arrays.path_rows, n) if with_paths else slice(None)
     if n == 0:
         return _Laid(head, [], [])
     plain = _layout(msgtype, 0, 0)
-    if msgtype != PREDICTED_OBJECTS or not (p_n and k):
+    if not with_paths:
         raw = _SCRATCH.take(n * plain.dtype.itemsize)
         _rows(plain, arrays, slice(None), raw)
         return _Laid(head, [(raw, plain)], [(0, 0, n)])
-    order = _path_order(arrays.path_rows, n)
     rows = arrays.path_rows[order]
-    with_paths = _layout(msgtype, k, arrays.path_poses.shape[2])
-    split = p_n * with_paths.dtype.itemsize
+    paths_layout = _layout(msgtype, k, arrays.path_poses.shape[2])
+    split = p_n * paths_layout.dtype.itemsize
     raw = _SCRATCH.take(split + (n - p_n) * plain.dtype.itemsize)
     # With a path each, the objects are the rows 0..n-1 in order.
-    paths = _rows(with_paths, arrays, slice(None) if p_n == n else rows, raw[:split])
+    paths = _rows(paths_layout, arrays, slice(None) if p_n == n else rows, raw[:split])
     path = paths["path"]
     path["poses"] = arrays.path_poses[order]
     path["confidence"] = arrays.path_confidences[order]
     path["sec"], path["nanosec"] = arrays.time_step
     if p_n == n:
-        return _Laid(head, [(raw, with_paths)], [(0, 0, n)])
+        return _Laid(head, [(raw, paths_layout)], [(0, 0, n)])
     has = np.zeros(n, bool)
     has[rows] = True
     _rows(plain, arrays, np.flatnonzero(~has), raw[split:])
-    return _Laid(head, [(raw[split:], plain), (raw[:split], with_paths)], _runs(has))
+    return _Laid(head, [(raw[split:], plain), (raw[:split], paths_layout)], _runs(has))
 
 
 def _path_order(rows: np.ndarray, n: int) -> _Which:

@@ -259,23 +259,41 @@ def test_the_random_cases_shift_the_objects_and_mix_objects_with_and_without_pat
     assert {a.path_poses.shape[1] for a in cases} >= {0, 6} and max(a.size for a in cases) > 40
 
 
-@pytest.mark.parametrize("rows", [[0, 0], [3], [-1]])
-def test_path_rows_out_of_range_or_repeated_are_a_message_error(rows: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("n", "rows"), [(3, [0, 0]), (3, [3]), (3, [-1]), (3, [2, 0, 2]), (0, [0])]
+)
+def test_path_rows_out_of_range_or_repeated_are_a_message_error(n: int, rows: list[int]) -> None:
     arrays = _random_arrays(0)
     arrays = replace(
         arrays,
-        existence=arrays.existence[:3],
-        labels=arrays.labels[:3],
-        poses=arrays.poses[:3],
-        pose_covariances=arrays.pose_covariances[:3],
-        twists=arrays.twists[:3],
-        twist_covariances=arrays.twist_covariances[:3],
-        dimensions=arrays.dimensions[:3],
-        uuids=arrays.uuids[:3],
-        stationary=arrays.stationary[:3],
+        existence=arrays.existence[:n],
+        labels=arrays.labels[:n],
+        poses=arrays.poses[:n],
+        pose_covariances=arrays.pose_covariances[:n],
+        twists=arrays.twists[:n],
+        twist_covariances=arrays.twist_covariances[:n],
+        dimensions=arrays.dimensions[:n],
+        uuids=arrays.uuids[:n],
+        stationary=arrays.stationary[:n],
         path_rows=np.asarray(rows, np.intp),
         path_poses=np.zeros((len(rows), 2, 3, 7)),
         path_confidences=np.zeros((len(rows), 2), np.float32),
     )
     with pytest.raises(MessageError, match="path rows"):
         encode(PREDICTED_OBJECTS, arrays)
+
+
+@pytest.mark.parametrize("msgtype", [DETECTED_OBJECTS, TRACKED_OBJECTS])
+@pytest.mark.parametrize("n", [0, 2])
+def test_detected_and_tracked_objects_leave_paths_out(msgtype: str, n: int) -> None:
+    """Paths in the arrays change nothing there, with objects or none (a frame id that
+    leaves them 4 past an 8-byte boundary)."""
+    arrays = _arrays(n, 0, "ab", seed=5)[msgtype]
+    with_paths = replace(
+        arrays,
+        path_rows=np.array([0]),
+        path_poses=np.ones((1, 2, 3, 7)),
+        path_confidences=np.ones((1, 2), np.float32),
+    )
+    assert encode(msgtype, with_paths) == encode(msgtype, arrays) == _old_encode(msgtype, arrays)[0]
+    assert np.array_equal(padding_mask(msgtype, with_paths), padding_mask(msgtype, arrays))
