@@ -3,8 +3,10 @@ back, PointCloud2 read with its points left in the bytes."""
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +33,6 @@ NS_PER_S = 1_000_000_000
 
 _U32 = struct.Struct("<I")
 _F32 = struct.Struct("<f")
-# The first ObjectClassification: count, label (then 3 pad bytes), probability.
-_ONE_CLASS = struct.Struct("<IB3xf")
-_ONE_CLASS_PAD = (5, 3)
 _TIME = struct.Struct("<iI")
 _F64 = np.dtype("<f8")
 
@@ -91,12 +90,6 @@ class CdrWriter:
         self.align(4)
         self.buf += _U32.pack(value)
 
-    def one_class(self, label: int) -> None:
-        """A classification of one ObjectClassification."""
-        self.align(4)
-        self.pads.append((len(self.buf) + _ONE_CLASS_PAD[0], _ONE_CLASS_PAD[1]))
-        self.buf += _ONE_CLASS.pack(1, label, CLASS_PROBABILITY)
-
     def doubles(self, values: bytes) -> None:
         self.align(8)
         self.buf += values
@@ -122,12 +115,6 @@ class CdrWriter:
         return mask
 
 
-def _rows_f64(*blocks: np.ndarray) -> list[bytes]:
-    """Per object, the bytes of its float64 blocks side by side."""
-    joined = np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=_F64)
-    return [row.tobytes() for row in joined]
-
-
 def _check(arrays: ObjectArrays, msgtype: str) -> None:
     n = arrays.size
     shapes = {
@@ -144,10 +131,12 @@ def _check(arrays: ObjectArrays, msgtype: str) -> None:
     for name, (got, want) in shapes.items():
         if got != want:
             raise MessageError(f"{msgtype}: {name} must be {want}, got {got}")
-    p_n = arrays.path_rows.shape[0]
-    if arrays.path_poses.shape[0] != p_n or arrays.path_confidences.shape != (
-        p_n,
-        arrays.path_poses.shape[1],
+    p_n, poses = arrays.path_rows.shape[0], arrays.path_poses.shape
+    if (
+        len(poses) != 4
+        or poses[0] != p_n
+        or poses[3] != POSE_SIZE
+        or arrays.path_confidences.shape != (p_n, poses[1])
     ):
         raise MessageError(
             f"{msgtype}: {p_n} objects with paths, poses {arrays.path_poses.shape}, "
@@ -159,80 +148,133 @@ def encode(msgtype: str, arrays: ObjectArrays) -> bytes:
     """The CDR bytes of a DetectedObjects, TrackedObjects or PredictedObjects: what
     ``rclpy.serialization.serialize_message`` gives for the same message (zeros where it
     leaves alignment padding unset)."""
-    return bytes(_encode(msgtype, arrays).buf)
+    laid = _lay_out(msgtype, arrays)
+    rows = [raw for raw, _ in laid.groups]
+    head = np.frombuffer(laid.head.buf, np.uint8)
+    return b"".join([p.data for p in laid.pieces(head, rows, _SHIFT_BYTES)])
 
 
 def padding_mask(msgtype: str, arrays: ObjectArrays) -> np.ndarray:
     """``[len(encode(...))]`` bool: True on the alignment padding bytes."""
-    return _encode(msgtype, arrays).padding_mask()
+    laid = _lay_out(msgtype, arrays)
+    rows = [np.tile(layout.pads, raw.size // layout.dtype.itemsize) for raw, layout in laid.groups]
+    head = laid.head.padding_mask()
+    return np.concatenate(laid.pieces(head, rows, np.ones(_SHIFT, bool)))
 
 
-def _encode(msgtype: str, arrays: ObjectArrays) -> CdrWriter:
-    if msgtype not in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
-        raise MessageError(f"no CDR writer for {msgtype}")
-    _check(arrays, msgtype)
-    out = CdrWriter()
-    sec, nanosec, frame_id = arrays.header
-    out.packed(_TIME, sec, nanosec)
-    out.string(frame_id)
-    out.u32(arrays.size)
-    n = arrays.size
-    existence = arrays.existence.astype(np.float32).tolist()
-    labels = arrays.labels.astype(np.uint8).tolist()
-    dims = [row.tobytes() for row in np.ascontiguousarray(arrays.dimensions, dtype=_F64)]
+# Every object ends with its 8-byte dimensions, so all but the first start on an 8-byte
+# boundary; the first starts there or 4 bytes past one, as the header leaves it.
+_SHIFT = 4
+_SHIFT_BYTES = np.zeros(_SHIFT, np.uint8)
+_SHIFT_BYTES.flags.writeable = False
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One object's bytes as CDR lays them out when it starts on an 8-byte boundary: the
+    ``dtype`` (``pads``: the bytes no field covers), a ``template`` row with the constant
+    fields set, and ``shift_at``: the first 8-byte field, before which an object starting 4
+    past a boundary takes 4 more bytes of padding (the fields before it are 4-aligned and
+    a multiple of 8 bytes long, so all after it fall as they do at a boundary)."""
+
+    dtype: np.dtype
+    template: np.ndarray
+    pads: np.ndarray
+    shift_at: int
+
+
+class _Fields:
+    """Fields one after another, each aligned to its size (at most 8) as CDR aligns them."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.formats: list[np.dtype] = []
+        self.offsets: list[int] = []
+        self.end = 0
+
+    def add(self, name: str, item: Any, shape: tuple[int, ...] = (), align: int = 0) -> None:
+        item = np.dtype(item)
+        self.end += -self.end % (align or item.itemsize)
+        fmt = np.dtype((item, shape)) if shape else item
+        self.names.append(name)
+        self.formats.append(fmt)
+        self.offsets.append(self.end)
+        self.end += fmt.itemsize
+
+    def dtype(self) -> np.dtype:
+        return np.dtype(
+            {
+                "names": self.names,
+                "formats": self.formats,
+                "offsets": self.offsets,
+                "itemsize": self.end,
+            }
+        )
+
+
+@functools.lru_cache(maxsize=32)
+def _layout(msgtype: str, paths: int, steps: int) -> _Layout:
+    """A DetectedObject, TrackedObject or PredictedObject (with ``paths`` PredictedPaths of
+    ``steps`` poses), field by field as its message definition orders them."""
+    f = _Fields()
+    if msgtype != DETECTED_OBJECTS:
+        f.add("uuid", np.uint8, (UUID_SIZE,))
+    f.add("existence", "<f4")
+    f.add("classes", "<u4")  # a sequence of one ObjectClassification
+    f.add("label", np.uint8)
+    f.add("probability", "<f4")
+    f.add("pose", _F64, (POSE_SIZE,))
+    f.add("pose_covariance", _F64, (COVARIANCE_SIZE,))
     if msgtype == DETECTED_OBJECTS:
-        poses = _rows_f64(arrays.poses, arrays.pose_covariances)
-        twists = _rows_f64(arrays.twists, arrays.twist_covariances)
-        for i in range(n):
-            out.packed(_F32, existence[i])
-            out.one_class(labels[i])
-            out.doubles(poses[i])
-            # has_position_covariance, orientation_availability
-            out.buf += bytes((0, SIGN_UNKNOWN))
-            out.doubles(twists[i])
-            # has_twist, has_twist_covariance
-            out.buf += bytes((0, 0))
-            _shape(out, dims[i])
-        return out
-    no_accel = np.zeros((n, TWIST_SIZE + COVARIANCE_SIZE))
-    kinematics = _rows_f64(
-        arrays.poses, arrays.pose_covariances, arrays.twists, arrays.twist_covariances, no_accel
-    )
-    uuids = [row.tobytes() for row in np.ascontiguousarray(arrays.uuids, dtype=np.uint8)]
-    stationary = arrays.stationary.tolist()
-    paths = _paths(arrays) if msgtype == PREDICTED_OBJECTS else {}
-    for i in range(n):
-        out.buf += uuids[i]
-        out.packed(_F32, existence[i])
-        out.one_class(labels[i])
-        out.doubles(kinematics[i])
-        if msgtype == TRACKED_OBJECTS:
-            # orientation_availability, is_stationary
-            out.buf += bytes((SIGN_UNKNOWN, int(stationary[i])))
-        else:
-            _predicted_paths(out, paths.get(i))
-        _shape(out, dims[i])
-    return out
+        f.add("has_position_covariance", np.uint8)
+        f.add("orientation_availability", np.uint8)
+    f.add("twist", _F64, (TWIST_SIZE,))
+    f.add("twist_covariance", _F64, (COVARIANCE_SIZE,))
+    if msgtype == DETECTED_OBJECTS:
+        f.add("has_twist", np.uint8)
+        f.add("has_twist_covariance", np.uint8)
+    else:
+        f.add("acceleration", _F64, (TWIST_SIZE,))
+        f.add("acceleration_covariance", _F64, (COVARIANCE_SIZE,))
+    if msgtype == TRACKED_OBJECTS:
+        f.add("orientation_availability", np.uint8)
+        f.add("is_stationary", np.uint8)
+    if msgtype == PREDICTED_OBJECTS:
+        f.add("paths", "<u4")
+        if paths:
+            # A path is 16 + 56 H bytes and starts 4 past an 8-byte boundary, as the next
+            # one does: the paths are one unpadded block.
+            f.add("path", _path_dtype(steps), (paths,), align=4)
+    f.add("shape_type", np.uint8)
+    f.add("footprint", "<u4")  # an empty sequence of points
+    f.add("dimensions", _F64, (3,))
+    dtype = f.dtype()
+    template = np.zeros(1, dtype)
+    template["classes"] = 1
+    template["probability"] = CLASS_PROBABILITY
+    if msgtype != PREDICTED_OBJECTS:
+        template["orientation_availability"] = SIGN_UNKNOWN
+    template["shape_type"] = BOUNDING_BOX
+    if paths:
+        template["paths"] = paths
+        template["path"]["steps"] = steps
+    covered = np.zeros(dtype.itemsize, bool)
+    _cover(covered, dtype, 0)
+    raw = template.view(np.uint8)
+    raw.flags.writeable = False
+    return _Layout(dtype, raw, ~covered, f.offsets[f.names.index("pose")])
 
 
-def _shape(out: CdrWriter, dimensions: bytes) -> None:
-    out.buf.append(BOUNDING_BOX)
-    out.u32(0)  # an empty footprint
-    out.doubles(dimensions)
-
-
-_Paths = tuple[np.ndarray, np.ndarray, tuple[int, int]]
-
-
-def _paths(arrays: ObjectArrays) -> dict[int, _Paths]:
-    """Per object row with paths: its paths' poses ``[K, H, 7]``, confidences ``[K]`` and
-    the time step."""
-    poses = np.ascontiguousarray(arrays.path_poses, dtype=_F64)
-    confidences = np.asarray(arrays.path_confidences, dtype=np.float32)
-    return {
-        int(row): (poses[p], confidences[p], arrays.time_step)
-        for p, row in enumerate(arrays.path_rows.tolist())
-    }
+def _cover(covered: np.ndarray, dtype: np.dtype, start: int) -> None:
+    """Marks the bytes of ``dtype``'s fields, placed at ``start``."""
+    for fmt, offset, *_ in (dtype.fields or {}).values():
+        item, shape = fmt.subdtype or (fmt, ())
+        for i in range(math.prod(shape)):
+            at = start + offset + i * item.itemsize
+            if item.names:
+                _cover(covered, item, at)
+            else:
+                covered[at : at + item.itemsize] = True
 
 
 def _path_dtype(steps: int) -> np.dtype:
@@ -249,26 +291,134 @@ def _path_dtype(steps: int) -> np.dtype:
     )
 
 
-def _predicted_paths(out: CdrWriter, paths: _Paths | None) -> None:
-    if paths is None:
-        out.u32(0)
-        return
-    poses, confidences, (sec, nanosec) = paths
-    out.u32(poses.shape[0])
-    if poses.shape[0] == 0:
-        return
-    out.u32(poses.shape[1])
-    out.doubles(poses[0].tobytes())
-    out.packed(_TIME, sec, nanosec)
-    out.buf += _F32.pack(float(confidences[0]))
-    # A path is 16 + 56 H bytes: each one ends, and the next begins, 4 bytes past an
-    # 8-byte boundary, so the others go in as one unpadded block.
-    rest = np.zeros(poses.shape[0] - 1, _path_dtype(poses.shape[1]))
-    rest["steps"] = poses.shape[1]
-    rest["poses"] = poses[1:]
-    rest["sec"], rest["nanosec"] = sec, nanosec
-    rest["confidence"] = confidences[1:]
-    out.buf += rest.tobytes()
+_Which = slice | np.ndarray
+
+
+class _Scratch(threading.local):
+    """Per thread, the buffer the rows are filled in and kept between messages: one as
+    large as a message, allocated each time, comes back from the system in fresh pages
+    whose faults cost more than filling them."""
+
+    def __init__(self) -> None:
+        self.buf = np.empty(0, np.uint8)
+
+    def take(self, size: int) -> np.ndarray:
+        if self.buf.size < size:
+            self.buf = np.empty(size, np.uint8)
+        return self.buf[:size]
+
+
+_SCRATCH = _Scratch()
+
+
+def _rows(layout: _Layout, arrays: ObjectArrays, which: _Which, raw: np.ndarray) -> np.ndarray:
+    """The objects ``which`` of ``arrays`` as rows of ``layout`` in ``raw`` (paths left as
+    the template has them)."""
+    raw.reshape(-1, layout.dtype.itemsize)[:] = layout.template
+    rows = np.frombuffer(raw, layout.dtype)
+    rows["existence"] = arrays.existence[which]
+    rows["label"] = arrays.labels[which]
+    rows["pose"] = arrays.poses[which]
+    rows["pose_covariance"] = arrays.pose_covariances[which]
+    rows["twist"] = arrays.twists[which]
+    rows["twist_covariance"] = arrays.twist_covariances[which]
+    rows["dimensions"] = arrays.dimensions[which]
+    names = layout.dtype.names or ()
+    if "uuid" in names:
+        rows["uuid"] = arrays.uuids[which]
+    if "is_stationary" in names:
+        rows["is_stationary"] = arrays.stationary[which]
+    return rows
+
+
+@dataclass(frozen=True)
+class _Laid:
+    """An object message laid out: its header, the rows of each group of objects alike (as
+    bytes), and the runs of consecutive objects of one group, (group, first row, end row),
+    in order."""
+
+    head: CdrWriter
+    groups: list[tuple[np.ndarray, _Layout]]
+    runs: list[tuple[int, int, int]]
+
+    def pieces(
+        self, head: np.ndarray, rows: list[np.ndarray], shift: np.ndarray
+    ) -> list[np.ndarray]:
+        """The message's parts in order, of ``head``, each group's flat ``rows`` and the
+        ``shift`` the first object takes (bytes or padding masks alike)."""
+        out = [head]
+        for group, first, end in self.runs:
+            size = self.groups[group][1].dtype.itemsize
+            out.append(rows[group][first * size : end * size])
+        if self.runs and (len(self.head.buf) - len(ENCAPSULATION)) % 8:
+            at = self.groups[self.runs[0][0]][1].shift_at
+            out[1:2] = [out[1][:at], shift, out[1][at:]]
+        return out
+
+
+def _lay_out(msgtype: str, arrays: ObjectArrays) -> _Laid:
+    if msgtype not in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
+        raise MessageError(f"no CDR writer for {msgtype}")
+    _check(arrays, msgtype)
+    head = CdrWriter()
+    sec, nanosec, frame_id = arrays.header
+    head.packed(_TIME, sec, nanosec)
+    head.string(frame_id)
+    n = arrays.size
+    head.u32(n)
+    p_n, k = arrays.path_confidences.shape
+    with_paths = msgtype == PREDICTED_OBJECTS and p_n > 0 and k > 0
+    order = _path_order(arrays.path_rows, n) if with_paths else slice(None)
+    if n == 0:
+        return _Laid(head, [], [])
+    plain = _layout(msgtype, 0, 0)
+    if not with_paths:
+        raw = _SCRATCH.take(n * plain.dtype.itemsize)
+        _rows(plain, arrays, slice(None), raw)
+        return _Laid(head, [(raw, plain)], [(0, 0, n)])
+    rows = arrays.path_rows[order]
+    paths_layout = _layout(msgtype, k, arrays.path_poses.shape[2])
+    split = p_n * paths_layout.dtype.itemsize
+    raw = _SCRATCH.take(split + (n - p_n) * plain.dtype.itemsize)
+    # With a path each, the objects are the rows 0..n-1 in order.
+    paths = _rows(paths_layout, arrays, slice(None) if p_n == n else rows, raw[:split])
+    path = paths["path"]
+    path["poses"] = arrays.path_poses[order]
+    path["confidence"] = arrays.path_confidences[order]
+    path["sec"], path["nanosec"] = arrays.time_step
+    if p_n == n:
+        return _Laid(head, [(raw, paths_layout)], [(0, 0, n)])
+    has = np.zeros(n, bool)
+    has[rows] = True
+    _rows(plain, arrays, np.flatnonzero(~has), raw[split:])
+    return _Laid(head, [(raw[split:], plain), (raw[:split], paths_layout)], _runs(has))
+
+
+def _path_order(rows: np.ndarray, n: int) -> _Which:
+    """The order that sorts the object rows of the paths; MessageError unless they are
+    distinct objects of ``n``."""
+    order: _Which = slice(None)
+    if (rows[1:] <= rows[:-1]).any():
+        order = np.argsort(rows, kind="stable")
+    ordered = rows[order]
+    if ordered[0] < 0 or ordered[-1] >= n or (ordered[1:] == ordered[:-1]).any():
+        raise MessageError(
+            f"{PREDICTED_OBJECTS}: path rows must be distinct objects of {n}, got {rows.tolist()}"
+        )
+    return order
+
+
+def _runs(with_paths: np.ndarray) -> list[tuple[int, int, int]]:
+    """The runs of consecutive objects without (group 0) and with paths (group 1)."""
+    bounds = [0, *(np.flatnonzero(with_paths[1:] != with_paths[:-1]) + 1).tolist()]
+    ends = [*bounds[1:], with_paths.size]
+    done = [0, 0]
+    runs = []
+    for start, end, group in zip(bounds, ends, with_paths[bounds].tolist(), strict=True):
+        g = int(group)
+        runs.append((g, done[g], done[g] + end - start))
+        done[g] += end - start
+    return runs
 
 
 # -- reading --------------------------------------------------------------------------------

@@ -56,14 +56,17 @@ def name_of(label: int) -> str:
     return CLASSES.get(int(label), CLASSES[LABEL_UNKNOWN]).name
 
 
+# Indexed by table label.
+_CLASSIFICATIONS = np.zeros(max(CLASSES) + 1, dtype=np.uint8)
+_CLASSIFICATIONS[list(CLASSES)] = [c.classification for c in CLASSES.values()]
+_CLASSIFICATIONS.flags.writeable = False
+
+
 def classification_of(labels: np.ndarray) -> np.ndarray:
     """ObjectClassification labels (uint8) of table labels; labels not in the map: UNKNOWN."""
-    table = np.zeros(max(CLASSES) + 1, dtype=np.uint8)
-    for c in CLASSES.values():
-        table[c.label] = c.classification
     labels = np.asarray(labels, dtype=np.int64)
-    known = (labels >= 0) & (labels < table.size)
-    return np.where(known, table[np.clip(labels, 0, table.size - 1)], UNKNOWN).astype(np.uint8)
+    known = (labels >= 0) & (labels < _CLASSIFICATIONS.size)
+    return _CLASSIFICATIONS[np.where(known, labels, LABEL_UNKNOWN)]
 
 
 def label_of_classification(classification: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,27 +134,28 @@ def _dimensions(table: np.ndarray) -> np.ndarray:
 
 def _tracked(
     stamp_ns: int, frame_id: str, states: TrackStates, params: ObjectParams
-) -> ObjectArrays:
-    """Each track with its UUID, velocity in the object's frame (x along its heading, as
-    autoware's object kinematics carry the twist), covariances and existence."""
+) -> dict[str, Any]:
+    """The ObjectArrays fields of each track: its UUID, velocity in the object's frame (x
+    along its heading, as autoware's object kinematics carry the twist), covariances and
+    existence."""
     tracks = states.tracks
     yaw = tracks["yaw"].astype(np.float64)
     vx, vy = tracks["vx"].astype(np.float64), tracks["vy"].astype(np.float64)
     c, s = np.cos(yaw), np.sin(yaw)
     twists = np.zeros((tracks.shape[0], 6))
     twists[:, 0], twists[:, 1] = c * vx + s * vy, -s * vx + c * vy
-    return ObjectArrays(
-        header=_header(stamp_ns, frame_id),
-        existence=np.asarray(states.existence, np.float32),
-        labels=classification_of(tracks["label"]).astype(np.uint8),
-        poses=_poses(tracks["x"], tracks["y"], tracks["z"], yaw),
-        pose_covariances=pose_covariance(states.missed, params),
-        twists=twists,
-        twist_covariances=twist_covariance(states.missed, params),
-        dimensions=_dimensions(tracks),
-        uuids=np.asarray(states.uuids, np.uint8),
-        stationary=np.hypot(vx, vy) < params.stationary_speed_mps,
-    )
+    return {
+        "header": _header(stamp_ns, frame_id),
+        "existence": np.asarray(states.existence, np.float32),
+        "labels": classification_of(tracks["label"]).astype(np.uint8),
+        "poses": _poses(tracks["x"], tracks["y"], tracks["z"], yaw),
+        "pose_covariances": pose_covariance(states.missed, params),
+        "twists": twists,
+        "twist_covariances": twist_covariance(states.missed, params),
+        "dimensions": _dimensions(tracks),
+        "uuids": np.asarray(states.uuids, np.uint8),
+        "stationary": np.hypot(vx, vy) < params.stationary_speed_mps,
+    }
 
 
 def tracked_arrays(
@@ -162,7 +163,7 @@ def tracked_arrays(
 ) -> ObjectArrays:
     """A TrackedObjects' numbers: each track with its UUID, velocity, covariances and
     existence."""
-    return _tracked(stamp_ns, frame_id, states, params)
+    return ObjectArrays(**_tracked(stamp_ns, frame_id, states, params))
 
 
 def path_poses(xy: np.ndarray, start: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -170,22 +171,25 @@ def path_poses(xy: np.ndarray, start: np.ndarray, z: np.ndarray) -> np.ndarray:
     along its step; a step too short to give one keeps the previous heading (at first the
     agent's, ``start [A, 3]`` = x, y, yaw)."""
     xy = np.asarray(xy, np.float64)
-    a_n, k_n, h_n, _ = xy.shape
-    before = np.concatenate(
-        [np.broadcast_to(start[:, None, None, :2], (a_n, k_n, 1, 2)), xy[:, :, :-1]], axis=2
-    )
-    step = xy - before
-    moved = np.hypot(step[..., 0], step[..., 1]) > MIN_HEADING_STEP_M
-    heading = np.arctan2(step[..., 1], step[..., 0])
-    # The index of the last step that gave a heading, -1 for none yet.
-    last = np.maximum.accumulate(np.where(moved, np.arange(h_n), -1), axis=2)
-    yaw = np.where(
-        last >= 0,
-        np.take_along_axis(heading, np.maximum(last, 0), axis=2),
-        start[:, None, None, 2],
-    )
-    heights = np.broadcast_to(np.asarray(z, np.float64)[:, None, None], yaw.shape)
-    return _poses(xy[..., 0], xy[..., 1], heights, yaw)
+    start = np.asarray(start, np.float64)
+    h_n = xy.shape[2]
+    # The steps as [2, A, K, H]: each component contiguous for the ufuncs below.
+    along = np.moveaxis(xy, -1, 0)
+    step = np.empty(along.shape)
+    np.subtract(along[..., 0], start.T[:2, :, None], out=step[..., 0])
+    np.subtract(along[..., 1:], along[..., :-1], out=step[..., 1:])
+    moved = np.hypot(step[0], step[1]) > MIN_HEADING_STEP_M
+    yaw = np.arctan2(step[1], step[0])
+    if not moved.all():
+        # The index of the last step that gave a heading, -1 for none yet.
+        last = np.maximum.accumulate(np.where(moved, np.arange(h_n), -1), axis=2)
+        yaw = np.where(
+            last >= 0,
+            np.take_along_axis(yaw, np.maximum(last, 0), axis=2),
+            start[:, None, None, 2],
+        )
+    heights = np.asarray(z, np.float64)[:, None, None]
+    return _poses(along[0], along[1], heights, yaw)
 
 
 def predicted_arrays(
@@ -198,26 +202,30 @@ def predicted_arrays(
     """A PredictedObjects' numbers: every track, with the K hypotheses of the predicted ones
     as predicted paths (confidence each, ``time_step`` the predictor's step, poses in the
     fixed frame at the track's height); tracks too new to predict have no path yet."""
-    out = _tracked(stamp_ns, frame_id, states, params)
     tracks = states.tracks
-    by_id = {int(a): i for i, a in enumerate(paths.ids.tolist())}
-    agents = [by_id.get(int(i), -1) for i in tracks["id"].tolist()]
-    rows = [i for i, a in enumerate(agents) if a >= 0]
-    which = np.asarray([agents[i] for i in rows], np.intp)
-    start = (
-        np.stack([tracks["x"][rows], tracks["y"][rows], tracks["yaw"][rows]], axis=-1)
-        .astype(np.float64)
-        .reshape(-1, 3)
-    )
+    rows, which = _agents_of(tracks["id"], paths.ids)
+    start = np.stack([tracks["x"][rows], tracks["y"][rows], tracks["yaw"][rows]], axis=-1)
     poses = path_poses(paths.paths[which], start, tracks["z"][rows])
     sec, nanosec = divmod(round(paths.step_s * NS_PER_S), NS_PER_S)
-    return replace(
-        out,
-        path_rows=np.asarray(rows, np.intp),
+    return ObjectArrays(
+        **_tracked(stamp_ns, frame_id, states, params),
+        path_rows=rows,
         path_poses=poses,
         path_confidences=np.asarray(paths.confidences[which], np.float32),
         time_step=(sec, nanosec),
     )
+
+
+def _agents_of(track_ids: np.ndarray, agent_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the tracks that have an agent, and its index (the last of an id given
+    twice)."""
+    order = np.argsort(agent_ids, kind="stable")
+    ordered = agent_ids[order]
+    at = np.searchsorted(ordered, track_ids, side="right") - 1
+    found = at >= 0
+    found[found] = ordered[at[found]] == track_ids[found]
+    rows = np.flatnonzero(found)
+    return rows, order[at[rows]]
 
 
 def detected_objects(stamp_ns: int, frame_id: str, obstacles: np.ndarray) -> bytes:

@@ -84,17 +84,23 @@ class TrackUuids:
     def __init__(self, namespace: uuid.UUID | None = None) -> None:
         self.namespace = namespace or uuid.uuid4()
         self.generation = 0
+        # The UUIDs of the ids asked for last: a hash each is the cost, and tracks live long.
+        self._last: dict[int, bytes] = {}
 
     def reset(self) -> None:
         self.generation += 1
+        self._last = {}
 
     def of(self, ids: np.ndarray) -> np.ndarray:
         """``[n, 16]`` uint8 UUIDs of track ids."""
-        out = np.zeros((len(ids), UUID_BYTES), dtype=np.uint8)
-        for i, track_id in enumerate(np.asarray(ids).tolist()):
-            name = f"{self.generation}/{int(track_id)}"
-            out[i] = np.frombuffer(uuid.uuid5(self.namespace, name).bytes, dtype=np.uint8)
-        return out
+        keys = [int(i) for i in np.asarray(ids).tolist()]
+        last = self._last
+        self._last = {
+            key: last.get(key) or uuid.uuid5(self.namespace, f"{self.generation}/{key}").bytes
+            for key in keys
+        }
+        raw = bytearray().join([self._last[key] for key in keys])
+        return np.frombuffer(raw, np.uint8).reshape(-1, UUID_BYTES)
 
 
 class UuidIndex:

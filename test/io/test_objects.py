@@ -15,7 +15,13 @@ from rclpy.serialization import deserialize_message
 from dynshape_perception.errors import MessageError
 from dynshape_perception.io import msgtypes
 from dynshape_perception.io.cdr import encode
-from dynshape_perception.io.classes import PEDESTRIAN, label_of_class_id
+from dynshape_perception.io.classes import (
+    CAR,
+    PEDESTRIAN,
+    UNKNOWN,
+    classification_of,
+    label_of_class_id,
+)
 from dynshape_perception.io.objects import (
     DETECTED_OBJECTS,
     PREDICTED_OBJECTS,
@@ -208,3 +214,35 @@ def test_the_bytes_are_rosbags_for_the_message_built_field_by_field() -> None:
     ):
         reference = reference_message(msgtypes.message, msgtype, arrays)
         assert bytes(store.serialize_cdr(reference, msgtype)) == encode(msgtype, arrays)
+
+
+def test_a_step_too_short_keeps_the_heading_before_it() -> None:
+    """The first path stands still (the agent's yaw, then each heading held until the next
+    step that moves); tracks match agents by id, unmatched on either side have no path."""
+    tracks = np.zeros(3, TRACK_DTYPE)
+    tracks["id"] = [7, 3, 5]
+    tracks["x"], tracks["y"], tracks["z"], tracks["yaw"] = [1.0, 0.0, 2.0], 0.0, 0.5, 0.5
+    tracks["length"] = tracks["width"] = tracks["height"] = 1.0
+    states = TrackStates(tracks, np.zeros((3, 16), np.uint8), np.ones(3, np.float32), np.zeros(3))
+    xy = np.zeros((2, 2, 4, 2), np.float32)
+    xy[:, 0] = [[1.0, 0.0], [2.0, 0.0], [2.0, 0.0], [2.0, 1.0]]
+    xy[:, 1] = [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+    paths = PredictedPaths(np.array([9, 7], np.uint32), xy, np.ones((2, 2), np.float32), 0.1)
+    arrays = predicted_arrays(NS, "map", states, paths, ObjectParams())
+    assert arrays.path_rows.tolist() == [0]
+    poses = arrays.path_poses[0]
+    yaw = 2.0 * np.arctan2(poses[..., 5], poses[..., 6])
+    np.testing.assert_allclose(yaw[0], [0.5, 0.0, 0.0, math.pi / 2], atol=1e-12)
+    np.testing.assert_allclose(yaw[1], [math.pi / 2] * 4, atol=1e-12)
+    np.testing.assert_allclose(poses[..., 2], 0.5)
+    np.testing.assert_allclose(poses[0, :, :2], xy[1, 0])
+    # An id given twice: its last paths.
+    twice = PredictedPaths(np.array([7, 7], np.uint32), xy, np.array([[0.1] * 2, [0.9] * 2]), 0.1)
+    arrays = predicted_arrays(NS, "map", states, twice, ObjectParams())
+    assert arrays.path_rows.tolist() == [0]
+    np.testing.assert_allclose(arrays.path_confidences, [[0.9, 0.9]])
+
+
+def test_table_labels_outside_the_map_are_unknown_classifications() -> None:
+    labels = np.array([LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE, 0, 99, -1, 2**40])
+    assert classification_of(labels).tolist() == [CAR, PEDESTRIAN, UNKNOWN, UNKNOWN] + [UNKNOWN] * 3

@@ -30,6 +30,20 @@ def test_track_uuids_are_stable_and_never_reused() -> None:
     assert bytes(other_run[0]) != bytes(first[0])
 
 
+def test_a_track_uuid_is_the_name_of_its_generation_and_id() -> None:
+    """Asked again, in any order, after other ids or none, an id gets the same UUID: the
+    one its name gives (replays rely on it)."""
+    namespace = uuid.UUID(int=7)
+    uuids = TrackUuids(namespace)
+    uuids.reset()
+    asks = [[4, 9], [9], [], [4, 2, 9], [2, 4]]
+    for ids in asks:
+        got = uuids.of(np.array(ids, np.uint32))
+        want = [uuid.uuid5(namespace, f"1/{i}").bytes for i in ids]
+        assert got.shape == (len(ids), 16) and [bytes(u) for u in got] == want
+        got[:] = 0  # the caller's copy
+
+
 def test_uuid_index_gives_small_ids_and_forgets_gone_ones() -> None:
     index = UuidIndex()
     a, b, c = (np.full(16, v, np.uint8) for v in (1, 2, 3))
