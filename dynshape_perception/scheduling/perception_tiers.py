@@ -165,6 +165,9 @@ class PerceptionTiers:
     def cloud(self, points: np.ndarray, frame: FrameInfo) -> list[Revolution]:
         """A cloud (a sector, or a whole scan): its near field now, and the full cloud of
         every revolution it completes; returns those revolutions."""
+        # The revolutions first, then both submissions back to back: once tier 1 runs on its
+        # real-time lane, this thread waits for the GIL, and the full cloud with it.
+        done = self.sectors.add(points, frame.stamp_s)
         self.executor.submit(
             self.segmentation.near_field(points),
             Tier.COLLISION,
@@ -172,7 +175,6 @@ class PerceptionTiers:
             name=NEAR_FIELD,
             size=int(points.shape[0]),
         ).add_done_callback(self.deliver("near field", partial(self.outputs.near, frame)))
-        done = self.sectors.add(points, frame.stamp_s)
         for revolution in done:
             # A revolution ended by the next one's first sector keeps its own last stamp.
             whole = replace(frame, stamp_s=revolution.stamp_s)
