@@ -171,7 +171,7 @@ class TieredExecutor(ExecutorBase):
         if self._closed:
             return "shutdown"
         self._push_locked(work)
-        self._cv.notify_all()
+        self._wake_locked(work.tier == Tier.COLLISION)
         return None
 
     def _queued_locked(self) -> list[Work]:

@@ -62,7 +62,11 @@ class ExecutorBase:
         self._pools = [p for p in pools if p is not None] if self.pauses_pools_for_tier1 else []
         self._clock = clock
         self._wall = wall_clock
-        self._cv = threading.Condition()
+        lock = threading.RLock()
+        self._cv = threading.Condition(lock)
+        # Reserved lanes wait apart: they run tier 1 only, and each wake-up of a real-time
+        # lane for other work took the GIL from the lane that had that work.
+        self._tier1_cv = threading.Condition(lock)
         self._seq = itertools.count()
         self._closed = False
         self._running = 0
@@ -196,7 +200,7 @@ class ExecutorBase:
             for item, reason in dropped:
                 self._count_drop_locked(item, reason, now)
             self._apply_boost_locked()
-            self._cv.notify_all()
+            self._wake_locked(tier == Tier.COLLISION)
         self._finish_drops(dropped)
         return future
 
@@ -266,7 +270,7 @@ class ExecutorBase:
             for work, reason in dropped:
                 self._count_drop_locked(work, reason, self._clock())
             self._apply_boost_locked()
-            self._cv.notify_all()
+            self._wake_locked(True)
         self._finish_drops(dropped)
         end = time.monotonic() + timeout_s
         for thread in self._threads:
@@ -391,9 +395,15 @@ class ExecutorBase:
             return
         self._idle_reserved += 1
         try:
-            self._cv.wait()
+            self._tier1_cv.wait()
         finally:
             self._idle_reserved -= 1
+
+    def _wake_locked(self, tier1: bool) -> None:
+        """Wake the shared lanes (and drain), and the reserved ones if tier-1 work came."""
+        self._cv.notify_all()
+        if tier1:
+            self._tier1_cv.notify_all()
 
     def _set_priority(self, lane: Lane) -> None:
         tid = threading.get_native_id()
