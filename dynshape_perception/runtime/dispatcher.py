@@ -206,21 +206,36 @@ class Dispatcher:
         finished = time.perf_counter()
         # Copied here, not when settled: the caller may refill its arrays once the call returns.
         state = shape.state
-        state.arrivals += 1
+        arrivals = state.arrivals = state.arrivals + 1
         sample = (
             [np.array(a, copy=True) for a in args]
-            if state.want_sample or state.arrivals == self._threshold
+            if state.want_sample
+            or (arrivals == self._threshold and self._may_compile(function, state))
             else None
         )
-        self._post((MISS, shape, (finished - started) * 1000.0, compiling, finished, sample))
+        inbox = self._inbox
+        inbox.append((MISS, shape, (finished - started) * 1000.0, compiling, finished, sample))
+        if len(inbox) >= self._settle_at:
+            self._hand_over()
         return out
+
+    def _may_compile(self, function: str, state: KeyState) -> bool:
+        """Whether settling a call of ``function`` could queue a compile of its key. If not, no
+        sample of its inputs is copied: a point cloud's copy is megabytes."""
+        if self.pool is None or self._frozen:
+            return False
+        return state.accepted or self._costs[function].can_pay(self.config.min_benefit_ms)
 
     def _post(self, record: tuple[Any, ...]) -> None:
         inbox = self._inbox
         inbox.append(record)
-        if len(inbox) < self._settle_at:
-            return
-        if self._ring is None or len(inbox) > INBOX_MAX:
+        if len(inbox) >= self._settle_at:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The queue is long enough to settle: ring the bookkeeper, or settle here without one
+        (or past ``INBOX_MAX``, with one that does not keep up)."""
+        if self._ring is None or len(self._inbox) > INBOX_MAX:
             self.settle()
         else:
             self._ring(self.settle)
