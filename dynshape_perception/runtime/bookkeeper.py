@@ -10,9 +10,12 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 Settle = Callable[[], None]
-# How often the thread settles what the calls queued. Waking it on every call would cost the
-# caller a futex wake, as much as the work it moves away.
-POLL_S = 0.01
+# How often the thread settles what the calls queued, unless rung sooner. Waking it on every
+# call would cost the caller a futex wake, as much as the work it moves away; and each wake
+# costs this thread some CPU, which a call it overlaps loses, since the two share the cores.
+# Busy callers ring it every few dozen calls (dispatcher.RING_AT): the poll only bounds how
+# long the records of a few slow calls wait.
+POLL_S = 0.1
 
 
 class Bookkeeper:
@@ -21,7 +24,8 @@ class Bookkeeper:
     A call arrives after a point cloud has flushed the caches, and every object the profile,
     the cost model and the interference meter touch is then a miss: tens of microseconds on
     a call of fifty. The calling thread only queues what it measured; this thread does the
-    rest every ``poll_s``, mostly in the idle time between calls, or sooner when rung.
+    rest every ``poll_s``, or sooner when rung, at the end of a call, mostly in the idle time
+    before the next one.
     """
 
     def __init__(self, poll_s: float = POLL_S, name: str = "jit-bookkeeper") -> None:

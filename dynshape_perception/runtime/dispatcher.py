@@ -18,11 +18,11 @@ from dynshape_perception.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.runtime.compile_pool import CompilePool
 from dynshape_perception.runtime.executable import LoadedModel
 from dynshape_perception.runtime.metrics import (
+    EMA_WEIGHT,
     CallTally,
     CompileEvent,
     JitMetrics,
     LatencyStats,
-    ewma,
 )
 from dynshape_perception.runtime.policy import (
     IN_PLACE_MIN,
@@ -206,21 +206,36 @@ class Dispatcher:
         finished = time.perf_counter()
         # Copied here, not when settled: the caller may refill its arrays once the call returns.
         state = shape.state
-        state.arrivals += 1
+        arrivals = state.arrivals = state.arrivals + 1
         sample = (
             [np.array(a, copy=True) for a in args]
-            if state.want_sample or state.arrivals == self._threshold
+            if state.want_sample
+            or (arrivals == self._threshold and self._may_compile(function, state))
             else None
         )
-        self._post((MISS, shape, (finished - started) * 1000.0, compiling, finished, sample))
+        inbox = self._inbox
+        inbox.append((MISS, shape, (finished - started) * 1000.0, compiling, finished, sample))
+        if len(inbox) >= self._settle_at:
+            self._hand_over()
         return out
+
+    def _may_compile(self, function: str, state: KeyState) -> bool:
+        """Whether settling a call of ``function`` could queue a compile of its key. If not, no
+        sample of its inputs is copied: a point cloud's copy is megabytes."""
+        if self.pool is None or self._frozen:
+            return False
+        return state.accepted or self._costs[function].can_pay(self.config.min_benefit_ms)
 
     def _post(self, record: tuple[Any, ...]) -> None:
         inbox = self._inbox
         inbox.append(record)
-        if len(inbox) < self._settle_at:
-            return
-        if self._ring is None or len(inbox) > INBOX_MAX:
+        if len(inbox) >= self._settle_at:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The queue is long enough to settle: ring the bookkeeper, or settle here without one
+        (or past ``INBOX_MAX``, with one that does not keep up)."""
+        if self._ring is None or len(self._inbox) > INBOX_MAX:
             self.settle()
         else:
             self._ring(self.settle)
@@ -230,19 +245,31 @@ class Dispatcher:
         reader's. Never called under this dispatcher's lock, which settling takes."""
         with self._settling:
             inbox = self._inbox
-            while inbox:
-                record = inbox.popleft()
-                kind = record[0]
-                if kind == MISS:
-                    self._settle_miss(*record[1:])
-                elif kind == HIT:
-                    self._settle_hit(*record[1:])
-                else:
-                    self._count(record[1], record[2], hit=False)
-                if self.trace is not None:
-                    state = record[1].state
-                    decided = state.accepted or state.rejected or state.blacklisted
-                    self.trace.append((kind == HIT, kind == HIT or state.accepted, decided))
+            if not inbox:
+                return
+            trace = self.trace
+            # The degraded flag each settled miss leaves: published once, for the last of them.
+            degraded: bool | None = None
+            try:
+                while inbox:
+                    record = inbox.popleft()
+                    kind = record[0]
+                    shape = record[1]
+                    if kind == MISS:
+                        degraded = self._settle_miss(
+                            shape, record[2], record[3], record[4], record[5]
+                        )
+                    elif kind == HIT:
+                        self._settle_hit(shape, record[2])
+                    else:
+                        self._count(shape, record[2], hit=False)
+                    if trace is not None:
+                        state = shape.state
+                        decided = state.accepted or state.rejected or state.blacklisted
+                        trace.append((kind == HIT, kind == HIT or state.accepted, decided))
+            finally:
+                if degraded is not None:
+                    self.metrics.set_degraded(self.model.name, degraded)
 
     def _settle_hit(self, shape: ShapeRecord, ms: float) -> None:
         self._hit_log.append((shape.key, shape.sig))
@@ -256,7 +283,8 @@ class Dispatcher:
         compiling: str | None,
         finished: float,
         sample: list[np.ndarray] | None,
-    ) -> None:
+    ) -> bool:
+        """Settle a generic-served call; returns whether specialising is degraded after it."""
         degraded = self.degrade.active
         with self._lock:
             accepted, request = self._consider(
@@ -268,7 +296,7 @@ class Dispatcher:
         if accepted and self.degrade.on_miss():
             self.metrics.bump("degraded_episodes")
             degraded = True
-        self.metrics.set_degraded(self.model.name, degraded)
+        return degraded
 
     def _new_shape(
         self, memo: tuple[object, ...], function: str, dims: Mapping[str, int]
@@ -405,21 +433,44 @@ class Dispatcher:
         now: float,
     ) -> tuple[bool, tuple[CompileRequest, float] | None]:
         """Under the lock: update the key's measurements; whether the key is accepted, and the
-        compile (with its benefit) to queue when the cost model says it pays."""
+        compile (with its benefit) to queue when the cost model says it pays.
+
+        Every settled miss runs this, most of them no further than the measurements: their
+        steps are written out here rather than called (``ewma``, the interference meter's feed).
+        """
         key = shape.key
         state = shape.state
-        state.calls += 1
-        if state.calls == 1:
-            state.first_seen_s = now
+        calls = state.calls = state.calls + 1
         state.last_seen_s = now
-        state.generic_ms = ewma(state.generic_ms if state.calls > 1 else None, generic_ms)
+        if calls == 1:
+            state.first_seen_s = now
+            state.generic_ms = generic_ms
+        else:
+            state.generic_ms += EMA_WEIGHT * (generic_ms - state.generic_ms)
         if state.fastest_ms <= 0.0 or generic_ms < state.fastest_ms:
             state.fastest_ms = generic_ms
-        self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
-        self._observe_interference(state, generic_ms, compiling)
-        if state.blacklisted or state.rejected or self._frozen or self.pool is None:
+        function = key.function
+        function_ms = self._function_ms
+        mean = function_ms.get(function)
+        function_ms[function] = (
+            generic_ms if mean is None else mean + EMA_WEIGHT * (generic_ms - mean)
+        )
+        pool = self.pool
+        if pool is None:
             return state.accepted, None
-        if state.calls < self._threshold or degraded:
+        # The interference meter: this call's time against the key's idle baseline. Without a
+        # baseline yet the meter has nothing to compare: not worth its lock.
+        idle_ms = state.idle_ms
+        if compiling != MIXED and idle_ms > 0.0:
+            pool.meter.observe(generic_ms / 1000.0, idle_ms / 1000.0, compiling)
+        # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
+        if compiling is None and calls > 1:
+            state.idle_ms = (
+                generic_ms if idle_ms <= 0.0 else idle_ms + EMA_WEIGHT * (generic_ms - idle_ms)
+            )
+        if state.blacklisted or state.rejected or self._frozen:
+            return state.accepted, None
+        if calls < self._threshold or degraded:
             return state.accepted, None
         cost = self._costs[key.function]
         if not state.accepted:
@@ -434,7 +485,7 @@ class Dispatcher:
                 return False, None
             if not cost.settled and self._trial_full(key.function, now):
                 return False, None
-        elif state.entry is not None or self.pool.in_flight(self.model.name, key):
+        elif state.entry is not None or pool.in_flight(self.model.name, key):
             # Published or compiling: a miss settled after its compile landed (the call began
             # before, or its record waited in the inbox) must not build the key again.
             return True, None
@@ -473,19 +524,6 @@ class Dispatcher:
         with self._lock:
             self._outstanding[function] -= 1
         return False
-
-    def _observe_interference(
-        self, state: KeyState, generic_ms: float, compiling: str | None
-    ) -> None:
-        """Feed the interference meter: this call's time against the key's idle baseline."""
-        if self.pool is None:
-            return
-        # Without a baseline yet the meter has nothing to compare: not worth its lock.
-        if compiling != MIXED and state.idle_ms > 0.0:
-            self.pool.meter.observe(generic_ms / 1000.0, state.idle_ms / 1000.0, compiling)
-        # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
-        if compiling is None and state.calls > 1:
-            state.idle_ms = ewma(state.idle_ms or None, generic_ms)
 
     def _request(self, key: Signature, sample: list[np.ndarray] | None) -> CompileRequest:
         assert self.pool is not None

@@ -366,6 +366,11 @@ class CostModel:
             self._compiles += 1
             self.compile_s += (seconds - self.compile_s) / min(self._compiles, 10)
 
+    def can_pay(self, min_benefit_ms: float) -> bool:
+        """Whether any key's benefit may ever exceed ``min_benefit_ms``. Not where the floor
+        misses the acceptance ratio: every benefit is then a compile's cost, never positive."""
+        return self.floor < self.accept_ratio or min_benefit_ms < 0.0
+
     def expected_calls(self, state: KeyState) -> float:
         if state.calls < 2:
             return float(state.calls)

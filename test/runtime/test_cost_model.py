@@ -166,6 +166,9 @@ def test_a_function_whose_kernels_compile_the_same_at_every_shape_is_never_compi
     model.observe_speedup(0.5)
     assert model.speedup == 1.0, "a timing below what the loops allow is noise"
     assert model.snapshot()["floor"] == 1.0
+    assert not model.can_pay(0.0), "no key's benefit can exceed the least one accepted"
+    assert model.can_pay(-1.0), "unless a loss is accepted too"
+    assert CostModel(0.5, 0.0, 600.0, accept_ratio=0.95).can_pay(0.0), "no floor, no verdict"
 
 
 def test_a_warm_ratio_applies_to_the_warm_latency_an_in_place_one_to_the_streams() -> None:

@@ -489,7 +489,7 @@ def test_one_compile_at_a_time_tests_an_unmeasured_function(cache_root: Path) ->
 def test_a_shape_invariant_model_is_never_compiled_where_another_is(cache_root: Path) -> None:
     """The segmenter's one kernel is a template, so a specialisation would run the same loops:
     the hot calls that get the predictor a compile, with compiles free and a 2x gain assumed,
-    get the segmenter none."""
+    get the segmenter none, nor a copy of a point cloud to check one on."""
     seg = model_definition("segmenter")
     weights = {"segmenter": init_weights(parameter_shapes(seg), seed=8), **WEIGHTS}
     config = JitConfig(
@@ -501,12 +501,23 @@ def test_a_shape_invariant_model_is_never_compiled_where_another_is(cache_root: 
         weak_edges=EDGES,
     )
     models = ("segmenter", "predictor")
-    with Engine("x86_64", config, cache_dir=cache_root, models=models, weights=weights) as eng:
+    # Bookkeeping that never runs by itself: the queued call records show the samples taken.
+    with Engine(
+        "x86_64",
+        config,
+        cache_dir=cache_root,
+        models=models,
+        weights=weights,
+        bookkeeper=Bookkeeper(poll_s=3600.0),
+    ) as eng:
         points = sample_inputs(seg, "forward", {"P": 3000}, seed=1)
         history = call_inputs("predictor", {"A": 2, "T": 8}, seed=1)
         for _ in range(8):
             eng["segmenter"]("forward", *points)
             eng["predictor"]("forward", *history)
+        sampled = {name: [record[5] is not None for record in eng[name]._inbox] for name in models}
+        assert sampled["segmenter"] == [False] * 8, "no compile to check: no copy"
+        assert sampled["predictor"][1], "the call that makes the key hot is copied"
         assert eng.pool is not None and eng.pool.wait_idle(120)
         compiled = Counter(event.model for event in eng.metrics.events)
         assert compiled["predictor"] >= 1 and compiled["segmenter"] == 0, compiled
