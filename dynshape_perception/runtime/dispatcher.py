@@ -18,11 +18,11 @@ from dynshape_perception.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.runtime.compile_pool import CompilePool
 from dynshape_perception.runtime.executable import LoadedModel
 from dynshape_perception.runtime.metrics import (
-    EMA_WEIGHT,
     CallTally,
     CompileEvent,
     JitMetrics,
     LatencyStats,
+    ewma,
 )
 from dynshape_perception.runtime.policy import (
     IN_PLACE_MIN,
@@ -433,41 +433,21 @@ class Dispatcher:
         now: float,
     ) -> tuple[bool, tuple[CompileRequest, float] | None]:
         """Under the lock: update the key's measurements; whether the key is accepted, and the
-        compile (with its benefit) to queue when the cost model says it pays.
-
-        Every settled miss runs this, most of them no further than the measurements: their
-        steps are written out here rather than called (``ewma``, the interference meter's feed).
-        """
+        compile (with its benefit) to queue when the cost model says it pays."""
         key = shape.key
         state = shape.state
         calls = state.calls = state.calls + 1
-        state.last_seen_s = now
         if calls == 1:
             state.first_seen_s = now
-            state.generic_ms = generic_ms
-        else:
-            state.generic_ms += EMA_WEIGHT * (generic_ms - state.generic_ms)
+        state.last_seen_s = now
+        state.generic_ms = ewma(state.generic_ms if calls > 1 else None, generic_ms)
         if state.fastest_ms <= 0.0 or generic_ms < state.fastest_ms:
             state.fastest_ms = generic_ms
-        function = key.function
-        function_ms = self._function_ms
-        mean = function_ms.get(function)
-        function_ms[function] = (
-            generic_ms if mean is None else mean + EMA_WEIGHT * (generic_ms - mean)
-        )
+        self._function_ms[key.function] = ewma(self._function_ms.get(key.function), generic_ms)
         pool = self.pool
         if pool is None:
             return state.accepted, None
-        # The interference meter: this call's time against the key's idle baseline. Without a
-        # baseline yet the meter has nothing to compare: not worth its lock.
-        idle_ms = state.idle_ms
-        if compiling != MIXED and idle_ms > 0.0:
-            pool.meter.observe(generic_ms / 1000.0, idle_ms / 1000.0, compiling)
-        # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
-        if compiling is None and calls > 1:
-            state.idle_ms = (
-                generic_ms if idle_ms <= 0.0 else idle_ms + EMA_WEIGHT * (generic_ms - idle_ms)
-            )
+        self._observe_interference(pool, state, generic_ms, compiling)
         if state.blacklisted or state.rejected or self._frozen:
             return state.accepted, None
         if calls < self._threshold or degraded:
@@ -524,6 +504,18 @@ class Dispatcher:
         with self._lock:
             self._outstanding[function] -= 1
         return False
+
+    @staticmethod
+    def _observe_interference(
+        pool: CompilePool, state: KeyState, generic_ms: float, compiling: str | None
+    ) -> None:
+        """Feed the interference meter: this call's time against the key's idle baseline."""
+        # Without a baseline yet the meter has nothing to compare: not worth its lock.
+        if compiling != MIXED and state.idle_ms > 0.0:
+            pool.meter.observe(generic_ms / 1000.0, state.idle_ms / 1000.0, compiling)
+        # A key's first call pays one-off costs (allocation, cold caches): not a baseline.
+        if compiling is None and state.calls > 1:
+            state.idle_ms = ewma(state.idle_ms or None, generic_ms)
 
     def _request(self, key: Signature, sample: list[np.ndarray] | None) -> CompileRequest:
         assert self.pool is not None

@@ -48,8 +48,7 @@ class CallTally:
         self.busy_s = 0.0
 
     def add(self, row: LatencyStats, ms: float, hit: bool, accepted: bool) -> None:
-        """Count one call and add its latency to its signature's row (``LatencyStats.add``,
-        written out: every settled call runs this)."""
+        """Count one call and add its latency to its signature's row."""
         self.calls += 1
         self.busy_s += ms * 0.001
         if hit:
@@ -58,10 +57,7 @@ class CallTally:
             self.generic_calls += 1
             if accepted:
                 self.misses += 1
-        calls = row.calls = row.calls + 1
-        row.mean_ms = ms if calls == 1 else row.mean_ms + EMA_WEIGHT * (ms - row.mean_ms)
-        if ms > row.max_ms:
-            row.max_ms = ms
+        row.add(ms)
 
     @property
     def hit_rate(self) -> float:
