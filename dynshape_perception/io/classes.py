@@ -7,7 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape_perception.errors import MessageError
-from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE, LABEL_UNKNOWN
+from dynshape_perception.perception.records import (
+    LABEL_CAR,
+    LABEL_PEDESTRIAN,
+    LABEL_POLE,
+    LABEL_UNKNOWN,
+)
 
 # autoware_perception_msgs/ObjectClassification labels (the standard's numbering).
 UNKNOWN = 0

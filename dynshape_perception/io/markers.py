@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 
 from dynshape_perception.io.cdr import CdrWriter
-from dynshape_perception.io.tables import (
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,

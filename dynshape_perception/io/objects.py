@@ -31,7 +31,7 @@ from dynshape_perception.io.classes import (
     label_of_class_id,
     label_of_classification,
 )
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE, check_box_sizes
+from dynshape_perception.io.tables import check_box_sizes
 from dynshape_perception.perception.objects import (
     UUID_BYTES,
     ObjectParams,
@@ -41,6 +41,7 @@ from dynshape_perception.perception.objects import (
     twist_covariance,
 )
 from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.transforms import normalised_quaternion
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from dynshape_perception.io.markers import (
     path_bounds,
 )
 from dynshape_perception.io.pointcloud2 import CloudData, encode_cloud
-from dynshape_perception.io.tables import LABEL_UNKNOWN
+from dynshape_perception.perception.records import LABEL_UNKNOWN
 from dynshape_perception.perception.transforms import Matrix, normalised_quaternion, quaternion_of
 
 NS_PER_S = 1_000_000_000

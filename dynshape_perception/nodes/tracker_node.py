@@ -19,7 +19,7 @@ from dynshape_perception.io.objects import (
     tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, check_box_sizes
+from dynshape_perception.io.tables import check_box_sizes
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
@@ -37,6 +37,7 @@ from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import serialized_header, stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.objects import TrackUuids
 from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 
 MS_PER_S = 1000.0
 # Tracks the tracker let go at bounds.max_tracks.

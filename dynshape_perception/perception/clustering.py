@@ -9,7 +9,8 @@ import numpy as np
 
 from dynshape_perception.config import Roi, default_config
 from dynshape_perception.errors import ConfigError, ShapeError
-from dynshape_perception.io.tables import (
+from dynshape_perception.perception.ground import GroundPlane
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,
@@ -17,7 +18,6 @@ from dynshape_perception.io.tables import (
     OBSTACLE_DTYPE,
     empty,
 )
-from dynshape_perception.perception.ground import GroundPlane
 
 # Size rule of the label: footprint length (longer side) and height, metres. A car seen
 # end-on shows only its ~1.8 m back or front, so a car's visible length starts well below

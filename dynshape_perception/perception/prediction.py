@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape_perception.errors import ShapeError
-from dynshape_perception.io.tables import PREDICTION_DTYPE
+from dynshape_perception.perception.records import PREDICTION_DTYPE
 from dynshape_perception.runtime.batching import HistoryBatcher
 
 ModelFn = Callable[..., list[np.ndarray]]

@@ -11,11 +11,11 @@ from scipy.optimize import linear_sum_assignment
 
 from dynshape_perception.config import Bounds
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.features import (
     ASSOC_FEATURES,
     obstacle_features,
 )
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 
 AffinityFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 

@@ -10,10 +10,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.perception.clustering import cluster_obstacles
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.scheduling.executor import COST_SMOOTHING, DROP_REASONS
 from dynshape_perception.scheduling.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.tiers import TierConfig

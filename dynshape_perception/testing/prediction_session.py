@@ -22,9 +22,9 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.objects import TrackStates, tracked_objects
-from dynshape_perception.io.tables import TRACK_DTYPE
 from dynshape_perception.nodes.messages import stamp_ns
 from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.records import TRACK_DTYPE
 from dynshape_perception.resources import config_path
 from dynshape_perception.testing.processes import (
     NodeProcess,

@@ -38,7 +38,6 @@ from dynshape_perception.io.objects import (
     tracks_from_tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import CloudData, cloud_to_table, points_to_cloud
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import (
     cloud_msg,
     header,
@@ -48,6 +47,7 @@ from dynshape_perception.nodes.messages import (
     yaw_quaternion,
 )
 from dynshape_perception.perception.objects import UuidIndex
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.transforms import Matrix
 
 TABLE_TOPICS: dict[str, np.dtype] = {

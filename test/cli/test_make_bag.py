@@ -10,7 +10,7 @@ import pytest
 from dynshape_perception.cli.main import main
 from dynshape_perception.io import bags
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.tools.sim.drive import DriveConfig
 
 

@@ -27,11 +27,11 @@ from dynshape_perception.io.objects import (
     tracks_from_tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights, save_weights
 from dynshape_perception.perception import scan
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.tools.replay import sources

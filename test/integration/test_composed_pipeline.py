@@ -13,10 +13,10 @@ import pytest
 
 from dynshape_perception import parameters
 from dynshape_perception.io.pointcloud2 import points_to_cloud
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import MARKERS_UNREAD, NO_ODOMETRY
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.scheduling.executor import DROP_REASONS
 from dynshape_perception.testing.probe import Diagnostics
 from dynshape_perception.testing.session import (

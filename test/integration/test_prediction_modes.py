@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dynshape_perception.io.objects import predictions_from_predicted_objects
-from dynshape_perception.io.tables import LABEL_PEDESTRIAN, TRACK_DTYPE
+from dynshape_perception.perception.records import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.testing.prediction_session import (
     PredictionSession,
     prediction_session,

@@ -29,11 +29,11 @@ from dynshape_perception.io.pointcloud2 import (
     encode_cloud,
     points_to_cloud,
 )
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.io.tables_reader import read_table
 from dynshape_perception.nodes.base import NO_ODOMETRY
 from dynshape_perception.nodes.messages import cloud_msg, header, time_msg
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.resources import config_path
 from dynshape_perception.testing.session import (
     DETECTED,

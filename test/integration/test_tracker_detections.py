@@ -18,8 +18,8 @@ from rclpy.serialization import deserialize_message
 from vision_msgs.msg import Detection3DArray
 
 from dynshape_perception.io import bags, msgtypes
-from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE
 from dynshape_perception.nodes.messages import message_class
+from dynshape_perception.perception.records import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE
 from dynshape_perception.testing.probe import Probe
 from dynshape_perception.testing.processes import NodeProcess
 

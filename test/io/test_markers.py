@@ -14,7 +14,7 @@ from dynshape_perception.io.markers import (
     layout_matches,
     path_bounds,
 )
-from dynshape_perception.io.tables import PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.records import PREDICTION_DTYPE, TRACK_DTYPE
 
 MARKER = "visualization_msgs/msg/Marker"
 # Humble's Marker: no texture_resource, texture, uv_coordinates nor mesh_file.

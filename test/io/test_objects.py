@@ -37,16 +37,16 @@ from dynshape_perception.io.objects import (
     tracks_from_tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
-from dynshape_perception.io.tables import (
+from dynshape_perception.nodes.messages import message_class
+from dynshape_perception.perception.objects import ObjectParams, TrackUuids
+from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,
     OBSTACLE_DTYPE,
     TRACK_DTYPE,
 )
-from dynshape_perception.nodes.messages import message_class
-from dynshape_perception.perception.objects import ObjectParams, TrackUuids
-from dynshape_perception.perception.prediction import PredictedPaths
 from dynshape_perception.testing.object_messages import reference_message
 
 NS = 1_700_000_000_123_456_789

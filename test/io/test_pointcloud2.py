@@ -33,13 +33,9 @@ from dynshape_perception.io.pointcloud2 import (
     fields_of,
     points_to_cloud,
 )
-from dynshape_perception.io.tables import (
-    OBSTACLE_DTYPE,
-    PREDICTION_DTYPE,
-    TRACK_DTYPE,
-    check_box_sizes,
-)
+from dynshape_perception.io.tables import check_box_sizes
 from dynshape_perception.io.tables_reader import read_table
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 
 
 def _points(n: int, seed: int = 0) -> np.ndarray:

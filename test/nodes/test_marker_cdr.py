@@ -10,12 +10,6 @@ from rclpy.serialization import deserialize_message, serialize_message
 from visualization_msgs.msg import Marker, MarkerArray
 
 from dynshape_perception.io.markers import MARKER_LAYOUT, encode_markers, markers_padding_mask
-from dynshape_perception.io.tables import (
-    LABEL_CAR,
-    LABEL_PEDESTRIAN,
-    LABEL_POLE,
-    TRACK_DTYPE,
-)
 from dynshape_perception.nodes import messages
 from dynshape_perception.nodes.messages import (
     MARKER_NS_PATHS,
@@ -27,6 +21,12 @@ from dynshape_perception.nodes.messages import (
     time_msg,
 )
 from dynshape_perception.perception.prediction import prediction_table
+from dynshape_perception.perception.records import (
+    LABEL_CAR,
+    LABEL_PEDESTRIAN,
+    LABEL_POLE,
+    TRACK_DTYPE,
+)
 
 STYLE = MarkerStyle(box_alpha=0.35, text_size_m=0.8, path_width_m=0.15)
 STAMP_NS = 1_700_000_000_987_654_321

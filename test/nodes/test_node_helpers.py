@@ -12,7 +12,6 @@ from dynshape_perception.config import Bounds
 from dynshape_perception.errors import MessageError
 from dynshape_perception.io.objects import detections_to_obstacles
 from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
-from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import (
     MARKER_NS_BOXES,
     MARKER_NS_IDS,
@@ -27,6 +26,12 @@ from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.odometry import PoseBuffer, yaw_from_quaternion
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.perception.prediction import prediction_table
+from dynshape_perception.perception.records import (
+    LABEL_CAR,
+    LABEL_PEDESTRIAN,
+    OBSTACLE_DTYPE,
+    TRACK_DTYPE,
+)
 from dynshape_perception.perception.track_histories import TrackHistories
 
 

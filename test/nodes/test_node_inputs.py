@@ -18,7 +18,6 @@ from rclpy.node import Node
 from dynshape_perception import parameters
 from dynshape_perception.config import Bounds
 from dynshape_perception.io.pointcloud2 import REASONS, points_to_cloud
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.nodes.base import (
     FUTURE_STAMP,
     INTENSITY_OUT_OF_RANGE,
@@ -41,6 +40,7 @@ from dynshape_perception.nodes.segmenting import SEGMENTING_COUNTERS, Segmenting
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import Pipeline, PipelineParams
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult
 
 

@@ -23,10 +23,15 @@ from dynshape_perception.io.objects import (
     predicted_arrays,
     tracked_arrays,
 )
-from dynshape_perception.io.tables import LABEL_CAR, LABEL_POLE, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import message_class, ros_message
 from dynshape_perception.perception.objects import ObjectParams, TrackUuids
 from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.records import (
+    LABEL_CAR,
+    LABEL_POLE,
+    OBSTACLE_DTYPE,
+    TRACK_DTYPE,
+)
 from dynshape_perception.testing.object_messages import reference_message
 
 STAMP_NS = 1_700_000_000_987_654_321

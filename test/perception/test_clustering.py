@@ -10,14 +10,14 @@ import pytest
 from dynshape_perception.config import Roi
 from dynshape_perception.errors import ConfigError, ShapeError
 from dynshape_perception.io.datasets import read_kitti_bin
-from dynshape_perception.io.tables import (
+from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
+from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,
     OBSTACLE_DTYPE,
 )
-from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
-from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.tools.sim.scenes import driving_scene
 
 GROUND_Z_M = -1.73

@@ -10,13 +10,13 @@ import pytest
 
 from dynshape_perception.config import Roi
 from dynshape_perception.io.datasets import read_kitti_bin
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, empty
 from dynshape_perception.perception.clustering import (
     ClusterParams,
     cluster_obstacles,
     size_label,
 )
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, empty
 from dynshape_perception.perception.scan import SURROUND_ROI, ScanParams, prepare_scan
 from dynshape_perception.tools.sim.scenes import driving_scene
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import InputValueError, ShapeError
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.features import (
     ASSOC_FEATURES,
     obstacle_features,
 )
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 
 
 def _rows(dtype: np.dtype, yaw: list[float]) -> np.ndarray:

@@ -12,8 +12,8 @@ from dynshape_perception.errors import (
     InputValueError,
     ShapeError,
 )
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.features import ASSOC_FEATURES
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.tracking import (
     Tracker,
     TrackerParams,

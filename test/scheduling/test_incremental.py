@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import InputValueError
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.perception.tracking import Tracker, reference_affinity
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
-from dynshape_perception.io.tables import TRACK_DTYPE
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.records import TRACK_DTYPE
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.scheduling.prediction_stage import (
     IdleSpeculation,

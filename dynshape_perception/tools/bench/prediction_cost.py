@@ -11,8 +11,8 @@ import numpy as np
 
 from dynshape_perception import stats
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io.tables import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.perception.pipeline import ModelFn
+from dynshape_perception.perception.records import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.scheduling.prediction_stage import (
     MODES,
     PredictionSettings,

@@ -11,13 +11,13 @@ from matplotlib.patches import Circle, Polygon, Rectangle
 
 from dynshape_perception.config import Roi, check_seed, default_config
 from dynshape_perception.errors import ConfigError, DataError, ShapeError
-from dynshape_perception.io.tables import (
+from dynshape_perception.perception.ground import fit_ground_plane
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,
     LABEL_UNKNOWN,
 )
-from dynshape_perception.perception.ground import fit_ground_plane
 
 GROUND_BAND_M = 0.2
 RAISED_ABOVE_M = 0.3

@@ -15,7 +15,7 @@ from dynshape_perception.errors import ConfigError, DataError, DynshapeError
 from dynshape_perception.fsutil import StagedDir, atomic_write_text
 from dynshape_perception.io import bags
 from dynshape_perception.io.pointcloud2 import cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.tools.replay.rundir import OUTPUT_BAG
 
 EXPECTED_BAG = "expected"

@@ -23,7 +23,6 @@ from dynshape_perception.io.objects import (
     obstacles_from_detected_objects,
 )
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.localization import Localizer, Located
 from dynshape_perception.perception.objects import (
     REPLAY_NAMESPACE,
@@ -31,6 +30,7 @@ from dynshape_perception.perception.objects import (
 )
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
 from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.transforms import Matrix, TransformTree
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.scheduling.executor import TieredExecutor

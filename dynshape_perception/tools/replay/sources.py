@@ -13,8 +13,8 @@ from dynshape_perception.config import check_seed
 from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.io import bags
 from dynshape_perception.io.datasets import ETH_UCY_STEP_S, read_eth_ucy, read_kitti_bin
-from dynshape_perception.io.tables import LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.ground import DEFAULT_SENSOR_HEIGHT_M
+from dynshape_perception.perception.records import LABEL_PEDESTRIAN, OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames, ego_pose
 from dynshape_perception.tools.sim.scenes import (

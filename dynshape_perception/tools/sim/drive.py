@@ -10,7 +10,7 @@ import numpy as np
 
 from dynshape_perception.config import check_seed
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io.tables import (
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE
 from dynshape_perception.perception.ground import DEFAULT_SENSOR_HEIGHT_M
+from dynshape_perception.perception.records import LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE
 
 # Mounted as the ground fit's default assumes (KITTI's sensor height).
 SENSOR_HEIGHT_M = DEFAULT_SENSOR_HEIGHT_M

@@ -8,7 +8,7 @@ import numpy as np
 
 from dynshape_perception.config import Roi, default_config
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
-from dynshape_perception.io.tables import (
+from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     LABEL_POLE,

@@ -10,9 +10,9 @@ import pytest
 from dynshape_perception.config import Roi
 from dynshape_perception.errors import ConfigError, DataError, ShapeError
 from dynshape_perception.io.datasets import read_kitti_bin
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
 from dynshape_perception.perception.clustering import cluster_obstacles
 from dynshape_perception.perception.ground import fit_ground_plane
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.tools.eval.segmentation import (
     check_plot_path,
     evaluate_segmentation,

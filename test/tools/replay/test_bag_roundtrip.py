@@ -13,7 +13,7 @@ from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.classes import CLASSES
 from dynshape_perception.io.objects import detections_to_obstacles
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 
 T0 = 1_700_000_000 * 1_000_000_000
 

@@ -9,7 +9,7 @@ import pytest
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags, msgtypes
-from dynshape_perception.io.tables import OBSTACLE_DTYPE
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.tools.replay.player import (
     header_stamp,
     plan_tracks,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.io.tables import LABEL_PEDESTRIAN
+from dynshape_perception.perception.records import LABEL_PEDESTRIAN
 from dynshape_perception.tools.replay.sources import occlusion_gaps
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames, ego_pose
 

@@ -7,7 +7,12 @@ import pytest
 
 from dynshape_perception.config import Roi
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
-from dynshape_perception.io.tables import LABEL_CAR, LABEL_PEDESTRIAN, LABEL_POLE, OBSTACLE_DTYPE
+from dynshape_perception.perception.records import (
+    LABEL_CAR,
+    LABEL_PEDESTRIAN,
+    LABEL_POLE,
+    OBSTACLE_DTYPE,
+)
 from dynshape_perception.tools.sim.lidar import SENSOR_HEIGHT_M
 from dynshape_perception.tools.sim.scenes import (
     Crowd,
