@@ -29,7 +29,6 @@ from dynshape_perception.runtime.policy import (
     CostModel,
     DegradeGuard,
     JitConfig,
-    KeyState,
     strike,
 )
 from dynshape_perception.runtime.shapes import (
@@ -38,6 +37,7 @@ from dynshape_perception.runtime.shapes import (
     sample_inputs,
 )
 from dynshape_perception.runtime.specialisations import (
+    KeyState,
     ShapeRecord,
     Specialisation,
     SpecialisationCache,

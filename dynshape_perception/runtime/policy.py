@@ -8,15 +8,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.runtime.shapes import DimPolicy, Signature
-
-if TYPE_CHECKING:
-    from dynshape_perception.runtime.specialisations import Specialisation
+from dynshape_perception.runtime.specialisations import KeyState
 
 log = logging.getLogger(__name__)
 
@@ -171,32 +167,6 @@ class JitConfig:
         # A setting of the wrong type (a string threshold, edges that are not lists).
         except (TypeError, ValueError, AttributeError) as err:
             raise ConfigError(f"invalid jit settings: {err}") from err
-
-
-@dataclass(slots=True)
-class KeyState:
-    """What the policy knows about one specialisation key (slotted: read on every call)."""
-
-    calls: int = 0
-    first_seen_s: float = 0.0
-    last_seen_s: float = 0.0
-    generic_ms: float = 0.0
-    # Generic latency while no compile runs: the baseline that interference is measured by.
-    idle_ms: float = 0.0
-    # The fastest generic call: the key's latency with warm caches, as a worker times it.
-    fastest_ms: float = 0.0
-    strikes: int = 0
-    blacklisted: bool = False
-    rejected: bool = False
-    accepted: bool = False
-    sample: list[np.ndarray] | None = None
-    # Generic-served calls counted on the calling thread, ahead of ``calls``, which is
-    # settled later: the call that makes the key hot copies its inputs as the compile sample.
-    arrivals: int = 0
-    # Accepted later than that call, with no sample: the next call copies its inputs.
-    want_sample: bool = False
-    # The specialisation serving this key while it is cached.
-    entry: Specialisation | None = None
 
 
 class InterferenceMeter:

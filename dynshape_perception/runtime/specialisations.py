@@ -8,15 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from dynshape_perception.compiler.cache import SIDECAR, Sidecar, file_sha256
 from dynshape_perception.errors import ValidationError
 from dynshape_perception.runtime.executable import LoadedModel
 from dynshape_perception.runtime.metrics import (
     JitMetrics,
     LatencyStats,
-)
-from dynshape_perception.runtime.policy import (
-    KeyState,
 )
 from dynshape_perception.runtime.shapes import (
     Padding,
@@ -38,6 +37,32 @@ class Specialisation:
     last_used: float = 0.0
     # False once evicted or demoted: a caller holding it through its key state serves generic.
     live: bool = True
+
+
+@dataclass(slots=True)
+class KeyState:
+    """What the policy knows about one specialisation key (slotted: read on every call)."""
+
+    calls: int = 0
+    first_seen_s: float = 0.0
+    last_seen_s: float = 0.0
+    generic_ms: float = 0.0
+    # Generic latency while no compile runs: the baseline that interference is measured by.
+    idle_ms: float = 0.0
+    # The fastest generic call: the key's latency with warm caches, as a worker times it.
+    fastest_ms: float = 0.0
+    strikes: int = 0
+    blacklisted: bool = False
+    rejected: bool = False
+    accepted: bool = False
+    sample: list[np.ndarray] | None = None
+    # Generic-served calls counted on the calling thread, ahead of ``calls``, which is
+    # settled later: the call that makes the key hot copies its inputs as the compile sample.
+    arrivals: int = 0
+    # Accepted later than that call, with no sample: the next call copies its inputs.
+    want_sample: bool = False
+    # The specialisation serving this key while it is cached.
+    entry: Specialisation | None = None
 
 
 class ShapeRecord:

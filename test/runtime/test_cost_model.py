@@ -10,8 +10,8 @@ from dynshape_perception.runtime.policy import (
     CostModel,
     InterferenceMeter,
     JitConfig,
-    KeyState,
 )
+from dynshape_perception.runtime.specialisations import KeyState
 
 
 def key(calls: int, span_s: float, generic_ms: float) -> KeyState:
