@@ -20,19 +20,17 @@ def share_dir() -> Path:
         return Path(override)
     source_root = Path(__file__).resolve().parents[1]
     # A source tree, then a pip install's data_files (``<prefix>/share/<package>``), which
-    # needs no ROS environment; the ament index last.
+    # needs no ROS environment; then the ament index, as ament_index_python reads it.
     installed = [Path(sys.prefix), *(Path(p).parents[2] for p in site.getsitepackages())]
-    for root in (source_root, *(prefix / "share" / PACKAGE for prefix in installed)):
+    indexed = [
+        prefix
+        for prefix in ament_prefixes()
+        if (prefix / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE).is_file()
+    ]
+    for root in (source_root, *(prefix / "share" / PACKAGE for prefix in [*installed, *indexed])):
         if (root / "config" / "models.yaml").is_file():
             return root
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return Path(get_package_share_directory(PACKAGE))
-    except Exception as err:
-        raise ConfigError(
-            f"cannot find the {PACKAGE} share folder; set DYNSHAPE_PERCEPTION_SHARE"
-        ) from err
+    raise ConfigError(f"cannot find the {PACKAGE} share folder; set DYNSHAPE_PERCEPTION_SHARE")
 
 
 def ament_prefixes() -> list[Path]:
