@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -15,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception.compiler.build import COMPILE_OBSERVERS
+from dynshape_perception.compiler import build
+from dynshape_perception.compiler.build import COMPILE_SECONDS
 from dynshape_perception.compiler.cache import ArtefactCache
 from dynshape_perception.compiler.targets import load_profile
 from dynshape_perception.models.registry import committed_weights
@@ -62,6 +65,32 @@ PENDING_REPEATS = 30
 # run: compiles run in its first seconds, and a reference minutes away on a noisy machine
 # can be off by more than the 10 % the p99-while-compiling target allows.
 ADJACENT_CALLS = 2500
+
+
+class CompilesOnThread(logging.Handler):
+    """Sums the seconds of the compiles that ran on one thread, read from their log records."""
+
+    def __init__(self, thread: int) -> None:
+        super().__init__(logging.INFO)
+        self.thread = thread
+        self.seconds = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.seconds += float(getattr(record, COMPILE_SECONDS, 0.0))
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        logger = build.log
+        level = logger.level
+        logger.addHandler(self)
+        # The compile record is an INFO record: it must be made even where INFO is not shown.
+        logger.setLevel(min(level or logging.INFO, logging.INFO))
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
+            logger.setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -341,25 +370,17 @@ def _run_engine(
         for dispatcher in engine.dispatchers.values():
             dispatcher.trace = []
 
-        # Compiles on this thread are measured, not assumed to be none.
-        serving_thread = threading.get_ident()
-        on_caller = [0.0]
-
-        def observe(thread: int, seconds: float) -> None:
-            if thread == serving_thread:
-                on_caller[0] += seconds
-
-        COMPILE_OBSERVERS.append(observe)
-        try:
+        # Compiles on this thread are measured, not assumed to be none: from the log record
+        # every compile writes on its own thread.
+        on_caller = CompilesOnThread(threading.get_ident())
+        with on_caller.listening():
             outcome = open_loop(stream, inputs, arrivals, jit_run, probe=pending)
-        finally:
-            COMPILE_OBSERVERS.remove(observe)
         served_by(outcome, stream, engine)
         if warm_profile is None and cache == "jit":
             engine.record_shapes(work / "profile.yaml")
         snap, events, serving, costs = settled_accounting(engine)
         outcome.compiles = snap["compiles_ok"] + snap["compiles_failed"] + snap["compiles_rejected"]
-        outcome.calling_thread_compile_s = on_caller[0]
+        outcome.calling_thread_compile_s = on_caller.seconds
         outcome.extra = {
             "background_compile_s": snap["compile_time_s"],
             "compile_yields": engine.pool.yields if engine.pool else 0,
