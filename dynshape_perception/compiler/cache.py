@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -420,7 +419,3 @@ def export_to(artefact: Artefact, out_dir: Path) -> tuple[Path, Path]:
     shutil.copyfile(artefact.library_path, lib)
     atomic_write_text(side, artefact.sidecar.to_json())
     return lib, side
-
-
-def sidecar_dict(artefact: Artefact) -> dict[str, Any]:
-    return asdict(artefact.sidecar)

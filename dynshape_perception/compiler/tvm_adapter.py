@@ -61,11 +61,6 @@ def target_kind(target: Target) -> str:
     return str(target.kind.name)
 
 
-def target_host_triple(target: Target) -> str:
-    host = target.host if target.host is not None else target
-    return str(host.attrs.get("mtriple", "")) if host.kind.name == "llvm" else ""
-
-
 def export_module(
     module: nn.Module, spec: Mapping[str, Any]
 ) -> tuple[IRModule, list[tuple[str, Any]]]:
@@ -295,11 +290,6 @@ def save_json(node: Any) -> str:
 
 def load_json(text: str) -> Any:
     return tvm.ir.load_json(text)
-
-
-def cuda_sources(executable: Executable) -> str:
-    """The CUDA C source of a built CUDA module (TVM keeps source only when no GPU is present)."""
-    return "\n".join(cuda_sources_list(executable))
 
 
 def compile_cuda(source: str, arch: str, target: Target, fmt: str = "cubin") -> bytes:

@@ -62,13 +62,6 @@ class CloudError(MessageError):
         self.reason = reason
 
 
-class FieldLike(Protocol):
-    name: str
-    offset: int
-    datatype: int
-    count: int
-
-
 class CloudLike(Protocol):
     """The parts of sensor_msgs/PointCloud2 read here (duck-typed, so no ROS is needed),
     read only."""

@@ -56,7 +56,3 @@ class DropCounter:
             self._said.add(key)
         self._warn(message)
         return True
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._said.discard(key)

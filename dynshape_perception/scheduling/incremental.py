@@ -182,10 +182,6 @@ class IncrementalEncoder:
     def ids(self) -> list[int]:
         return [int(i) for i in self._ids.tolist()]
 
-    def continues(self, track_id: int, tick: int) -> bool:
-        """Whether ``track_id`` was seen at ``tick - 1`` and can advance by one step."""
-        return self.tick is not None and self.tick == tick - 1 and int(track_id) in self._index
-
     def continuing(self, ids: Iterable[int], tick: int) -> int:
         """How many of ``ids`` were seen at ``tick - 1``."""
         if self.tick is None or self.tick != tick - 1:
