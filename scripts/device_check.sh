@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs the cuda-hopper check on a lent GPU machine (x86-64, Python 3.12, no TVM, no network).
+# Proves the cuda-hopper bundle on a machine with an NVIDIA GPU (x86-64, Python 3.10+; it needs
+# neither TVM nor a network there).
 #
-# Here, first:   .venv/bin/dynshape-perception bundle --target cuda-hopper --out build/bundle-cuda-hopper
-# Then, through the device tool, in one short call (about a minute once the machine is up):
-#   run(command="bash scripts/device_check.sh", carry=["build/bundle-cuda-hopper"], timeout_s=300)
+# On a development machine, first:
+#   dynshape-perception bundle --target cuda-hopper --out build/bundle-cuda-hopper
+# Copy the checkout (or just this script and the bundle) to the GPU machine, then:
+#   bash scripts/device_check.sh [BUNDLE]
 # It installs the runtime-only bundle outside the checkout, runs every model and count on the GPU
 # with the embedded sm_90 cubins (a CUDA compile at load is refused, so none can happen), compares
-# with the NumPy reference outputs saved in the bundle, and writes to $OUT:
+# with the NumPy reference outputs saved in the bundle, and writes to $OUT (build/device-check):
 #   device_check.json  the runner's report (per model and count: max abs diff, run and load times)
 #   device_info.txt    GPU, driver, Python, and where libcudart.so.13 came from
 # Exit status: the runner's (0 all within 1e-4 x max(1, |ref|), 1 a mismatch, other: it failed).
