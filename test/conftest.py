@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
 from dynshape_perception.resources import PACKAGE, shared_data_dir
 from dynshape_perception.testing.processes import dds_settings
+
+if TYPE_CHECKING:
+    from dynshape_perception.runtime.engine import Engine
 
 # Fast DDS reads its transports and profile once per process, when the first participant of
 # any test starts: set here, before every test, so that no order of tests leaves this process
@@ -162,3 +166,22 @@ def get_typestore_copy(store: Any) -> Any:
     copy = get_typestore(Stores.EMPTY)
     copy.register(dict(store.fielddefs))
     return copy
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Engine]:
+    """The segmenter (committed weights) and the predictor (deterministic initial ones), on
+    x86-64 with the JIT off."""
+    from dynshape_perception.models import model_definition
+    from dynshape_perception.models.registry import committed_weights, parameter_shapes
+    from dynshape_perception.models.weights import init_weights
+    from dynshape_perception.runtime.engine import Engine
+    from dynshape_perception.runtime.policy import JitConfig
+
+    models = ("segmenter", "predictor")
+    # Equivalence does not depend on the weights, but a segmenter with random ones scores
+    # too few obstacles in a scene for the streaming comparisons to show anything.
+    weights = {n: init_weights(parameter_shapes(model_definition(n)), seed=0) for n in models}
+    weights["segmenter"] = committed_weights("segmenter")[1]
+    with Engine("x86_64", JitConfig(mode="off"), models=models, weights=weights) as eng:
+        yield eng

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +11,6 @@ import numpy as np
 from dynshape_perception.errors import DataError
 
 # Track id -> (frame numbers [n], positions [n, 2]).
-Tracks = Mapping[int, tuple[np.ndarray, np.ndarray]]
 
 _LOG = logging.getLogger(__name__)
 
@@ -141,14 +139,3 @@ def read_eth_ucy(path: str | Path) -> EthUcyScene:
         )
     rows = np.array(good, dtype=np.float64).reshape(-1, ETH_UCY_FIELDS)
     return EthUcyScene(path=path, rows=rows, skipped_rows=skipped)
-
-
-def detect_frame_step(tracks: Tracks) -> int:
-    """The scene's annotation step: the most common positive frame difference within tracks."""
-    diffs = [np.diff(np.asarray(frames, dtype=np.int64)) for frames, _ in tracks.values()]
-    pooled = np.concatenate(diffs) if diffs else np.zeros(0, dtype=np.int64)
-    pooled = pooled[pooled > 0]
-    if pooled.size == 0:
-        raise DataError("cannot detect the frame step: no track has two annotated frames")
-    values, counts = np.unique(pooled, return_counts=True)
-    return int(values[np.argmax(counts)])

@@ -40,7 +40,7 @@ from dynshape_perception.perception.objects import (
     pose_covariance,
     twist_covariance,
 )
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
 from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.perception.transforms import normalised_quaternion
 

@@ -16,7 +16,7 @@ from diagnostic_updater import (
 )
 from rclpy.node import Node
 
-from dynshape_perception.scheduling.prediction_stage import PredictionStage, speculation_summary
+from dynshape_perception.perception.prediction.stage import PredictionStage, speculation_summary
 
 # Task names: the analyzer YAML of config/ groups the statuses by them.
 INPUT, POSE, JIT, TIERS = "input", "pose", "jit", "tiers"

@@ -33,6 +33,8 @@ from dynshape_perception.nodes.messages import (
 from dynshape_perception.nodes.segmenting import SegmentingNode
 from dynshape_perception.perception.objects import TrackUuids
 from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.perception.prediction.stage import PredictionStage
+from dynshape_perception.perception.sectors import SectorAssembler
 from dynshape_perception.scheduling.lidar_tiers import MARKERS, MS_PER_S, NearResult
 from dynshape_perception.scheduling.perception_tiers import (
     NOT_PREDICTED,
@@ -41,8 +43,6 @@ from dynshape_perception.scheduling.perception_tiers import (
     Predicted,
     Tracked,
 )
-from dynshape_perception.scheduling.prediction_stage import PredictionStage
-from dynshape_perception.scheduling.sectors import SectorAssembler
 from dynshape_perception.scheduling.tiers import Tier
 
 NOT_TRACKED = "frames_not_tracked"

@@ -17,9 +17,9 @@ from dynshape_perception.nodes.base import (
 from dynshape_perception.nodes.messages import stamp_s
 from dynshape_perception.nodes.segmenting import SegmentingNode
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
+from dynshape_perception.perception.sectors import SectorAssembler
 from dynshape_perception.scheduling.lidar_tiers import MS_PER_S, NearResult
 from dynshape_perception.scheduling.perception_tiers import FrameInfo, PerceptionTiers, Tracked
-from dynshape_perception.scheduling.sectors import SectorAssembler
 
 
 class PointcloudNode(SegmentingNode):

@@ -37,8 +37,8 @@ from dynshape_perception.nodes.messages import (
 )
 from dynshape_perception.perception.objects import UuidIndex
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction.stage import IdleSpeculation, PredictionStage
 from dynshape_perception.perception.transforms import inverse
-from dynshape_perception.scheduling.prediction_stage import IdleSpeculation, PredictionStage
 
 MS_PER_S = 1000.0
 AGENTS_DROPPED = "agents_dropped"

@@ -20,6 +20,7 @@ from dynshape_perception.nodes.base import Output, PerceptionNode
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.perception.sectors import SectorAssembler
 from dynshape_perception.scheduling.executor import TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
     NEAR_FIELD,
@@ -27,7 +28,6 @@ from dynshape_perception.scheduling.lidar_tiers import (
     NearResult,
     Segmentation,
 )
-from dynshape_perception.scheduling.sectors import SectorAssembler
 
 SEGMENTER = "segmenter"
 SEGMENTING_COUNTERS = {

@@ -7,11 +7,11 @@ from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.prediction.stage import PredictionSettings
 from dynshape_perception.perception.stamps import StampPolicy
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams
 from dynshape_perception.runtime.policy import JitConfig
-from dynshape_perception.scheduling.prediction_stage import PredictionSettings
-from dynshape_perception.scheduling.streaming import NearField
 
 CLUSTER = ClusterParams()
 TRACKER = TrackerParams()

@@ -19,7 +19,7 @@ from dynshape_perception.parameters.limits import (
     TRACKER,
 )
 from dynshape_perception.parameters.spec import ParamSpec
-from dynshape_perception.scheduling.prediction_stage import MODES as MODES_OF_PREDICTION
+from dynshape_perception.perception.prediction.stage import MODES as MODES_OF_PREDICTION
 
 TRACKER_INPUT_OBJECTS = "detected_objects"
 TRACKER_INPUT_TABLE = "table"

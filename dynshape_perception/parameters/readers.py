@@ -34,14 +34,14 @@ from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.prediction.stage import PredictionSettings
 from dynshape_perception.perception.scan import Box, ScanParams
 from dynshape_perception.perception.stamps import StampPolicy
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
-from dynshape_perception.scheduling.prediction_stage import PredictionSettings
-from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.scheduling.tiers import TierConfig
 
 

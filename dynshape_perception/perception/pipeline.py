@@ -23,9 +23,9 @@ from dynshape_perception.perception.ground import (
     GroundPlane,
     fit_ground_plane,
 )
-from dynshape_perception.perception.history import resample_history
 from dynshape_perception.perception.objects import ObjectParams
-from dynshape_perception.perception.prediction import PredictedPaths, PredictionStage
+from dynshape_perception.perception.prediction.history import resample_history
+from dynshape_perception.perception.prediction.paths import PredictedPaths, PredictionStage
 from dynshape_perception.perception.scan import ScanParams, prepare_scan
 from dynshape_perception.perception.tracking import Tracker, TrackerParams
 from dynshape_perception.perception.transforms import Matrix, planar, yaw_of

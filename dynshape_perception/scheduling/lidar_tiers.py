@@ -14,8 +14,8 @@ from dynshape_perception.perception.clustering import cluster_obstacles
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
+from dynshape_perception.perception.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.executor import COST_SMOOTHING, DROP_REASONS
-from dynshape_perception.scheduling.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.tiers import TierConfig
 
 MS_PER_S = 1000.0

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction.stage import PredictionStage, StageOutput
+from dynshape_perception.perception.sectors import Revolution, SectorAssembler
 from dynshape_perception.scheduling.executor import Arrival, TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
     FULL_CLOUD,
@@ -24,8 +26,6 @@ from dynshape_perception.scheduling.lidar_tiers import (
     NearResult,
     Segmentation,
 )
-from dynshape_perception.scheduling.prediction_stage import PredictionStage, StageOutput
-from dynshape_perception.scheduling.sectors import Revolution, SectorAssembler
 from dynshape_perception.scheduling.tiers import Tier
 
 SPECULATE = "speculate"

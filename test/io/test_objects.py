@@ -39,7 +39,7 @@ from dynshape_perception.io.objects import (
 from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
 from dynshape_perception.nodes.messages import message_class
 from dynshape_perception.perception.objects import ObjectParams, TrackUuids
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
 from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,

@@ -20,7 +20,7 @@ from dynshape_perception.nodes.messages import (
     message_class,
     time_msg,
 )
-from dynshape_perception.perception.prediction import prediction_table
+from dynshape_perception.perception.prediction.paths import prediction_table
 from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,

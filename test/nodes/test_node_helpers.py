@@ -25,14 +25,14 @@ from dynshape_perception.nodes.messages import (
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.odometry import PoseBuffer, yaw_from_quaternion
 from dynshape_perception.perception.pipeline import Pose2D
-from dynshape_perception.perception.prediction import prediction_table
+from dynshape_perception.perception.prediction.paths import prediction_table
+from dynshape_perception.perception.prediction.track_histories import TrackHistories
 from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_PEDESTRIAN,
     OBSTACLE_DTYPE,
     TRACK_DTYPE,
 )
-from dynshape_perception.perception.track_histories import TrackHistories
 
 
 def test_pose_buffer_interpolates_and_clamps() -> None:

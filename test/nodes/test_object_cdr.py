@@ -25,7 +25,7 @@ from dynshape_perception.io.objects import (
 )
 from dynshape_perception.nodes.messages import message_class, ros_message
 from dynshape_perception.perception.objects import ObjectParams, TrackUuids
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
 from dynshape_perception.perception.records import (
     LABEL_CAR,
     LABEL_POLE,

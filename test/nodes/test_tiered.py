@@ -16,6 +16,7 @@ from dynshape_perception.perception.clustering import cluster_obstacles
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.scheduling.executor import (
     ExecutorOptions,
     TieredExecutor,
@@ -27,7 +28,6 @@ from dynshape_perception.scheduling.lidar_tiers import (
     executor_values,
     since,
 )
-from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
 from dynshape_perception.testing.clocks import FakeClock
 from dynshape_perception.tools.sim.scenes import driving_scene

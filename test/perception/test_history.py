@@ -11,7 +11,7 @@ from dynshape_perception.errors import (
     InputValueError,
     ShapeError,
 )
-from dynshape_perception.perception.history import pack_histories, resample_history
+from dynshape_perception.perception.prediction.history import pack_histories, resample_history
 
 TRACKER_RATE_HZ = 10.0
 VELOCITY_MPS = np.array([1.2, -0.7])

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
+from dynshape_perception.perception.prediction.stage import PredictionSettings, PredictionStage
+from dynshape_perception.perception.sectors import SectorAssembler
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import reference_affinity
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.scheduling.executor import TieredExecutor
@@ -22,9 +25,6 @@ from dynshape_perception.scheduling.perception_tiers import (
     SimulatedClock,
     Tracked,
 )
-from dynshape_perception.scheduling.prediction_stage import PredictionSettings, PredictionStage
-from dynshape_perception.scheduling.sectors import SectorAssembler
-from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.tools.sim.drive import DriveConfig, DriveFrame, drive_frames
 from dynshape_perception.tools.sim.scenes import sensor_sectors
 

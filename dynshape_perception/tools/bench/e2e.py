@@ -16,8 +16,8 @@ import numpy as np
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction.stage import MODES as COST_MODES
 from dynshape_perception.resources import shared_data_dir
-from dynshape_perception.scheduling.prediction_stage import MODES as COST_MODES
 from dynshape_perception.stats import DIGITS, median, percentile
 from dynshape_perception.tools.bench.prediction_cost import LENGTHS
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames

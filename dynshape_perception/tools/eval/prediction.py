@@ -9,7 +9,7 @@ import numpy as np
 
 from dynshape_perception.config import check_seed
 from dynshape_perception.errors import DataError, InputValueError, ShapeError
-from dynshape_perception.io.datasets import Tracks, detect_frame_step
+from dynshape_perception.perception.prediction.history import Tracks, detect_frame_step
 from dynshape_perception.stats import bootstrap_means, central_interval
 
 OBS_STEPS = 8

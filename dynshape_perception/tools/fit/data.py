@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, DataError
-from dynshape_perception.io.datasets import Tracks, detect_frame_step, read_eth_ucy
+from dynshape_perception.io.datasets import read_eth_ucy
+from dynshape_perception.perception.prediction.history import Tracks, detect_frame_step
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.tools.eval.prediction import OBS_STEPS, PRED_STEPS
 from dynshape_perception.tools.sim.scenes import Crowd, crowd_scene, pedestrian_scene

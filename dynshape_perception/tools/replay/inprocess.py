@@ -29,8 +29,11 @@ from dynshape_perception.perception.objects import (
     TrackUuids,
 )
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
+from dynshape_perception.perception.prediction.stage import PredictionStage
 from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.sectors import SectorAssembler
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.transforms import Matrix, TransformTree
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.scheduling.executor import TieredExecutor
@@ -42,9 +45,6 @@ from dynshape_perception.scheduling.perception_tiers import (
     SimulatedClock,
     Tracked,
 )
-from dynshape_perception.scheduling.prediction_stage import PredictionStage
-from dynshape_perception.scheduling.sectors import SectorAssembler
-from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
 from dynshape_perception.tools.replay.rundir import FrameOutputs, RunRecorder
 from dynshape_perception.tools.replay.scoring import PredictionScore, TruthIndex

@@ -27,7 +27,7 @@ from dynshape_perception.io.objects import (
     tracked_objects,
 )
 from dynshape_perception.perception.objects import ObjectParams
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
 
 OUTPUT_BAG = "output"
 METRICS_FILE = "metrics.json"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import ConfigError, DataError, InputValueError, ShapeError
-from dynshape_perception.io.datasets import detect_frame_step
+from dynshape_perception.perception.prediction.history import detect_frame_step
 from dynshape_perception.tools.eval.prediction import (
     CV6_TURN_RAD,
     ade_fde,

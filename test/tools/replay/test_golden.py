@@ -10,7 +10,7 @@ import pytest
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.objects import TrackStates
 from dynshape_perception.perception.objects import REPLAY_NAMESPACE, ObjectParams, TrackUuids
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
 from dynshape_perception.perception.records import OBSTACLE_DTYPE, PREDICTION_DTYPE, TRACK_DTYPE
 from dynshape_perception.tools.replay import golden
 from dynshape_perception.tools.replay.golden import Tolerances

@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.perception.ground import fit_ground_plane
-from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.runtime.policy import JitConfig
-from dynshape_perception.scheduling.incremental import (
+from dynshape_perception.perception.prediction.incremental import (
     agent_ticks,
 )
-from dynshape_perception.scheduling.speculative import (
+from dynshape_perception.perception.prediction.speculative import (
     SpeculationConfig,
 )
-from dynshape_perception.scheduling.streaming import NearField
+from dynshape_perception.perception.streaming import NearField
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.tiers import TierConfig
 from dynshape_perception.tools.bench.deadlines.calibration import (
     CHUNK_EDGES,

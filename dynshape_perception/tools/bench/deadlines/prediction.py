@@ -7,19 +7,19 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.scheduling.incremental import (
+from dynshape_perception.perception.prediction.incremental import (
     HistoryFn,
     IncrementalPredictor,
     Prediction,
     agent_ticks,
     full_recompute,
 )
-from dynshape_perception.scheduling.speculative import (
+from dynshape_perception.perception.prediction.speculative import (
     SpeculationConfig,
     SpeculativePredictor,
     snap,
 )
+from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.stats import latency_stats, median
 from dynshape_perception.tools.bench.deadlines.strategies import STALL_MS, realtime_thread
 from dynshape_perception.tools.bench.deadlines.stream import DATASETS

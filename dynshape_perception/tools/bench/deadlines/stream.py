@@ -19,7 +19,17 @@ from dynshape_perception.models.registry import committed_weights, parameter_sha
 from dynshape_perception.models.weights import init_weights
 from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
-from dynshape_perception.perception.prediction import prediction_table
+from dynshape_perception.perception.prediction.incremental import (
+    HistoryFn,
+    Prediction,
+)
+from dynshape_perception.perception.prediction.paths import prediction_table
+from dynshape_perception.perception.prediction.speculative import (
+    SpeculationConfig,
+    SpeculativePredictor,
+    run_to_end,
+)
+from dynshape_perception.perception.streaming import NearField, subsample_far_field
 from dynshape_perception.perception.tracking import Tracker
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.runtime.engine import Engine
@@ -28,16 +38,6 @@ from dynshape_perception.scheduling.executor import (
     TieredExecutor,
     diagnostic_status,
 )
-from dynshape_perception.scheduling.incremental import (
-    HistoryFn,
-    Prediction,
-)
-from dynshape_perception.scheduling.speculative import (
-    SpeculationConfig,
-    SpeculativePredictor,
-    run_to_end,
-)
-from dynshape_perception.scheduling.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
 from dynshape_perception.tools.sim.scenes import driving_scene
 

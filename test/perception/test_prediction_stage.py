@@ -10,15 +10,15 @@ import pytest
 
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import Pose2D
-from dynshape_perception.perception.records import TRACK_DTYPE
-from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.scheduling.prediction_stage import (
+from dynshape_perception.perception.prediction.stage import (
     IdleSpeculation,
     PredictionSettings,
     PredictionStage,
     StageOutput,
     speculation_summary,
 )
+from dynshape_perception.perception.records import TRACK_DTYPE
+from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.tools.sim.scenes import pedestrian_scene
 
 RTOL, ATOL = 1e-4, 1e-5

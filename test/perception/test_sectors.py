@@ -12,11 +12,11 @@ import pytest
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.perception.sectors import SectorAssembler
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.scheduling.executor import TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import Segmentation
-from dynshape_perception.scheduling.sectors import SectorAssembler
-from dynshape_perception.scheduling.streaming import NearField
 from dynshape_perception.tools.sim.scenes import driving_scene, sensor_sectors
 
 CHUNK_POINTS = 16384

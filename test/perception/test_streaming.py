@@ -12,14 +12,14 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.ground import fit_ground_plane
 from dynshape_perception.perception.pipeline import Pipeline, PipelineParams
-from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.scheduling.streaming import (
+from dynshape_perception.perception.streaming import (
     NearField,
     RevolutionResult,
     StreamingSegmenter,
     process_whole_scan,
     subsample_far_field,
 )
+from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.tools.sim.scenes import driving_scene, sensor_sectors
 
 CENTRE_TOLERANCE_M = 0.05

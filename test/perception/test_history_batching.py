@@ -13,7 +13,7 @@ from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
-from dynshape_perception.runtime.batching import HistoryBatcher
+from dynshape_perception.perception.prediction.batching import HistoryBatcher
 from dynshape_perception.runtime.executable import LoadedModel
 
 

@@ -12,7 +12,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, InputValueError
-from dynshape_perception.scheduling.incremental import (
+from dynshape_perception.perception.prediction.incremental import (
     HistoryFn,
     IncrementalEncoder,
     ModelFn,

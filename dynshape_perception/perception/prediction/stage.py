@@ -14,15 +14,15 @@ import numpy as np
 from dynshape_perception.config import integer
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import ModelFn, Pose2D
-from dynshape_perception.perception.prediction import PredictedPaths, prediction_table
-from dynshape_perception.perception.records import PREDICTION_DTYPE
-from dynshape_perception.scheduling.incremental import Prediction, full_recompute
-from dynshape_perception.scheduling.speculative import (
+from dynshape_perception.perception.prediction.incremental import Prediction, full_recompute
+from dynshape_perception.perception.prediction.paths import PredictedPaths, prediction_table
+from dynshape_perception.perception.prediction.speculative import (
     SpeculationConfig,
     SpeculativePredictor,
     run_to_end,
     snap,
 )
+from dynshape_perception.perception.records import PREDICTION_DTYPE
 from dynshape_perception.stats import DIGITS, median
 
 MODES = ("incremental", "full")

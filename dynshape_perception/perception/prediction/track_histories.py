@@ -9,8 +9,8 @@ import numpy as np
 
 from dynshape_perception.config import Bounds, predictor_history_steps
 from dynshape_perception.errors import MessageError
-from dynshape_perception.perception.history import pack_histories, resample_history
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction.history import pack_histories, resample_history
 
 
 class TrackHistories:

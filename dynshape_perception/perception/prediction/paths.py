@@ -1,4 +1,4 @@
-"""The prediction stage: agent histories in, K paths per agent with their confidences out."""
+"""Predicted paths: agent histories in, K paths per agent with their confidences out."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape_perception.errors import ShapeError
+from dynshape_perception.perception.prediction.batching import HistoryBatcher
 from dynshape_perception.perception.records import PREDICTION_DTYPE
-from dynshape_perception.runtime.batching import HistoryBatcher
 
 ModelFn = Callable[..., list[np.ndarray]]
 

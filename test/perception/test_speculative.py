@@ -9,18 +9,18 @@ import pytest
 
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.io.datasets import read_eth_ucy
-from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.scheduling.incremental import (
+from dynshape_perception.perception.prediction.incremental import (
     HistoryFn,
     IncrementalPredictor,
     Prediction,
     agent_ticks,
 )
-from dynshape_perception.scheduling.speculative import (
+from dynshape_perception.perception.prediction.speculative import (
     SpeculationConfig,
     SpeculativePredictor,
     snap,
 )
+from dynshape_perception.runtime.engine import Engine
 
 RTOL, ATOL = 1e-4, 1e-5
 QUANTUM_M = 0.01

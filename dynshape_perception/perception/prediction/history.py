@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dynshape_perception.errors import (
     BoundError,
     ConfigError,
+    DataError,
     InputValueError,
     ShapeError,
 )
 
+# Per track id: its annotated frames and their (x, y) positions.
+Tracks = Mapping[int, tuple[np.ndarray, np.ndarray]]
 PREDICTOR_STEP_S = 0.4
 # Float error in ``end - k * step`` must not drop the sample that lands on the first stamp.
 STAMP_TOLERANCE_S = 1e-6
@@ -116,3 +119,14 @@ def pack_histories(
         hist[agent, : points.shape[0]] = points
         lengths[agent] = points.shape[0]
     return hist, lengths
+
+
+def detect_frame_step(tracks: Tracks) -> int:
+    """The scene's annotation step: the most common positive frame difference within tracks."""
+    diffs = [np.diff(np.asarray(frames, dtype=np.int64)) for frames, _ in tracks.values()]
+    pooled = np.concatenate(diffs) if diffs else np.zeros(0, dtype=np.int64)
+    pooled = pooled[pooled > 0]
+    if pooled.size == 0:
+        raise DataError("cannot detect the frame step: no track has two annotated frames")
+    values, counts = np.unique(pooled, return_counts=True)
+    return int(values[np.argmax(counts)])

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 
 from dynshape_perception.errors import InputValueError
-from dynshape_perception.perception.records import OBSTACLE_DTYPE
-from dynshape_perception.perception.tracking import Tracker, reference_affinity
-from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.runtime.policy import JitConfig
-from dynshape_perception.scheduling.incremental import (
+from dynshape_perception.perception.prediction.incremental import (
     IncrementalEncoder,
     IncrementalPredictor,
     full_recompute,
     tick_of,
     track_observations,
 )
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
+from dynshape_perception.perception.tracking import Tracker, reference_affinity
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.tools.sim.scenes import Crowd, crowd_scene, pedestrian_scene
 
 RTOL, ATOL = 1e-4, 1e-5

@@ -10,8 +10,11 @@ import numpy as np
 
 from dynshape_perception.config import default_bounds
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
-from dynshape_perception.io.datasets import detect_frame_step
-from dynshape_perception.perception.history import pack_histories, resample_history
+from dynshape_perception.perception.prediction.history import (
+    detect_frame_step,
+    pack_histories,
+    resample_history,
+)
 from dynshape_perception.perception.tracking import Tracker
 
 ModelFn = Callable[..., list[np.ndarray]]

@@ -1,0 +1,1 @@
+"""Trajectory prediction: histories, the predictor's batches, incremental and speculative steps."""
