@@ -63,6 +63,14 @@ def segmentation_group() -> tuple[ParamSpec, ...]:
             low=0.1,
             high=50.0,
         ),
+        ParamSpec(
+            "segmentation.fragment_gap_rad",
+            CLUSTER.fragment_gap_rad,
+            "a cluster of a cell or two joins its nearest cluster within this angle times its "
+            "range (far objects fall apart into lidar columns); 0 disables it",
+            low=0.0,
+            high=0.2,
+        ),
     )
 
 

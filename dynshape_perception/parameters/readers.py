@@ -58,7 +58,14 @@ def bounds_from(values: Mapping[str, Value]) -> Bounds:
 
 
 def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
-    names = ("score_threshold", "cell_size_m", "min_points", "closing_cells", "max_height_m")
+    names = (
+        "score_threshold",
+        "cell_size_m",
+        "min_points",
+        "closing_cells",
+        "max_height_m",
+        "fragment_gap_rad",
+    )
     return replace(base, **_pick(values, "segmentation", names))
 
 
