@@ -112,6 +112,14 @@ def tracking_group() -> tuple[ParamSpec, ...]:
             high=1.0,
         ),
         ParamSpec(
+            "tracking.max_acceleration_mps2",
+            TRACKER.max_acceleration_mps2,
+            "largest change of a track's velocity estimate per second since its last "
+            "measurement: a jumping cluster centre cannot throw the velocity off",
+            low=0.1,
+            high=1000.0,
+        ),
+        ParamSpec(
             "tracking.publish_coasting",
             TRACKER.publish_coasting,
             "also publish tracks that missed their detection this frame",

@@ -76,6 +76,7 @@ def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -
         "max_missed_frames",
         "min_hits_to_confirm",
         "velocity_smoothing",
+        "max_acceleration_mps2",
         "publish_coasting",
     )
     return replace(base, **_pick(values, "tracking", names))
