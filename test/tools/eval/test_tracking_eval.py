@@ -174,8 +174,10 @@ def pipeline_report(engine: Engine) -> dict[str, Any]:
 def test_the_pipeline_tracks_the_short_scene_above_floors(pipeline_report: dict[str, Any]) -> None:
     assert pipeline_report["frames"] == SHORT.frames and pipeline_report["dropped_frames"] == 0
     rows = pipeline_report["tracking"]
-    assert rows["all"]["HOTA"] > 0.4 and rows["all"]["MOTA"] > 0.3 and rows["all"]["IDF1"] > 0.5
-    assert rows["0-20 m"]["MOTA"] > 0.6 and rows["0-20 m"]["IDF1"] > 0.7
+    # About 0.6, 0.57 and 0.72 (0.88 and 0.94 within 20 m): floors with a margin for other
+    # CPUs' rounding. The fixes the full scenes showed barely move this short one.
+    assert rows["all"]["HOTA"] > 0.5 and rows["all"]["MOTA"] > 0.45 and rows["all"]["IDF1"] > 0.6
+    assert rows["0-20 m"]["MOTA"] > 0.75 and rows["0-20 m"]["IDF1"] > 0.85
     # A tracker is never perfect on lidar clusters: the scores do measure something.
     assert rows["all"]["MOTA"] < 1.0 and rows["all"]["HOTA"] < 1.0
 
@@ -188,9 +190,10 @@ def test_the_pipeline_detects_the_short_scene_above_floors(pipeline_report: dict
     assert sum(bands) == rows["all"]["truth_boxes"]
 
 
-@pytest.mark.parametrize("task", ["tracking", "detection"])
+@pytest.mark.parametrize(("task", "json_out"), [("tracking", False), ("detection", True)])
 def test_the_cli_prints_the_table_or_json(
     task: str,
+    json_out: bool,
     engine: Engine,
     cache_root: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -203,12 +206,14 @@ def test_the_cli_prints_the_table_or_json(
     monkeypatch.setattr(replay_cli, "build_engine", shared)
     monkeypatch.setattr(Engine, "__exit__", lambda *a: None)
     args = ["evaluate", task, "--scenes", "1", "--frames", "8", "--cache-dir", str(cache_root)]
-    assert main([*args, "--seed", "3"]) == 0
+    assert main([*args, "--seed", "3", *(["--json"] if json_out else [])]) == 0
     text = capsys.readouterr().out
-    assert "| 0-20 m |" in text and "seeds 3" in text
-    assert main([*args, "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["frames"] == 8 and report[task]["all"]["truth_boxes"] > 0
+    if json_out:
+        report = json.loads(text)
+        assert report["frames"] == 8 and report["scenes"][0]["seed"] == 3
+        assert report[task]["all"]["truth_boxes"] > 0 and "0-20 m" in report[task]
+    else:
+        assert "| 0-20 m |" in text and "seeds 3" in text and "HOTA" in text
 
 
 def test_the_cli_refuses_no_scenes(capsys: pytest.CaptureFixture[str]) -> None:
