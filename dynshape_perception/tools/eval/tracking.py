@@ -40,13 +40,6 @@ class Boxes:
     range_m: np.ndarray
     scored: np.ndarray
 
-    @classmethod
-    def empty(cls) -> Boxes:
-        z = np.zeros(0)
-        return cls(
-            z.astype(np.int64), z.astype(np.int64), np.zeros((0, 2)), z, z, z, z, z.astype(bool)
-        )
-
     def __post_init__(self) -> None:
         n = self.ids.shape[0]
         for name in ("cls", "length", "width", "yaw", "range_m", "scored"):

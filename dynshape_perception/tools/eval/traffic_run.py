@@ -123,7 +123,7 @@ def _read_outputs(
     return tracks, detections
 
 
-def _truth_boxes(frame: TruthFrame, sensor_height_m: float) -> tuple[Boxes, Boxes]:
+def truth_boxes(frame: TruthFrame, sensor_height_m: float) -> tuple[Boxes, Boxes]:
     """The truth in the fixed frame and in the vehicle frame (x, y as the sensor's)."""
     truth = frame.truth
     local = boxes_in_sensor(truth, frame.pose, sensor_height_m)
@@ -200,7 +200,7 @@ def run_scene(engine: Engine, settings: ReplaySettings, config: TrafficConfig) -
     )
     tracking, detection = [], []
     for frame in truths:
-        fixed, vehicle = _truth_boxes(frame, config.sensor_height_m)
+        fixed, vehicle = truth_boxes(frame, config.sensor_height_m)
         rows, ids = tracks.get(frame.stamp_ns, (empty_rows, np.zeros(0, np.int64)))
         tracking.append(ScoredFrame(fixed, output_boxes(rows, ids, frame.pose[:2])))
         found = detections.get(frame.stamp_ns, empty_rows)

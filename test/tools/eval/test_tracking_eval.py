@@ -23,7 +23,7 @@ from dynshape_perception.tools.eval.tracking import (
     score_detection,
     score_tracking,
 )
-from dynshape_perception.tools.eval.traffic_run import TruthFrame, _truth_boxes, evaluate_traffic
+from dynshape_perception.tools.eval.traffic_run import TruthFrame, evaluate_traffic, truth_boxes
 from dynshape_perception.tools.replay.settings import ReplaySettings
 from dynshape_perception.tools.sim.traffic import (
     CLASSES,
@@ -39,7 +39,7 @@ SHORT = TrafficConfig(seed=0, frames=30)
 def truth_frames() -> list[tuple[Boxes, Boxes]]:
     """The short scene's truth, in the fixed frame and in the vehicle frame."""
     return [
-        _truth_boxes(TruthFrame(0, f.pose, f.truth), SHORT.sensor_height_m)
+        truth_boxes(TruthFrame(0, f.pose, f.truth), SHORT.sensor_height_m)
         for f in traffic_frames(SHORT)
     ]
 
