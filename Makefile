@@ -37,10 +37,11 @@ ROS_STAMP := $(VENV)/.ros-packages
 AMENT_MARKER := $(VENV)/share/ament_index/resource_index/packages/dynshape_perception
 export AMENT_PREFIX_PATH := $(abspath $(VENV))$(if $(AMENT_PREFIX_PATH),:$(AMENT_PREFIX_PATH))
 
-$(STAMP): requirements.txt requirements-dev.txt setup.py setup.cfg
+$(STAMP): requirements.txt requirements-dev.txt requirements-eval.txt setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-eval.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -36,6 +36,7 @@ PIP_ONLY = {
     "backports": "backports.zstd",
     "torch": "torch",
     "onnxruntime": "onnxruntime",
+    "trackeval": "trackeval",
 }
 OWN = {"dynshape_perception", "launch_checks", "compression"}
 

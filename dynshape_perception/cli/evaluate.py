@@ -1,4 +1,4 @@
-"""``dynshape-perception evaluate``: the predictor on ETH/UCY, the segmenter on KITTI, via TVM."""
+"""``dynshape-perception evaluate``: prediction, segmentation, tracking and detection scores."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ from dynshape_perception.errors import ConfigError, DataError
 
 PREDICTION = "prediction"
 SEGMENTATION = "segmentation"
+TRACKING = "tracking"
+DETECTION = "detection"
+DEFAULT_TRAFFIC_SCENES = 3
+DEFAULT_TRAFFIC_FRAMES = 100
 TARGET_PROFILE = "x86_64"
 FITTED_FLAG = "fitted_on_evaluated_scene"
 
@@ -45,7 +49,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     seg = tasks.add_parser(SEGMENTATION, help="the segmenter and clustering on a KITTI scan")
     seg.add_argument("--kitti-bin", type=Path, required=True, help="KITTI Velodyne .bin scan")
     seg.add_argument("--plot", type=Path, default=None, help="write a bird's-eye-view PNG")
-    for sub in (pred, seg):
+    traffic = [
+        tasks.add_parser(
+            task,
+            help=f"{what} of the pipeline on generated traffic with ground truth, in process",
+        )
+        for task, what in (
+            (TRACKING, "HOTA, MOTA and IDF1 (TrackEval) by class and range"),
+            (DETECTION, "box recall and BEV IoU by class and range"),
+        )
+    ]
+    for sub in traffic:
+        sub.add_argument(
+            "--scenes",
+            type=int,
+            default=DEFAULT_TRAFFIC_SCENES,
+            help="generated scenes, seeds --seed, --seed + 1, ...",
+        )
+        sub.add_argument(
+            "--frames", type=int, default=DEFAULT_TRAFFIC_FRAMES, help="scans per scene (10 Hz)"
+        )
+        sub.add_argument("--cache-dir", type=Path, default=None, help="artefact cache folder")
+    for sub in (pred, seg, *traffic):
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.add_argument(
             "--weights-dir",
@@ -64,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         from dynshape_perception.tools.eval.segmentation import check_plot_path
 
         check_plot_path(args.plot)
+    if args.task in (TRACKING, DETECTION):
+        return _traffic(args)
     if args.task == PREDICTION and args.leave_one_out:
         return _leave_one_out(args)
     if args.task == PREDICTION:
@@ -124,6 +151,38 @@ def _leave_one_out(args: argparse.Namespace) -> int:
         print(json.dumps(_json_safe(report), indent=2))
     else:
         print("\n".join(summary_lines(rows)))
+    return 0
+
+
+def _traffic(args: argparse.Namespace) -> int:
+    """Generated scenes through the in-process replay; the tracking or detection table."""
+    from dynshape_perception.cli.replay import build_engine, settings_from_values
+    from dynshape_perception.tools.eval.tracking import (
+        DETECTION_COLUMNS,
+        TRACKING_COLUMNS,
+        table_lines,
+    )
+    from dynshape_perception.tools.eval.traffic_run import evaluate_traffic
+    from dynshape_perception.tools.sim.traffic import TrafficConfig
+
+    if args.scenes < 1 or args.frames < 1:
+        raise ConfigError(f"--scenes and --frames must be >= 1, got {args.scenes}, {args.frames}")
+    configs = [TrafficConfig(seed=args.seed + k, frames=args.frames) for k in range(args.scenes)]
+    settings = settings_from_values({})
+    with build_engine(settings, args.cache_dir, args.weights_dir) as engine:
+        report = evaluate_traffic(engine, settings, configs)
+    rows = report[args.task]
+    if args.json:
+        scenes = {k: report[k] for k in ("scenes", "frames", "dropped_frames")}
+        print(json.dumps(_json_safe({**scenes, args.task: rows}), indent=2))
+        return 0
+    seeds = ", ".join(str(c.seed) for c in configs)
+    print(
+        f"{args.task}: {len(configs)} generated scene(s) (seeds {seeds}), {report['frames']} "
+        f"scans, {report['dropped_frames']} dropped"
+    )
+    columns = TRACKING_COLUMNS if args.task == TRACKING else DETECTION_COLUMNS
+    print("\n".join(table_lines(rows, columns)))
     return 0
 
 

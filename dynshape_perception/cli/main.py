@@ -19,7 +19,10 @@ VERBS: dict[str, tuple[str, str]] = {
     "compile": ("compile", "compile models for a target profile into exported libraries"),
     "cache": ("cache", "show what the artefact cache holds on disk, and prune it to a size"),
     "fit": ("fit", "fit model weights deterministically and write them under models/"),
-    "evaluate": ("evaluate", "evaluate prediction (ETH/UCY) or segmentation (KITTI)"),
+    "evaluate": (
+        "evaluate",
+        "evaluate prediction (ETH/UCY), segmentation (KITTI), tracking or detection",
+    ),
     "bench": ("bench", "benchmarks: kernels, jit, e2e, deadlines"),
     "verify": ("verify", "prove a target: aarch64 under emulation, CUDA device code"),
     "bundle": ("bundle", "write a runtime-only bundle for a target"),

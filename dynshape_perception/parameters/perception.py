@@ -63,6 +63,14 @@ def segmentation_group() -> tuple[ParamSpec, ...]:
             low=0.1,
             high=50.0,
         ),
+        ParamSpec(
+            "segmentation.fragment_gap_rad",
+            CLUSTER.fragment_gap_rad,
+            "a cluster of a cell or two joins its nearest cluster within this angle times its "
+            "range (far objects fall apart into lidar columns); 0 disables it",
+            low=0.0,
+            high=0.2,
+        ),
     )
 
 
@@ -102,6 +110,14 @@ def tracking_group() -> tuple[ParamSpec, ...]:
             "weight of the newest velocity estimate, in (0, 1]",
             low=0.01,
             high=1.0,
+        ),
+        ParamSpec(
+            "tracking.max_acceleration_mps2",
+            TRACKER.max_acceleration_mps2,
+            "largest change of a track's velocity estimate per second since its last "
+            "measurement: a jumping cluster centre cannot throw the velocity off",
+            low=0.1,
+            high=1000.0,
         ),
         ParamSpec(
             "tracking.publish_coasting",

@@ -58,7 +58,14 @@ def bounds_from(values: Mapping[str, Value]) -> Bounds:
 
 
 def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
-    names = ("score_threshold", "cell_size_m", "min_points", "closing_cells", "max_height_m")
+    names = (
+        "score_threshold",
+        "cell_size_m",
+        "min_points",
+        "closing_cells",
+        "max_height_m",
+        "fragment_gap_rad",
+    )
     return replace(base, **_pick(values, "segmentation", names))
 
 
@@ -69,6 +76,7 @@ def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -
         "max_missed_frames",
         "min_hits_to_confirm",
         "velocity_smoothing",
+        "max_acceleration_mps2",
         "publish_coasting",
     )
     return replace(base, **_pick(values, "tracking", names))

@@ -9,6 +9,7 @@ import numpy as np
 
 from dynshape_perception.config import Roi, default_config
 from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.perception.fragments import merge_fragments
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.records import (
     LABEL_CAR,
@@ -62,6 +63,10 @@ class ClusterParams:
     # Points higher than this above the ground (tree canopies, signs) are left out so that
     # they cannot bridge the objects beneath them; applies only when a ground is given.
     max_height_m: float = 3.0
+    # A cluster of a cell or two joins its nearest cluster within this angle (radians) times
+    # its range: far away, one object's lidar columns fall apart (perception/fragments.py).
+    # 0 disables it.
+    fragment_gap_rad: float = 0.03
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.cell_size_m) and self.cell_size_m > 0.0):
@@ -74,6 +79,8 @@ class ClusterParams:
             raise ConfigError(f"closing_cells must be an integer >= 0, got {self.closing_cells!r}")
         if not (np.isfinite(self.max_height_m) and self.max_height_m > 0.0):
             raise ConfigError(f"max_height_m must be > 0, got {self.max_height_m!r}")
+        if not (np.isfinite(self.fragment_gap_rad) and 0.0 <= self.fragment_gap_rad <= 0.2):
+            raise ConfigError(f"fragment_gap_rad must be in [0, 0.2], got {self.fragment_gap_rad}")
         if not isinstance(self.roi, Roi):
             raise ConfigError(f"roi must be a Roi, got {type(self.roi).__name__}")
         rows, cols = self.grid_shape
@@ -276,4 +283,5 @@ def cluster_obstacles(
     out["num_points"] = counts[present]
     out["label"] = size_label(out["length"], out["width"], out["height"])
     distance = np.hypot(out["x"], out["y"])
-    return out[np.argsort(distance, kind="stable")]
+    out = out[np.argsort(distance, kind="stable")]
+    return merge_fragments(out, params.cell_size_m, params.fragment_gap_rad, size_label)

@@ -74,6 +74,10 @@ class TrackerParams:
     min_hits_to_confirm: int = 3
     # Weight of the newest finite-difference velocity in the exponential smoothing.
     velocity_smoothing: float = 0.5
+    # A new velocity estimate differs from the track's by at most this times the time since
+    # its last measurement: a centre that jumps (two clusters merged, one split, a box seen
+    # from another side) moves the track but cannot throw its velocity off.
+    max_acceleration_mps2: float = 10.0
     max_history_s: float = 64.0
     max_history_points: int = 1024
     publish_coasting: bool = True
@@ -94,6 +98,10 @@ class TrackerParams:
         if not 0.0 < self.velocity_smoothing <= 1.0:
             raise ConfigError(
                 f"velocity_smoothing must be in (0, 1], got {self.velocity_smoothing!r}"
+            )
+        if not (np.isfinite(self.max_acceleration_mps2) and self.max_acceleration_mps2 > 0.0):
+            raise ConfigError(
+                f"max_acceleration_mps2 must be > 0, got {self.max_acceleration_mps2!r}"
             )
         if not (np.isfinite(self.max_history_s) and self.max_history_s > 0.0):
             raise ConfigError(f"max_history_s must be > 0, got {self.max_history_s!r}")
@@ -242,6 +250,14 @@ class Tracker:
         elapsed_s = stamp_s - trk["meas_stamp_s"]
         raw_vx = (meas_x - trk["meas_x"]) / elapsed_s
         raw_vy = (meas_y - trk["meas_y"]) / elapsed_s
+        change_x, change_y = raw_vx - trk["vx"], raw_vy - trk["vy"]
+        change = np.hypot(change_x, change_y)
+        limit = self.params.max_acceleration_mps2 * elapsed_s
+        scale = np.where(
+            trk["has_velocity"] & (change > limit), limit / np.maximum(change, 1e-12), 1.0
+        )
+        raw_vx = trk["vx"] + scale * change_x
+        raw_vy = trk["vy"] + scale * change_y
         # The first finite difference replaces the unknown (zero) initial velocity outright.
         alpha = np.where(trk["has_velocity"], self.params.velocity_smoothing, 1.0)
         trk["vx"] = alpha * raw_vx + (1.0 - alpha) * trk["vx"]

@@ -15,6 +15,7 @@ from dynshape_perception.perception.clustering import (
     cluster_obstacles,
     size_label,
 )
+from dynshape_perception.perception.fragments import merge_fragments
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.perception.records import OBSTACLE_DTYPE, empty
 from dynshape_perception.perception.scan import SURROUND_ROI, ScanParams, prepare_scan
@@ -54,7 +55,8 @@ def reference_cluster_obstacles(
     ground: GroundPlane | None,
 ) -> np.ndarray:
     """The algorithm as it was before the grid was cropped: a float64 copy of the points,
-    the whole ROI grid, cv2.connectedComponentsWithStats and one minAreaRect per blob."""
+    the whole ROI grid, cv2.connectedComponentsWithStats and one minAreaRect per blob; then
+    the far fragments joined."""
     xyz = points[:, :3].astype(np.float64)
     (x_lo, x_hi), (y_lo, y_hi), (z_lo, z_hi) = params.roi.x_m, params.roi.y_m, params.roi.z_m
     keep = (
@@ -123,7 +125,9 @@ def reference_cluster_obstacles(
     out["num_points"] = counts[present]
     out["label"] = size_label(out["length"], out["width"], out["height"])
     distance = np.hypot(out["x"], out["y"])
-    return out[np.argsort(distance, kind="stable")]
+    out = out[np.argsort(distance, kind="stable")]
+    # The fragments are joined on the boxes, after the grid: the same step on both sides.
+    return merge_fragments(out, params.cell_size_m, params.fragment_gap_rad, size_label)
 
 
 def _assert_same(
