@@ -15,11 +15,13 @@ from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.cdr import read_point_cloud2
 from dynshape_perception.io.objects import detected_objects
+from dynshape_perception.io.pointcloud2 import CloudError
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import Output, PerceptionNode
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import NS_PER_S, stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.pipeline import Pipeline
+from dynshape_perception.perception.stamps import OUTLIER_STAMP
 from dynshape_perception.scheduling.executor import TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
     NEAR_FIELD,
@@ -93,6 +95,12 @@ class SegmentingNode(PerceptionNode):
         and bounded; the outputs' header (the cloud's stamp)."""
         cloud = read_point_cloud2(data)
         sec, nanosec, frame_id = cloud.header
+        if not (sec > 0 or (sec == 0 and nanosec > 0)) or nanosec >= NS_PER_S:
+            # Unset, before 1970 or a year-2038+ time wrapped on the 32-bit wire: no time to
+            # look a mount up at, nor to order the frame by.
+            raise CloudError(
+                OUTLIER_STAMP, f"stamp ({sec} s, {nanosec} ns) is not a positive time"
+            )
         stamp = Time(sec=sec, nanosec=nanosec)
         mount = self.pose.mount(frame_id, stamp_s(stamp))
         points = self.points_of(cloud, self.pipeline, mount)

@@ -34,7 +34,13 @@ from dynshape_perception.nodes.base import (
     run_node,
 )
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import serialized_header, stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import (
+    deserialized,
+    serialized_header,
+    stamp_ns,
+    stamp_s,
+    table_msg,
+)
 from dynshape_perception.perception.objects import TrackUuids
 from dynshape_perception.perception.pipeline import Pipeline
 
@@ -92,8 +98,11 @@ class TrackerNode(PerceptionNode):
         self.tables = bool(self.values["debug.publish_tables"])
         self.tracks = self.output(PointCloud2, "tracks") if self.tables else None
         msg_type, topic, self._read, self._raw = INPUTS[str(self.values["tracker.input_type"])]
+        self._type = msg_type
         self.note("input", f"{msg_type.__name__} on {self.resolve_topic_name(topic)!r}")
-        self.subscribe(msg_type, topic, self.on_detections, raw=self._raw)
+        # Always the bytes: a message rclpy cannot read is then a counted bad_message here,
+        # where the executor's own read would raise out of spin.
+        self.subscribe(msg_type, topic, self.on_detections, raw=True)
 
     def _reset(self) -> None:
         self.pipeline.tracker.reset()
@@ -103,8 +112,9 @@ class TrackerNode(PerceptionNode):
         self.pipeline.params = parameters.pipeline_params(self.values)
         self.pipeline.tracker.params = self.pipeline.params.tracker
 
-    def on_detections(self, msg: Any) -> None:
+    def on_detections(self, data: bytes) -> None:
         with self.handling("detections"):
+            msg: Any = data if self._raw else deserialized(data, self._type)
             head = serialized_header(msg) if self._raw else msg.header
             self._track(self._read(msg), head)
 
