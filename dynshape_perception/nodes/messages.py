@@ -37,6 +37,10 @@ NS_PER_S = 1_000_000_000
 
 
 def stamp_s(stamp: Time) -> float:
+    """Seconds; NaN for a nanosec field of a second or more, which no valid time holds (the
+    stamp screens drop it as an outlier)."""
+    if not 0 <= stamp.nanosec < NS_PER_S:
+        return math.nan
     return float(stamp.sec) + float(stamp.nanosec) / NS_PER_S
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
+import rclpy
 from nav_msgs.msg import Odometry
 from rclpy.serialization import serialize_message
 from tf2_msgs.msg import TFMessage
@@ -15,6 +18,7 @@ from dynshape_perception.io.cdr import ENCAPSULATION
 from dynshape_perception.io.objects import TrackStates, detected_objects, tracked_objects
 from dynshape_perception.io.pointcloud2 import points_to_cloud
 from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.nodes.base import PerceptionNode
 from dynshape_perception.nodes.messages import (
     cloud_msg,
     header,
@@ -24,6 +28,7 @@ from dynshape_perception.nodes.messages import (
 )
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.transforms import planar
+from dynshape_perception.testing.processes import domain_lease, ros_value
 
 BIG_ENDIAN = b"\x00\x00\x00\x00"
 # Sequence and string lengths an attacker picks: all bits, 2^30, 2^31.
@@ -147,3 +152,36 @@ def worst(topic: str, data: bytes) -> dict[str, bytes]:
         "huge count first": with_count(data, len(ENCAPSULATION), HUGE_COUNTS[0]),
         "valid prefix, garbage tail": data[: len(data) * 2 // 3] + b"\xff" * 64,
     }
+
+
+@contextmanager
+def nodes_in_process(
+    factories: Sequence[Callable[[], PerceptionNode]],
+    overrides: Mapping[str, bool | int | float | str],
+) -> Iterator[dict[str, PerceptionNode]]:
+    """The nodes ``factories`` make, by kind, in this process on a domain of their own; rclpy
+    initialised (with ``overrides`` as parameters) for them and shut down after."""
+    args = ["--ros-args"]
+    for name, value in overrides.items():
+        args += ["-p", f"{name}:={ros_value(value)}"]
+    with domain_lease() as domain:
+        rclpy.init(args=args, domain_id=domain)
+        made: dict[str, PerceptionNode] = {}
+        try:
+            for factory in factories:
+                node = factory()
+                made[node.kind] = node
+            yield made
+        finally:
+            for node in made.values():
+                node.close()
+            rclpy.shutdown()
+
+
+def callback_of(node: PerceptionNode, topic: str) -> Callable[[Any], None]:
+    """The callback rclpy calls with a message of ``topic``: the node's real entry point."""
+    name = node.resolve_topic_name(topic)
+    for sub in node.subscriptions:
+        if sub.topic_name == name:
+            return sub.callback  # type: ignore[no-any-return]
+    raise LookupError(f"{node.kind} has no subscription on {name}")

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
-import rclpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,12 +26,13 @@ from dynshape_perception.testing.hostile import (
     BIG_ENDIAN,
     HUGE_COUNTS,
     TF_TOPICS,
+    callback_of,
+    nodes_in_process,
     sample,
     with_count,
     without_nul,
     worst,
 )
-from dynshape_perception.testing.processes import domain_lease, ros_value
 
 # The nodes' own topics, and the input type each tracker takes.
 NODE_TOPICS = {
@@ -57,31 +56,9 @@ OVERRIDES: dict[str, bool | int | float | str] = {
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[dict[str, PerceptionNode]]:
-    """The four nodes, in this process, on a domain of their own."""
-    args = ["--ros-args"]
-    for name, value in OVERRIDES.items():
-        args += ["-p", f"{name}:={ros_value(value)}"]
-    with domain_lease() as domain:
-        rclpy.init(args=args, domain_id=domain)
-        made: dict[str, PerceptionNode] = {}
-        try:
-            for factory in (PointcloudNode, PerceptionPipelineNode, TrackerNode, PredictionNode):
-                node = factory()
-                made[node.kind] = node
-            yield made
-        finally:
-            for node in made.values():
-                node.close()
-            rclpy.shutdown()
-
-
-def callback_of(node: PerceptionNode, topic: str) -> Callable[[Any], None]:
-    """The callback rclpy calls with a message of ``topic``: the node's real entry point."""
-    name = node.resolve_topic_name(topic)
-    for sub in node.subscriptions:
-        if sub.topic_name == name:
-            return sub.callback  # type: ignore[no-any-return]
-    raise AssertionError(f"{node.kind} has no subscription on {name}")
+    factories = (PointcloudNode, PerceptionPipelineNode, TrackerNode, PredictionNode)
+    with nodes_in_process(factories, OVERRIDES) as made:
+        yield made
 
 
 def now_ns() -> int:
