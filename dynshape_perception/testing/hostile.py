@@ -183,5 +183,5 @@ def callback_of(node: PerceptionNode, topic: str) -> Callable[[Any], None]:
     name = node.resolve_topic_name(topic)
     for sub in node.subscriptions:
         if sub.topic_name == name:
-            return sub.callback  # type: ignore[no-any-return]
+            return sub.callback  # type: ignore[return-value]
     raise LookupError(f"{node.kind} has no subscription on {name}")
