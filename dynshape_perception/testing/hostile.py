@@ -34,6 +34,8 @@ BIG_ENDIAN = b"\x00\x00\x00\x00"
 # Sequence and string lengths an attacker picks: all bits, 2^30, 2^31.
 HUGE_COUNTS = (0xFFFFFFFF, 1 << 30, 1 << 31)
 TF_TOPICS = ("/tf", "/tf_static")
+# Frames the nodes never look up: what parses of a hostile /tf moves none of their inputs.
+TF_FRAMES, TF_STATIC_FRAMES = ("hostile_world", "hostile_body"), ("hostile_body", "hostile_eye")
 TOPICS = ("points", "odom", *TF_TOPICS, "detected_objects", "detections", "tracked_objects")
 
 
@@ -91,7 +93,7 @@ def sample(topic: str, ns: int) -> bytes:
         "/tf_static": lambda: bytes(
             serialize_message(
                 TFMessage(
-                    transforms=[transform_msg("base_link", "lidar", planar(z=1.8), time_msg(ns))]
+                    transforms=[transform_msg(*TF_STATIC_FRAMES, planar(z=1.8), time_msg(ns))]
                 )
             )
         ),
