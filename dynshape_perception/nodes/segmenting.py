@@ -32,6 +32,8 @@ from dynshape_perception.scheduling.lidar_tiers import (
 from dynshape_perception.scheduling.sectors import SectorAssembler
 
 SEGMENTER = "segmenter"
+# Scans with no point left after cropping: published as empty outputs, the input task warns.
+EMPTY_AFTER_CROP = "empty_after_crop"
 SEGMENTING_COUNTERS = {
     "near_field_out": 0,
     "near_field_default_plane": 0,
@@ -40,6 +42,7 @@ SEGMENTING_COUNTERS = {
     # Obstacles cut at bounds.max_obstacles: by the full cloud, by the near field.
     "detections_dropped": 0,
     "near_field_detections_dropped": 0,
+    EMPTY_AFTER_CROP: 0,
 }
 
 
@@ -104,6 +107,16 @@ class SegmentingNode(PerceptionNode):
         stamp = Time(sec=sec, nanosec=nanosec)
         mount = self.pose.mount(frame_id, stamp_s(stamp))
         points = self.points_of(cloud, self.pipeline, mount)
+        if points.shape[0] == 0:
+            self.count(EMPTY_AFTER_CROP)
+            self.note(
+                "scan",
+                f"{cloud.width * cloud.height} point(s) in, none left after cropping (scan.roi_*, "
+                "scan.min_range_m, scan.crop_ego): empty outputs",
+                warn=True,
+            )
+        elif "scan" in self.notes:
+            self.note("scan", "ok")
         return points, Header(stamp=stamp, frame_id=self.base_frame)
 
     def publish_obstacles(
