@@ -27,7 +27,7 @@ from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
-from dynshape_perception.interrupts import startup_done
+from dynshape_perception.interrupts import shutting_down, startup_done
 from dynshape_perception.io.cdr import stamp_s_of
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, CloudLike, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
@@ -693,4 +693,5 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
         return 1
     finally:
         rclpy.try_shutdown()
+        shutting_down()
     return 0

@@ -1,13 +1,15 @@
-"""The worst bytes on every input of every node executable over DDS: each node answers after."""
+"""The four node executables over DDS: the worst bytes on every input, then a second signal."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
+import pytest
 import rclpy
 from autoware_perception_msgs.msg import DetectedObjects, PredictedObjects, TrackedObjects
 from nav_msgs.msg import Odometry
@@ -32,6 +34,15 @@ from dynshape_perception.testing.processes import (
 
 STARTUP_S = 150.0
 ANSWER_S = 60.0
+EXIT_S = 30.0
+# The two stop signals each node gets, and the gap between them: within its shutdown.
+SIGNALS = {
+    "pc": (signal.SIGTERM, signal.SIGINT),
+    "pp": (signal.SIGINT, signal.SIGTERM),
+    "tr": (signal.SIGTERM, signal.SIGTERM),
+    "pr": (signal.SIGINT, signal.SIGINT),
+}
+GAPS_S = (0.05, 0.15, 0.3, 0.1)
 # Each node in a namespace of its own: its relative topics are its alone, /tf is shared.
 NODES = {
     "pc": ("pointcloud_node", ("points",), ("detected_objects", DetectedObjects)),
@@ -103,10 +114,20 @@ def _spin(client: Client, until: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
-def test_the_worst_bytes_on_every_input_leave_every_node_answering(
-    tmp_path: Path, node_overrides: dict[str, bool | int | float | str]
-) -> None:
+@dataclass
+class Running:
+    procs: dict[str, NodeProcess]
+    client: Client
+
+
+@pytest.fixture(scope="module")
+def running(
+    tmp_path_factory: pytest.TempPathFactory, node_overrides: dict[str, bool | int | float | str]
+) -> Iterator[Running]:
+    """The four node executables, each in a namespace of its own on one domain, and a client
+    there: started once for the tests of this module, in their order."""
     overrides = {**node_overrides, "jit.mode": "off"}
+    log_dir = tmp_path_factory.mktemp("hostile_dds")
     with domain_lease() as domain:
         procs: dict[str, NodeProcess] = {}
         context = Context()
@@ -116,7 +137,7 @@ def test_the_worst_bytes_on_every_input_leave_every_node_answering(
                 procs[ns] = start_node(
                     executable,
                     env=dds_env(domain),
-                    log_dir=tmp_path,
+                    log_dir=log_dir,
                     params_file=config_path("x86_dev.param.yaml"),
                     overrides=overrides,
                     remaps=[("__ns", f"/{ns}")],
@@ -127,39 +148,60 @@ def test_the_worst_bytes_on_every_input_leave_every_node_answering(
             assert _spin(client, client.ready, STARTUP_S), {
                 n: p.log()[-1500:] for n, p in procs.items()
             }
-            for (_, topic), pub in client.pubs.items():
-                for data in worst(topic, sample(topic, time.time_ns())).values():
-                    pub.publish(data)
-                _spin(client, lambda: False, 0.05)
-            _spin(client, lambda: False, 1.0)
-            assert all(p.alive() for p in procs.values()), {
-                n: p.log()[-3000:] for n, p in procs.items()
-            }
-            answered = dict(client.answers)
-
-            def all_answer() -> bool:
-                ns_now = time.time_ns()
-                for (_, topic), pub in client.pubs.items():
-                    if topic == "odom":
-                        pub.publish(sample("odom", ns_now))
-                for (ns, topic), pub in client.pubs.items():
-                    if ns and topic != "odom":
-                        pub.publish(_valid(topic, ns_now))
-                _spin(client, lambda: False, 0.5)
-                return all(client.answers[ns] > answered[ns] for ns in NODES)
-
-            assert _spin(client, all_answer, ANSWER_S), (
-                client.answers,
-                {n: p.log()[-3000:] for n, p in procs.items()},
-            )
-            for ns, proc in procs.items():
-                log = proc.log()
-                assert "internal_error" not in log, log[-3000:]
-                assert "dropped input" in log, ns
+            yield Running(procs, client)
         finally:
             if client is not None:
                 client.executor_.shutdown(timeout_sec=1.0)
                 client.destroy_node()
             context.try_shutdown()
-            codes = {ns: proc.stop(signal.SIGINT) for ns, proc in procs.items()}
-        assert codes == dict.fromkeys(NODES, 0)
+            for proc in procs.values():
+                proc.stop(signal.SIGKILL)
+
+
+def test_the_worst_bytes_on_every_input_leave_every_node_answering(running: Running) -> None:
+    procs, client = running.procs, running.client
+    for (_, topic), pub in client.pubs.items():
+        for data in worst(topic, sample(topic, time.time_ns())).values():
+            pub.publish(data)
+        _spin(client, lambda: False, 0.05)
+    _spin(client, lambda: False, 1.0)
+    assert all(p.alive() for p in procs.values()), {n: p.log()[-3000:] for n, p in procs.items()}
+    answered = dict(client.answers)
+
+    def all_answer() -> bool:
+        ns_now = time.time_ns()
+        for (_, topic), pub in client.pubs.items():
+            if topic == "odom":
+                pub.publish(sample("odom", ns_now))
+        for (ns, topic), pub in client.pubs.items():
+            if ns and topic != "odom":
+                pub.publish(_valid(topic, ns_now))
+        _spin(client, lambda: False, 0.5)
+        return all(client.answers[ns] > answered[ns] for ns in NODES)
+
+    assert _spin(client, all_answer, ANSWER_S), (
+        client.answers,
+        {n: p.log()[-3000:] for n, p in procs.items()},
+    )
+    for ns, proc in procs.items():
+        log = proc.log()
+        assert "internal_error" not in log, log[-3000:]
+        assert "dropped input" in log, ns
+
+
+def test_a_second_signal_during_shutdown_still_exits_0(running: Running) -> None:
+    """SIGINT or SIGTERM again while the node closes after the first (its executor, engines
+    and rclpy): exit status 0 all the same, not death by the signal."""
+    procs = running.procs
+    assert all(p.alive() for p in procs.values())
+    for (ns, (first, second)), gap in zip(SIGNALS.items(), GAPS_S, strict=True):
+        procs[ns].popen.send_signal(first)
+        time.sleep(gap)
+        procs[ns].popen.send_signal(second)
+    codes = {}
+    for ns, proc in procs.items():
+        try:
+            codes[ns] = proc.popen.wait(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:
+            codes[ns] = None
+    assert codes == dict.fromkeys(NODES, 0), {ns: procs[ns].log()[-2000:] for ns in NODES}
