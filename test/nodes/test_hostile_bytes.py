@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterator
 
@@ -10,11 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynshape_perception.io.cdr import ENCAPSULATION
+from dynshape_perception.io.objects import detected_objects
 from dynshape_perception.io.pointcloud2 import REASONS
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
     ODOM_BAD_MESSAGE,
+    OUTLIER_STAMP,
     TF_BAD_MESSAGE,
     PerceptionNode,
 )
@@ -28,6 +31,7 @@ from dynshape_perception.testing.hostile import (
     TF_TOPICS,
     callback_of,
     nodes_in_process,
+    obstacles,
     sample,
     with_count,
     without_nul,
@@ -213,3 +217,31 @@ def test_unreadable_stamps_tick_the_rate_check_only(nodes: dict[str, PerceptionN
     node.diagnostics.tick(name, None)
     node.diagnostics.tick(name, float("nan"))
     assert task.freq.count == count + 2
+
+
+@pytest.mark.parametrize("kind", ["pointcloud_node", "perception_pipeline"])
+@pytest.mark.parametrize("sec", [-5, -(2**31), 0])
+def test_a_cloud_stamped_before_1970_or_wrapped_is_an_outlier_stamp(
+    nodes: dict[str, PerceptionNode], kind: str, sec: int
+) -> None:
+    node = nodes[kind]
+    data = bytearray(sample("points", now_ns()))
+    struct.pack_into("<iI", data, len(ENCAPSULATION), sec, 0)
+    before = node.drops.snapshot()[OUTLIER_STAMP]
+    assert feed(node, "points", bytes(data)) == 1
+    assert node.drops.snapshot()[OUTLIER_STAMP] == before + 1
+
+
+def test_the_mount_in_use_is_noted_where_only_the_fixed_frame_needs_it(
+    nodes: dict[str, PerceptionNode],
+) -> None:
+    """Detections in a frame TF does not know, placed by odometry: the frames.mount_*
+    parameters are used, and the pose task says so."""
+    node = nodes["tracker_node"]
+    stamp = now_ns()
+    feed(node, "odom", sample("odom", stamp))
+    objects = detected_objects(stamp, "radar_without_tf", obstacles())
+    feed(node, "detected_objects", objects)
+    assert "frames.mount_*" in node.notes["mount"], node.notes
+    _, _, values = node.report_pose()
+    assert "'radar_without_tf'" in str(values["mount"])
