@@ -599,7 +599,8 @@ class FixedFrame:
             return None
         return pose.locate(frame_id, stamp_s)
 
-    def admit(self, frame_id: str, stamp_s: float) -> bool:
+    def admit(self, frame_id: str, stamp_s: float, same_stamp: bool = False) -> bool:
+        """``same_stamp``: an input may share the previous one's stamp (sectors of a scan)."""
         if frame_id != self.frame_id:
             if self.frame_id is not None:
                 self.node.get_logger().info(
@@ -608,7 +609,8 @@ class FixedFrame:
             self.frame_id = frame_id
             self._reset()
             self.last_stamp_s = None
-        if self.last_stamp_s is not None and not stamp_s > self.last_stamp_s:
+        last = self.last_stamp_s
+        if last is not None and not (stamp_s > last or (same_stamp and stamp_s == last)):
             self.node.drops.drop(
                 STALE_STAMP,
                 f"stamp {stamp_s:.6f} s is not after the previous {self.last_stamp_s:.6f} s",

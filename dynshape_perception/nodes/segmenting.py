@@ -146,6 +146,12 @@ class SegmentingNode(PerceptionNode):
             problems = []
             if counts.incomplete_revolutions:
                 problems.append(f"{counts.incomplete_revolutions} revolution(s) missed a sector")
+            if counts.short_revolutions:
+                problems.append(
+                    f"{counts.short_revolutions} revolution(s) of {sectors.configured} sector(s) "
+                    "ended while the scan went on: points.sectors_per_revolution is below the "
+                    "driver's sectors per revolution"
+                )
             return int(bool(problems)), problems, values
 
         self.diagnostics.add_task(diag.SECTORS, report)
