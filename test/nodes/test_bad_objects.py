@@ -76,3 +76,18 @@ def test_bad_tracks_are_dropped_alone_and_repeated_uuids_told_apart(
     assert node.counters["frames_out"] == frames_out + 1, node.drops.snapshot()
     assert node.drops.snapshot()[BAD_OBJECT] == 1
     assert node.counters[DUPLICATE_UUIDS] == 1
+
+
+def test_the_mount_in_use_is_noted_where_only_the_fixed_frame_needs_it(
+    nodes: dict[str, PerceptionNode],
+) -> None:
+    """Detections in a frame TF does not know, placed by odometry: the frames.mount_*
+    parameters are used, and the pose task says so."""
+    node = nodes["tracker_node"]
+    stamp = time.time_ns()
+    callback_of(node, "odom")(sample("odom", stamp))
+    objects = detected_objects(stamp, "radar_without_tf", obstacles())
+    callback_of(node, "detected_objects")(objects)
+    assert "frames.mount_*" in node.notes.get("mount", ""), (node.notes, node.drops.snapshot())
+    _, _, values = node.report_pose()
+    assert "'radar_without_tf'" in str(values["mount"])

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynshape_perception.io.cdr import ENCAPSULATION
-from dynshape_perception.io.objects import detected_objects
 from dynshape_perception.io.pointcloud2 import REASONS
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
@@ -31,7 +30,6 @@ from dynshape_perception.testing.hostile import (
     TF_TOPICS,
     callback_of,
     nodes_in_process,
-    obstacles,
     sample,
     with_count,
     without_nul,
@@ -231,17 +229,3 @@ def test_a_cloud_stamped_before_1970_or_wrapped_is_an_outlier_stamp(
     assert feed(node, "points", bytes(data)) == 1
     assert node.drops.snapshot()[OUTLIER_STAMP] == before + 1
 
-
-def test_the_mount_in_use_is_noted_where_only_the_fixed_frame_needs_it(
-    nodes: dict[str, PerceptionNode],
-) -> None:
-    """Detections in a frame TF does not know, placed by odometry: the frames.mount_*
-    parameters are used, and the pose task says so."""
-    node = nodes["tracker_node"]
-    stamp = now_ns()
-    feed(node, "odom", sample("odom", stamp))
-    objects = detected_objects(stamp, "radar_without_tf", obstacles())
-    feed(node, "detected_objects", objects)
-    assert "frames.mount_*" in node.notes["mount"], node.notes
-    _, _, values = node.report_pose()
-    assert "'radar_without_tf'" in str(values["mount"])
