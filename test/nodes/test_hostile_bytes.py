@@ -47,7 +47,7 @@ UNREADABLE = (*REASONS, BAD_MESSAGE, ODOM_BAD_MESSAGE, TF_BAD_MESSAGE)
 RCLPY_READ = ("odom", "/tf", "/tf_static", "detections")
 CASES = [(node, topic) for node, topics in NODE_TOPICS.items() for topic in topics]
 FUZZ = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 OVERRIDES: dict[str, bool | int | float | str] = {
     # No compile workers: these tests read bytes, they run no model they could specialise.

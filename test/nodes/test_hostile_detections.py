@@ -51,7 +51,7 @@ def test_truncations_and_the_worst_bytes_are_counted_drops(tracker: PerceptionNo
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     tail=st.binary(max_size=4096),
