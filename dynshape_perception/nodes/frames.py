@@ -228,13 +228,15 @@ class TfInput:
             return
         for transform in msg.transforms:
             t, q = transform.transform.translation, transform.transform.rotation
-            try:
-                if not all(math.isfinite(v) for v in (t.x, t.y, t.z)):
-                    raise DegenerateQuaternion("its translation holds NaN or Inf")
-                q.x, q.y, q.z, q.w = normalised_quaternion(q.x, q.y, q.z, q.w)
-            except DegenerateQuaternion as err:
+            problem = "" if all(map(math.isfinite, (t.x, t.y, t.z))) else "translation NaN or Inf"
+            if not problem:
+                try:
+                    q.x, q.y, q.z, q.w = normalised_quaternion(q.x, q.y, q.z, q.w)
+                except DegenerateQuaternion as err:
+                    problem = str(err)
+            if problem:
                 what = f"{transform.header.frame_id!r} -> {transform.child_frame_id!r}"
-                self.node.drops.drop(TF_BAD_MESSAGE, f"{topic}: transform {what}: {err}")
+                self.node.drops.drop(TF_BAD_MESSAGE, f"{topic}: transform {what}: {problem}")
                 continue
             if static:
                 self.buffer.set_transform_static(transform, TF_AUTHORITY)

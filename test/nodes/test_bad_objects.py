@@ -7,6 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from rclpy.serialization import serialize_message
+from rclpy.time import Time
+from tf2_msgs.msg import TFMessage
 from vision_msgs.msg import Detection3DArray, ObjectHypothesisWithPose
 
 from dynshape_perception.io.objects import (
@@ -16,11 +19,12 @@ from dynshape_perception.io.objects import (
     detections_to_obstacles,
     tracked_objects,
 )
-from dynshape_perception.nodes.base import PerceptionNode
-from dynshape_perception.nodes.messages import deserialized
+from dynshape_perception.nodes.base import TF_BAD_MESSAGE, PerceptionNode
+from dynshape_perception.nodes.messages import deserialized, time_msg, transform_msg
 from dynshape_perception.nodes.prediction_node import DUPLICATE_UUIDS, PredictionNode
 from dynshape_perception.nodes.tracker_node import TrackerNode
 from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.transforms import planar
 from dynshape_perception.testing.hostile import (
     callback_of,
     nodes_in_process,
@@ -91,3 +95,17 @@ def test_the_mount_in_use_is_noted_where_only_the_fixed_frame_needs_it(
     assert "frames.mount_*" in node.notes.get("mount", ""), (node.notes, node.drops.snapshot())
     _, _, values = node.report_pose()
     assert "'radar_without_tf'" in str(values["mount"])
+
+
+def test_a_bad_transform_is_dropped_alone(nodes: dict[str, PerceptionNode]) -> None:
+    node = nodes["tracker_node"]
+    stamp = time_msg(time.time_ns())
+    good = transform_msg("bad_tf_world", "bad_tf_good", planar(1.0), stamp)
+    bad = transform_msg("bad_tf_world", "bad_tf_bad", planar(1.0), stamp)
+    bad.transform.rotation.z = bad.transform.rotation.w = 1e200
+    before = node.drops.snapshot()[TF_BAD_MESSAGE]
+    callback_of(node, "/tf")(bytes(serialize_message(TFMessage(transforms=[bad, good]))))
+    assert node.drops.snapshot()[TF_BAD_MESSAGE] == before + 1
+    buffer = node.pose.buffer  # type: ignore[attr-defined]
+    assert buffer.can_transform("bad_tf_world", "bad_tf_good", Time())
+    assert not buffer.can_transform("bad_tf_world", "bad_tf_bad", Time())
