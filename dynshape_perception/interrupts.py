@@ -63,6 +63,16 @@ def startup_done() -> None:
     _State.starting = False
 
 
+def shutting_down() -> None:
+    """A stop signal from here on repeats a request already under way: ignored. The
+    interpreter's finalisation puts the default handlers back where Python ones are set, and
+    those would end the process by the signal instead of with exit status 0."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 @contextmanager
 def uninterrupted() -> Iterator[None]:
     """A section a signal must not cut in two (spawning a worker process: one cut between its

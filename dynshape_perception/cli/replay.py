@@ -27,7 +27,12 @@ from dynshape_perception.tools.replay.params import (
     tier_values,
 )
 from dynshape_perception.tools.replay.rundir import RunRecorder
-from dynshape_perception.tools.replay.topics import TopicPlan, parse_remaps, plan_topics
+from dynshape_perception.tools.replay.topics import (
+    TopicPlan,
+    absolute_name,
+    parse_remaps,
+    plan_topics,
+)
 
 # The engine (TVM) loads only once a bag proves to have something to replay.
 if TYPE_CHECKING:
@@ -36,6 +41,9 @@ if TYPE_CHECKING:
     from dynshape_perception.tools.replay.settings import ReplaySettings
 
 EXIT_GOLDEN_FAILED = 1
+# A replay that replayed nothing (no usable topic, --topics naming none of the bag's, a
+# --start-offset past the end) says why and fails: a run that checks nothing must not pass.
+EXIT_NOTHING_REPLAYED = 2
 DDS_STAGES = ("detected_objects", "tracked_objects", "predicted_objects")
 
 
@@ -227,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
     _print_plan(args.bag, plan.lines())
     if plan.driver is None:
         print("nothing to replay: no usable topic (needs points, or obstacles/detections)")
-        return 0
+        return _nothing(_unknown_topics(args, plan) or "the bag has no usable topic")
     settings = settings_from_values(values, args.jit, args.target)
     for name in settings.ignored:
         print(f"note: parameter {name} is not used by replay", file=sys.stderr)
@@ -279,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(_summary_lines(result.summary())))
             if args.record:
                 print(f"run recorded in {args.record}")
+            if result.frames == 0 and not result.interrupted:
+                return _nothing(_why_no_frame(args, plan.driver.topic))
             return _golden_step(args, run_dir, 130 if result.interrupted and not args.loop else 0)
 
 
@@ -361,7 +371,30 @@ def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[st
         print(f"  left out {count} message(s) of {topic} that do not decode as their type")
     for topic, count in sorted(result.received.items()):
         print(f"  received {count} on {topic}")
+    if total == 0 and not result.interrupted:
+        if driver is None:
+            return _nothing(_unknown_topics(args, plan) or "the bag has no usable topic")
+        return _nothing(_why_no_frame(args, driver.topic))
     return 130 if result.interrupted and not args.loop else 0
+
+
+def _nothing(why: str) -> int:
+    print(f"nothing replayed: {why}", file=sys.stderr)
+    return EXIT_NOTHING_REPLAYED
+
+
+def _unknown_topics(args: argparse.Namespace, plan: TopicPlan) -> str:
+    """What --topics names that the bag does not hold, if anything."""
+    held = {absolute_name(t.topic) for t in plan.skipped}
+    held |= {absolute_name(u.topic) for u in plan.used.values()}
+    unknown = [t for t in args.topics or () if absolute_name(t) not in held]
+    return f"--topics {' '.join(unknown)}: no such topic in the bag" if unknown else ""
+
+
+def _why_no_frame(args: argparse.Namespace, driver: str) -> str:
+    if args.start_offset:
+        return f"--start-offset {args.start_offset:g} s leaves no message of {driver}"
+    return f"no message of {driver} was replayed"
 
 
 def _dds_metrics(

@@ -32,6 +32,18 @@ from dynshape_perception.models.weights import weights_checksum
 
 log = logging.getLogger(__name__)
 
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is no zombie (a killed worker not yet reaped);
+    True where /proc cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
 LIBRARY = "model.so"
 SIDECAR = "sidecar.json"
 # An entry is written whole into a staging folder, then renamed into place.
@@ -179,6 +191,21 @@ class ArtefactCache:
         self.evicted_bytes = 0
         self._sweep_stale_stages()
 
+    def sweep_orphan_stages(self) -> int:
+        """Remove the staging folders whose writer process is gone (a compile worker killed
+        mid-write as its node stopped); how many. Those of live writers stay."""
+        removed = 0
+        try:
+            stages = list(self.root.glob(f"{STAGE_PREFIX}*"))
+        except OSError:
+            return 0
+        for stage in stages:
+            pid = stage.name[len(STAGE_PREFIX) :].split("-", 1)[0]
+            if pid.isdecimal() and not _running(int(pid)):
+                shutil.rmtree(stage, ignore_errors=True)
+                removed += 1
+        return removed
+
     def _sweep_stale_stages(self) -> None:
         """Remove what writers killed mid-write (a timed-out compile worker) left behind, and
         what a pruner killed mid-removal left of an evicted entry (nobody can find it)."""
@@ -258,7 +285,8 @@ class ArtefactCache:
         weights: Mapping[str, np.ndarray],
         result: BuildResult,
     ) -> Artefact:
-        with StagedDir(self.entry_dir(key), prefix=STAGE_PREFIX) as staged:
+        # The writer's pid in the name: once it is gone, nobody finishes this folder.
+        with StagedDir(self.entry_dir(key), prefix=f"{STAGE_PREFIX}{os.getpid()}-") as staged:
             stage = staged.path
             tvmx.export_library(result.executable, stage / LIBRARY, result.profile.cross_compiler)
             sidecar = make_sidecar(model, weights, result, file_sha256(stage / LIBRARY))

@@ -31,7 +31,7 @@ from dynshape_perception.io.classes import (
     label_of_class_id,
     label_of_classification,
 )
-from dynshape_perception.io.tables import check_box_sizes
+from dynshape_perception.io.tables import BOX_SIZES, check_box_sizes
 from dynshape_perception.perception.objects import (
     UUID_BYTES,
     ObjectParams,
@@ -261,9 +261,30 @@ def _check_boxes(table: np.ndarray, what: str) -> np.ndarray:
     return check_box_sizes(table, what)
 
 
-def detections_to_obstacles(msg: Any) -> np.ndarray:
+# An object of a message that is none (NaN, no size, an unknown class number): dropped
+# alone, the others of its message kept.
+BAD_OBJECT = "bad_object"
+
+
+def row_problems(table: np.ndarray, what: str) -> dict[int, str]:
+    """What makes each unusable row so: a NaN or Inf, or a box of no size (``_check_boxes``
+    refuses the whole table for the first of them)."""
+    problems: dict[int, str] = {}
+    for name in table.dtype.names or ():
+        column = table[name]
+        bad = ~np.isfinite(column) if column.dtype.kind == "f" else np.zeros(column.shape, bool)
+        if name in BOX_SIZES:
+            bad |= ~(column > 0.0)
+        for row in np.flatnonzero(bad).tolist():
+            problems.setdefault(row, f"{what} {row} has {name} {float(column[row])!r}")
+    return problems
+
+
+def detections_to_obstacles(msg: Any, problems: dict[int, str] | None = None) -> np.ndarray:
     """A vision_msgs/Detection3DArray as obstacle rows; score and class from the best
-    hypothesis (class ids through the one class map of ``perception.classes``)."""
+    hypothesis (class ids through the one class map of ``perception.classes``). With
+    ``problems``, a detection that is no obstacle is recorded there by row, not refused
+    with the message, and the rows are not checked."""
     out = np.zeros(len(msg.detections), dtype=OBSTACLE_DTYPE)
     for i, det in enumerate(msg.detections):
         centre, size = det.bbox.center, det.bbox.size
@@ -277,8 +298,13 @@ def detections_to_obstacles(msg: Any) -> np.ndarray:
         if det.results:
             best = max(det.results, key=lambda r: r.hypothesis.score)
             out[i]["score"] = best.hypothesis.score
-            out[i]["label"] = label_of_class_id(str(best.hypothesis.class_id))
-    return _check_boxes(out, "detection")
+            try:
+                out[i]["label"] = label_of_class_id(str(best.hypothesis.class_id))
+            except MessageError as err:
+                if problems is None:
+                    raise
+                problems[i] = f"detection {i}: {err}"
+    return out if problems is not None else _check_boxes(out, "detection")
 
 
 Message = Any
@@ -341,11 +367,12 @@ def _box_rows(arrays: ObjectArrays, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def obstacles_from_detected_objects(msg: Message) -> np.ndarray:
+def obstacles_from_detected_objects(msg: Message, check: bool = True) -> np.ndarray:
     """A DetectedObjects (object or CDR bytes) as obstacle rows (existence probability as
-    the score)."""
+    the score); unchecked rows without ``check`` (``row_problems`` tells the bad ones)."""
     arrays, _ = _read(DETECTED_OBJECTS, msg)
-    return _check_boxes(_box_rows(arrays, OBSTACLE_DTYPE), "detected object")
+    rows = _box_rows(arrays, OBSTACLE_DTYPE)
+    return _check_boxes(rows, "detected object") if check else rows
 
 
 def _uuids(objects: Sequence[Any]) -> np.ndarray:
@@ -358,7 +385,7 @@ def _uuids(objects: Sequence[Any]) -> np.ndarray:
     return out
 
 
-def tracks_from_tracked_objects(msg: Message) -> TrackStates:
+def tracks_from_tracked_objects(msg: Message, check: bool = True) -> TrackStates:
     """A TrackedObjects (object or CDR bytes) as track rows (ids left 0: the UUIDs identify
     them), velocities back in the fixed frame, existence and UUIDs alongside."""
     arrays, _ = _read(TRACKED_OBJECTS, msg)
@@ -367,7 +394,8 @@ def tracks_from_tracked_objects(msg: Message) -> TrackStates:
     c, s = np.cos(yaw), np.sin(yaw)
     vx, vy = arrays.twists[:, 0], arrays.twists[:, 1]
     table["vx"], table["vy"] = c * vx - s * vy, s * vx + c * vy
-    _check_boxes(table, "tracked object")
+    if check:
+        _check_boxes(table, "tracked object")
     existence = table["score"].astype(np.float32)
     return TrackStates(table, arrays.uuids.copy(), existence, np.zeros(arrays.size, np.uint32))
 

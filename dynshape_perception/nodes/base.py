@@ -27,10 +27,11 @@ from visualization_msgs.msg import MarkerArray
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
-from dynshape_perception.interrupts import startup_done
+from dynshape_perception.interrupts import shutting_down, startup_done
 from dynshape_perception.io.cdr import stamp_s_of
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, CloudLike, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
+from dynshape_perception.nodes.guard import InternalErrors, guarded
 from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, stamp_s
 from dynshape_perception.perception import scan
 from dynshape_perception.perception.drops import DropCounter
@@ -58,21 +59,25 @@ ODOM_NON_FINITE = "odom_non_finite"
 ODOM_BAD_QUATERNION = "odom_bad_quaternion"
 ODOM_STALE = "odom_stale"
 TF_UNAVAILABLE = "tf_unavailable"
+# Bytes on odom, /tf or /tf_static that hold no message, or a transform that is none.
+ODOM_BAD_MESSAGE, TF_BAD_MESSAGE = "odom_bad_message", "tf_bad_message"
 # A message that decodes but holds what it must not (a NaN, a degenerate quaternion).
 BAD_MESSAGE = "bad_message"
 TIME_JUMP_RESET = "time_jump_reset"
 ODOM_FRAME_CHANGES = "odom_frame_changes"
 INTENSITY_OUT_OF_RANGE = "intensity_out_of_range"
-POINT_REASONS = (*REASONS, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
+POINT_REASONS = (*REASONS, OUTLIER_STAMP, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
 # The reasons of the nodes that take odometry and keep state in a fixed frame.
 ODOM_REASONS = (
     ODOM_BACKWARDS,
     ODOM_NON_FINITE,
     ODOM_BAD_QUATERNION,
+    ODOM_BAD_MESSAGE,
     ODOM_STALE,
     FUTURE_STAMP,
     OUTLIER_STAMP,
     TF_UNAVAILABLE,
+    TF_BAD_MESSAGE,
 )
 # Pose drops, reported by the pose task; the input task reports the rest.
 POSE_REASONS = frozenset(ODOM_REASONS) - {FUTURE_STAMP, OUTLIER_STAMP}
@@ -155,6 +160,7 @@ class PerceptionNode(Node):
         self.notes: dict[str, str] = {}
         self._warn_notes: set[str] = set()
         self._drops_seen = 0
+        self.internal_errors = InternalErrors()
         # Counters and latencies are updated from the executor's lanes too.
         self._stats_lock = threading.Lock()
         self._closing = False
@@ -346,7 +352,14 @@ class PerceptionNode(Node):
             self.diagnostics.tick(name, stamp_s_of(msg) if raw else stamp_s(msg.header.stamp))
             callback(msg)
 
-        self.create_subscription(msg_type, topic, receive, self.input_qos, raw=raw)
+        guarded_receive = self.guarded(name, receive)
+        self.create_subscription(msg_type, topic, guarded_receive, self.input_qos, raw=raw)
+
+    def guarded(self, what: str, callback: Callable[[Any], None]) -> Callable[[Any], None]:
+        return guarded(self, what, callback)
+
+    def failures_count(self) -> bool:
+        return not self._closing and self.context.ok()
 
     def output(self, msg_type: Any, topic: str, stamped: bool = True) -> Output:
         return Output(self, msg_type, topic, stamped)
@@ -387,6 +400,7 @@ class PerceptionNode(Node):
         elif isinstance(err, DynshapeError):
             self.drops.drop(PROCESSING_ERROR, f"{what}: {err}")
         else:
+            self.internal_errors.add(f"{what}: {err!r}")
             trace = "".join(traceback.format_exception(err, limit=-3))
             self.drops.drop(INTERNAL_ERROR, f"{what}: {err!r}\n{trace}")
 
@@ -511,12 +525,17 @@ class PerceptionNode(Node):
         return new
 
     def _report_input(self) -> diag.Report:
-        """WARN on new drops (pose drops included: they lose frames too) or notes."""
+        """WARN on new drops (pose drops included: they lose frames too) or notes; ERROR on
+        new internal errors."""
         problems = [self.notes[k] for k in sorted(self._warn_notes) if k not in POSE_NOTES]
         new_drops = self._new_drops()
         if new_drops:
             problems.append(f"{new_drops} input(s) dropped since the last report")
-        return int(bool(problems)), problems, self._values(drops=True, pose=False)
+        internal, last = self.internal_errors.take()
+        if internal:
+            problems.append(f"{internal} internal error(s) since the last report, last {last}")
+        level = 2 if internal else int(bool(problems))
+        return level, problems, self._values(drops=True, pose=False)
 
     def report_pose(self) -> diag.Report:
         problems = [self.notes[k] for k in sorted(self._warn_notes) if k in POSE_NOTES]
@@ -580,7 +599,8 @@ class FixedFrame:
             return None
         return pose.locate(frame_id, stamp_s)
 
-    def admit(self, frame_id: str, stamp_s: float) -> bool:
+    def admit(self, frame_id: str, stamp_s: float, same_stamp: bool = False) -> bool:
+        """``same_stamp``: an input may share the previous one's stamp (sectors of a scan)."""
         if frame_id != self.frame_id:
             if self.frame_id is not None:
                 self.node.get_logger().info(
@@ -589,7 +609,8 @@ class FixedFrame:
             self.frame_id = frame_id
             self._reset()
             self.last_stamp_s = None
-        if self.last_stamp_s is not None and not stamp_s > self.last_stamp_s:
+        last = self.last_stamp_s
+        if last is not None and not (stamp_s > last or (same_stamp and stamp_s == last)):
             self.node.drops.drop(
                 STALE_STAMP,
                 f"stamp {stamp_s:.6f} s is not after the previous {self.last_stamp_s:.6f} s",
@@ -674,4 +695,5 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
         return 1
     finally:
         rclpy.try_shutdown()
+        shutting_down()
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,7 +52,10 @@ class NodeDiagnostics:
 
     def add_task(self, name: str, report: Callable[[], Report]) -> None:
         def run(stat: DiagnosticStatusWrapper) -> DiagnosticStatusWrapper:
-            level, problems, values = report()
+            try:
+                level, problems, values = report()
+            except Exception as err:  # noqa: BLE001 - the updater's timer must keep running
+                level, problems, values = 2, [f"report failed: {err!r}"], {}
             stat.summary(LEVELS[min(max(level, 0), 2)], "; ".join(problems) or OK_MESSAGE)
             for key, value in values.items():
                 stat.add(str(key), str(value))
@@ -69,12 +73,14 @@ class NodeDiagnostics:
             self.topics[name] = HeaderlessTopicDiagnostic(name, self.updater, self._freq)
 
     def tick(self, name: str, stamp_s: float | None = None) -> None:
-        """One message on ``name`` (with its header stamp, if it has one)."""
+        """One message on ``name`` (with its header stamp, if it has one). A stamped topic's
+        message whose stamp cannot be read counts for the rate check only."""
         task = self.topics[name]
-        if isinstance(task, TopicDiagnostic) and stamp_s is not None:
+        if isinstance(task, TopicDiagnostic) and stamp_s is not None and math.isfinite(stamp_s):
             task.tick(float(stamp_s))
         else:
-            task.tick()
+            # TopicDiagnostic.tick requires a stamp: its rate half alone.
+            HeaderlessTopicDiagnostic.tick(task)
 
 
 def prediction_report(stage: PredictionStage) -> Report:

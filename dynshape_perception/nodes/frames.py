@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from nav_msgs.msg import Odometry
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile
 from rclpy.time import Time
-from tf2_ros import Buffer, TransformException, TransformListener
+from tf2_msgs.msg import TFMessage
+from tf2_ros import Buffer, TransformException
 
 from dynshape_perception import parameters
-from dynshape_perception.errors import TransformError
+from dynshape_perception.errors import MessageError, TransformError
 from dynshape_perception.nodes.base import (
     NO_ODOMETRY,
     ODOM_BACKWARDS,
+    ODOM_BAD_MESSAGE,
     ODOM_BAD_QUATERNION,
     ODOM_FRAME_CHANGES,
     ODOM_NON_FINITE,
     ODOM_STALE,
+    TF_BAD_MESSAGE,
     TF_UNAVAILABLE,
     PerceptionNode,
 )
 from dynshape_perception.nodes.diagnostics import POSE
-from dynshape_perception.nodes.messages import NS_PER_S, odometry_pose
+from dynshape_perception.nodes.messages import NS_PER_S, deserialized, odometry_pose
 from dynshape_perception.perception.localization import (
     ODOMETRY,
     STATIC,
@@ -31,7 +38,16 @@ from dynshape_perception.perception.localization import (
 from dynshape_perception.perception.odometry import PoseBuffer
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.perception.stamps import StampScreen
-from dynshape_perception.perception.transforms import DegenerateQuaternion, Matrix, matrix
+from dynshape_perception.perception.transforms import (
+    DegenerateQuaternion,
+    Matrix,
+    matrix,
+    normalised_quaternion,
+)
+
+# tf2_ros' TransformListener's subscriptions.
+TF_TOPIC, TF_STATIC_TOPIC = "/tf", "/tf_static"
+TF_AUTHORITY = "default_authority"
 
 
 class OdometryInput:
@@ -52,11 +68,24 @@ class OdometryInput:
         node.on_time_jump(self._restart)
         node.counters.setdefault(ODOM_FRAME_CHANGES, 0)
         node.note("odometry", "none received yet")
-        node.create_subscription(Odometry, "odom", self._on_odom, node.input_qos)
+        # Read from the CDR bytes inside the node's guard: bytes that hold no Odometry are a
+        # counted drop, where the executor's own read would raise out of spin.
+        name = node.resolve_topic_name("odom")
+        node.create_subscription(
+            Odometry, "odom", node.guarded(name, self._on_bytes), node.input_qos, raw=True
+        )
 
     @property
     def active(self) -> bool:
         return self.frame_id is not None
+
+    def _on_bytes(self, data: bytes) -> None:
+        try:
+            msg = deserialized(data, Odometry)
+        except MessageError as err:
+            self.node.drops.drop(ODOM_BAD_MESSAGE, f"odometry: {err}")
+            return
+        self._on_odom(msg)
 
     def _on_odom(self, msg: Odometry) -> None:
         try:
@@ -148,7 +177,8 @@ class Tf2Lookup:
             found = self.buffer.lookup_transform(
                 target, source, Time(nanoseconds=round(stamp_s * NS_PER_S))
             )
-        except TransformException as err:
+        except (TransformException, ValueError) as err:
+            # ValueError: a stamp before 1970, which rclpy's Time refuses.
             raise TransformError(f"{source!r} -> {target!r}: {err}") from err
         t, q = found.transform.translation, found.transform.rotation
         return matrix((t.x, t.y, t.z), (q.x, q.y, q.z, q.w))
@@ -167,6 +197,53 @@ class Tf2Lookup:
         return matrix((t.x, t.y, t.z), (q.x, q.y, q.z, q.w)), stamp.sec + stamp.nanosec / NS_PER_S
 
 
+class TfInput:
+    """/tf and /tf_static into tf2's buffer, with tf2_ros' TransformListener's QoS, but read
+    from their CDR bytes inside the node's guard: bytes that hold no TFMessage, and each
+    transform that is not finite or has no rotation, are counted ``tf_bad_message`` drops
+    (the other transforms of the message are kept)."""
+
+    def __init__(self, node: PerceptionNode, buffer: Buffer) -> None:
+        self.node = node
+        self.buffer = buffer
+        group = ReentrantCallbackGroup()
+        for topic, durability, static in (
+            (TF_TOPIC, DurabilityPolicy.VOLATILE, False),
+            (TF_STATIC_TOPIC, DurabilityPolicy.TRANSIENT_LOCAL, True),
+        ):
+            qos = QoSProfile(depth=100, durability=durability, history=HistoryPolicy.KEEP_LAST)
+
+            def on_bytes(data: bytes, static: bool = static, topic: str = topic) -> None:
+                self.take(data, static, topic)
+
+            node.create_subscription(
+                TFMessage, topic, node.guarded(topic, on_bytes), qos, callback_group=group, raw=True
+            )
+
+    def take(self, data: bytes, static: bool, topic: str) -> None:
+        try:
+            msg = deserialized(data, TFMessage)
+        except MessageError as err:
+            self.node.drops.drop(TF_BAD_MESSAGE, f"{topic}: {err}")
+            return
+        for transform in msg.transforms:
+            t, q = transform.transform.translation, transform.transform.rotation
+            problem = "" if all(map(math.isfinite, (t.x, t.y, t.z))) else "translation NaN or Inf"
+            if not problem:
+                try:
+                    q.x, q.y, q.z, q.w = normalised_quaternion(q.x, q.y, q.z, q.w)
+                except DegenerateQuaternion as err:
+                    problem = str(err)
+            if problem:
+                what = f"{transform.header.frame_id!r} -> {transform.child_frame_id!r}"
+                self.node.drops.drop(TF_BAD_MESSAGE, f"{topic}: transform {what}: {problem}")
+                continue
+            if static:
+                self.buffer.set_transform_static(transform, TF_AUTHORITY)
+            else:
+                self.buffer.set_transform(transform, TF_AUTHORITY)
+
+
 class PoseInput:
     """Where a node's inputs lie: mounts from /tf_static, the fixed frame from /tf at each
     stamp, falling back to odometry, then to a standing vehicle (``perception.localization``).
@@ -175,7 +252,7 @@ class PoseInput:
     def __init__(self, node: PerceptionNode, odometry: bool = True) -> None:
         self.node = node
         self.buffer = Buffer(node=node)
-        self.listener = TransformListener(self.buffer, node)
+        self.listener = TfInput(node, self.buffer)
         self.odometry = OdometryInput(node) if odometry else None
         odom = self.odometry
         self.params = parameters.frame_params(node.values)
@@ -192,8 +269,13 @@ class PoseInput:
     def mount(self, sensor_frame: str, stamp_s: float) -> Matrix:
         """The sensor's mount (sensor frame -> base frame): TF, else the mount parameters."""
         m = self.localizer.mount(sensor_frame, stamp_s)
+        self._say_mount(sensor_frame)
+        return m
+
+    def _say_mount(self, sensor_frame: str) -> None:
+        """Log and note the mount in use when it first comes up or changes."""
         source = self.localizer.mount_source
-        if source != self._mount_source:
+        if source and source != self._mount_source:
             self._mount_source = source
             base = self.params.base_frame
             text = (
@@ -203,7 +285,6 @@ class PoseInput:
             )
             self.node.get_logger().info(f"sensor mount: {text}")
             self.node.note("mount", text)
-        return m
 
     def locate(self, frame_id: str, stamp_s: float) -> Located | None:
         """The input's place in the fixed frame at its stamp; None is a counted drop."""
@@ -214,6 +295,7 @@ class PoseInput:
             self.node.note("pose", f"TF without this stamp ({self.params.fixed_frame})", warn=True)
             self._source = ""
             return None
+        self._say_mount(frame_id)
         if located is None:
             return None
         if located.source == STATIC and self.odometry is not None:

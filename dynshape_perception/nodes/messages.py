@@ -11,11 +11,12 @@ import numpy as np
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Point, Quaternion, TransformStamped
 from nav_msgs.msg import Odometry
-from rclpy.serialization import serialize_message
+from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import PointCloud2, PointField
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
+from dynshape_perception.errors import MessageError
 from dynshape_perception.io.cdr import header_of
 from dynshape_perception.io.markers import (
     LABEL_RGB,
@@ -36,6 +37,10 @@ NS_PER_S = 1_000_000_000
 
 
 def stamp_s(stamp: Time) -> float:
+    """Seconds; NaN for a nanosec field of a second or more, which no valid time holds (the
+    stamp screens drop it as an outlier)."""
+    if not 0 <= stamp.nanosec < NS_PER_S:
+        return math.nan
     return float(stamp.sec) + float(stamp.nanosec) / NS_PER_S
 
 
@@ -55,6 +60,14 @@ def serialized_header(data: bytes) -> Header:
     """The header of a stamped message's CDR bytes; MessageError if unreadable."""
     sec, nanosec, frame_id = header_of(data)
     return Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+
+def deserialized(data: bytes, msg_type: Any) -> Any:
+    """The ``msg_type`` message in CDR bytes; MessageError if they hold none."""
+    try:
+        return deserialize_message(data, msg_type)
+    except Exception as err:
+        raise MessageError(f"unreadable {msg_type.__name__} CDR: {err}") from err
 
 
 def cloud_msg(data: CloudData, head: Header) -> PointCloud2:

@@ -137,7 +137,9 @@ class PerceptionPipelineNode(SegmentingNode):
             points, head = self.vehicle_points(data)
             stamp = stamp_s(head.stamp)
             located = self.frame.place(self.pose, self.base_frame, stamp)
-            if located is None or not self.frame.admit(located.fixed_frame, stamp):
+            # Sectors of one revolution may share its stamp, as pointcloud_node takes them.
+            sectors = self.tiers.sectors.configured != 1
+            if located is None or not self.frame.admit(located.fixed_frame, stamp, sectors):
                 return
             arrival = self.scheduler.arrive("points", stamp)
             self.record_latency({"convert": (time.perf_counter() - t0) * MS_PER_S})

@@ -11,6 +11,7 @@ from dynshape_perception import parameters
 from dynshape_perception.nodes.base import (
     POINT_COUNTERS,
     POINT_REASONS,
+    TF_BAD_MESSAGE,
     model_not_loaded,
     run_node,
 )
@@ -27,7 +28,7 @@ class PointcloudNode(SegmentingNode):
     ``detected_objects`` once per revolution (tier 2)."""
 
     def __init__(self) -> None:
-        super().__init__("pointcloud_node", ("segmenter",), POINT_REASONS)
+        super().__init__("pointcloud_node", ("segmenter",), (*POINT_REASONS, TF_BAD_MESSAGE))
         pipeline = Pipeline(
             self.engine["segmenter"],
             model_not_loaded("associator"),

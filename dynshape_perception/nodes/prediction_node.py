@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from autoware_perception_msgs.msg import PredictedObjects, TrackedObjects
 from sensor_msgs.msg import PointCloud2
 
 from dynshape_perception import parameters
 from dynshape_perception.io.objects import (
+    BAD_OBJECT,
     TrackStates,
     predicted_objects,
+    row_problems,
     tracks_from_tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import REASONS
@@ -42,6 +45,8 @@ from dynshape_perception.perception.transforms import inverse
 
 MS_PER_S = 1000.0
 AGENTS_DROPPED = "agents_dropped"
+# UUIDs repeated in one message: each occurrence is an agent of its own.
+DUPLICATE_UUIDS = "duplicate_uuids"
 
 
 class PredictionNode(PerceptionNode):
@@ -52,6 +57,7 @@ class PredictionNode(PerceptionNode):
             (
                 *REASONS,
                 BAD_MESSAGE,
+                BAD_OBJECT,
                 OVER_BOUND,
                 STALE_STAMP,
                 PROCESSING_ERROR,
@@ -69,6 +75,7 @@ class PredictionNode(PerceptionNode):
         self.frame = FixedFrame(self, self._reset)
         self.pose = PoseInput(self)
         self.counters[AGENTS_DROPPED] = 0
+        self.counters[DUPLICATE_UUIDS] = 0
         self.predicted = self.output(PredictedObjects, "predicted_objects")
         tables = bool(self.values["debug.publish_tables"])
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
@@ -92,7 +99,7 @@ class PredictionNode(PerceptionNode):
         with self.handling("tracked_objects"):
             t0 = time.perf_counter()
             head_in = serialized_header(data)
-            received = tracks_from_tracked_objects(data)
+            received = self._usable(tracks_from_tracked_objects(data, check=False))
             self.bounds.check("M", received.tracks.shape[0], "tracks")
             stamp = stamp_s(head_in.stamp)
             frame_id = head_in.frame_id
@@ -101,6 +108,7 @@ class PredictionNode(PerceptionNode):
                 return
             tracks = received.tracks.copy()
             tracks["id"] = self.ids.update(received.uuids)
+            self.count(DUPLICATE_UUIDS, self.ids.repeated)
             states = TrackStates(tracks, received.uuids, received.existence, received.missed)
             # The vehicle in the tracks' frame: the nearest agents are predicted first.
             ego = Pose2D.of(inverse(located.to_fixed) @ located.vehicle)
@@ -135,6 +143,22 @@ class PredictionNode(PerceptionNode):
                     "total": (time.perf_counter() - t0) * MS_PER_S,
                 }
             )
+
+    def _usable(self, received: TrackStates) -> TrackStates:
+        """The tracks; each that is none is a counted drop, the rest are kept."""
+        problems = row_problems(received.tracks, "tracked object")
+        if not problems:
+            return received
+        for row in sorted(problems):
+            self.drops.drop(BAD_OBJECT, problems[row])
+        keep = np.ones(received.tracks.shape[0], bool)
+        keep[sorted(problems)] = False
+        return TrackStates(
+            received.tracks[keep],
+            received.uuids[keep],
+            received.existence[keep],
+            received.missed[keep],
+        )
 
     def report_prediction(self) -> diag.Report:
         return diag.prediction_report(self.stage)

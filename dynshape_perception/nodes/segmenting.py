@@ -15,12 +15,14 @@ from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.cdr import read_point_cloud2
 from dynshape_perception.io.objects import detected_objects
+from dynshape_perception.io.pointcloud2 import CloudError
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.base import Output, PerceptionNode
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import NS_PER_S, stamp_ns, stamp_s, table_msg
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.perception.sectors import SectorAssembler
+from dynshape_perception.perception.stamps import OUTLIER_STAMP
 from dynshape_perception.scheduling.executor import TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
     NEAR_FIELD,
@@ -30,6 +32,8 @@ from dynshape_perception.scheduling.lidar_tiers import (
 )
 
 SEGMENTER = "segmenter"
+# Scans with no point left after cropping: published as empty outputs, the input task warns.
+EMPTY_AFTER_CROP = "empty_after_crop"
 SEGMENTING_COUNTERS = {
     "near_field_out": 0,
     "near_field_default_plane": 0,
@@ -38,6 +42,7 @@ SEGMENTING_COUNTERS = {
     # Obstacles cut at bounds.max_obstacles: by the full cloud, by the near field.
     "detections_dropped": 0,
     "near_field_detections_dropped": 0,
+    EMPTY_AFTER_CROP: 0,
 }
 
 
@@ -93,9 +98,25 @@ class SegmentingNode(PerceptionNode):
         and bounded; the outputs' header (the cloud's stamp)."""
         cloud = read_point_cloud2(data)
         sec, nanosec, frame_id = cloud.header
+        if not (sec > 0 or (sec == 0 and nanosec > 0)) or nanosec >= NS_PER_S:
+            # Unset, before 1970 or a year-2038+ time wrapped on the 32-bit wire: no time to
+            # look a mount up at, nor to order the frame by.
+            raise CloudError(
+                OUTLIER_STAMP, f"stamp ({sec} s, {nanosec} ns) is not a positive time"
+            )
         stamp = Time(sec=sec, nanosec=nanosec)
         mount = self.pose.mount(frame_id, stamp_s(stamp))
         points = self.points_of(cloud, self.pipeline, mount)
+        if points.shape[0] == 0:
+            self.count(EMPTY_AFTER_CROP)
+            self.note(
+                "scan",
+                f"{cloud.width * cloud.height} point(s) in, none left after cropping (scan.roi_*, "
+                "scan.min_range_m, scan.crop_ego): empty outputs",
+                warn=True,
+            )
+        elif "scan" in self.notes:
+            self.note("scan", "ok")
         return points, Header(stamp=stamp, frame_id=self.base_frame)
 
     def publish_obstacles(
@@ -125,6 +146,12 @@ class SegmentingNode(PerceptionNode):
             problems = []
             if counts.incomplete_revolutions:
                 problems.append(f"{counts.incomplete_revolutions} revolution(s) missed a sector")
+            if counts.short_revolutions:
+                problems.append(
+                    f"{counts.short_revolutions} revolution(s) of {sectors.configured} sector(s) "
+                    "ended while the scan went on: points.sectors_per_revolution is below the "
+                    "driver's sectors per revolution"
+                )
             return int(bool(problems)), problems, values
 
         self.diagnostics.add_task(diag.SECTORS, report)

@@ -13,13 +13,14 @@ from vision_msgs.msg import Detection3DArray
 
 from dynshape_perception import parameters
 from dynshape_perception.io.objects import (
+    BAD_OBJECT,
     TrackStates,
     detections_to_obstacles,
     obstacles_from_detected_objects,
+    row_problems,
     tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import REASONS, cloud_to_table
-from dynshape_perception.io.tables import check_box_sizes
 from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
@@ -34,7 +35,13 @@ from dynshape_perception.nodes.base import (
     run_node,
 )
 from dynshape_perception.nodes.frames import PoseInput
-from dynshape_perception.nodes.messages import serialized_header, stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.messages import (
+    deserialized,
+    serialized_header,
+    stamp_ns,
+    stamp_s,
+    table_msg,
+)
 from dynshape_perception.perception.objects import TrackUuids
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
@@ -45,19 +52,21 @@ TRACKS_DROPPED = "tracks_dropped"
 TRACKER_REASONS = (
     *REASONS,
     BAD_MESSAGE,
+    BAD_OBJECT,
     OVER_BOUND,
     STALE_STAMP,
     PROCESSING_ERROR,
     INTERNAL_ERROR,
     *ODOM_REASONS,
 )
-# tracker.input_type -> (message type, topic, reader into obstacle rows, whether the reader
-# takes the CDR bytes: detected objects are read with NumPy, not as message objects).
-INPUTS: dict[str, tuple[Any, str, Callable[[Any], np.ndarray], bool]] = {
+# tracker.input_type -> (message type, topic, reader into unchecked obstacle rows that
+# records in its dict the rows it could not read, whether the reader takes the CDR bytes:
+# detected objects are read with NumPy, not as message objects).
+INPUTS: dict[str, tuple[Any, str, Callable[[Any, dict[int, str]], np.ndarray], bool]] = {
     parameters.TRACKER_INPUT_OBJECTS: (
         DetectedObjects,
         "detected_objects",
-        obstacles_from_detected_objects,
+        lambda msg, _: obstacles_from_detected_objects(msg, check=False),
         True,
     ),
     parameters.TRACKER_INPUT_VISION: (
@@ -69,7 +78,7 @@ INPUTS: dict[str, tuple[Any, str, Callable[[Any], np.ndarray], bool]] = {
     parameters.TRACKER_INPUT_TABLE: (
         PointCloud2,
         "obstacles",
-        lambda msg: check_box_sizes(cloud_to_table(msg, OBSTACLE_DTYPE)),
+        lambda msg, _: cloud_to_table(msg, OBSTACLE_DTYPE),
         False,
     ),
 }
@@ -93,8 +102,11 @@ class TrackerNode(PerceptionNode):
         self.tables = bool(self.values["debug.publish_tables"])
         self.tracks = self.output(PointCloud2, "tracks") if self.tables else None
         msg_type, topic, self._read, self._raw = INPUTS[str(self.values["tracker.input_type"])]
+        self._type = msg_type
         self.note("input", f"{msg_type.__name__} on {self.resolve_topic_name(topic)!r}")
-        self.subscribe(msg_type, topic, self.on_detections, raw=self._raw)
+        # Always the bytes: a message rclpy cannot read is then a counted bad_message here,
+        # where the executor's own read would raise out of spin.
+        self.subscribe(msg_type, topic, self.on_detections, raw=True)
 
     def _reset(self) -> None:
         self.pipeline.tracker.reset()
@@ -104,10 +116,24 @@ class TrackerNode(PerceptionNode):
         self.pipeline.params = parameters.pipeline_params(self.values)
         self.pipeline.tracker.params = self.pipeline.params.tracker
 
-    def on_detections(self, msg: Any) -> None:
+    def on_detections(self, data: bytes) -> None:
         with self.handling("detections"):
+            msg: Any = data if self._raw else deserialized(data, self._type)
             head = serialized_header(msg) if self._raw else msg.header
-            self._track(self._read(msg), head)
+            self._track(self._usable(msg), head)
+
+    def _usable(self, msg: Any) -> np.ndarray:
+        """The message's obstacles; each that is none is a counted drop, the rest are kept."""
+        problems: dict[int, str] = {}
+        rows = self._read(msg, problems)
+        problems.update(row_problems(rows, "object"))
+        if not problems:
+            return rows
+        for row in sorted(problems):
+            self.drops.drop(BAD_OBJECT, problems[row])
+        keep = np.ones(rows.shape[0], bool)
+        keep[sorted(problems)] = False
+        return rows[keep]
 
     def _track(self, obstacles: np.ndarray, header: Any) -> None:
         t0 = time.perf_counter()

@@ -111,25 +111,35 @@ class UuidIndex:
         self._ids: dict[bytes, int] = {}
         self._uuids: dict[int, bytes] = {}
         self._next = 1
+        # UUIDs repeated in the last message.
+        self.repeated = 0
 
     def reset(self) -> None:
         self._ids.clear()
         self._uuids.clear()
 
     def update(self, uuids: np.ndarray) -> np.ndarray:
-        """uint32 ids of this message's UUIDs; ids of UUIDs no longer present are dropped."""
+        """uint32 ids of this message's UUIDs; ids of UUIDs no longer present are dropped.
+
+        A UUID repeated in one message is told apart by its occurrence (the second is
+        another object, with an id of its own) and counted in ``repeated``.
+        """
         keys = [bytes(np.asarray(u, dtype=np.uint8)) for u in uuids]
         if any(len(k) != UUID_BYTES for k in keys):
             raise MessageError(f"a UUID must have {UUID_BYTES} bytes")
-        if len(set(keys)) != len(keys):
-            raise MessageError("a UUID is repeated in one message")
+        seen: dict[bytes, int] = {}
+        for i, key in enumerate(keys):
+            n = seen[key] = seen.get(key, 0) + 1
+            if n > 1:
+                keys[i] = key + n.to_bytes(4, "little")
+        self.repeated = len(keys) - len(seen)
         for gone in set(self._ids) - set(keys):
             del self._uuids[self._ids.pop(gone)]
         out = np.zeros(len(keys), dtype=np.uint32)
         for i, key in enumerate(keys):
             if key not in self._ids:
                 self._ids[key] = self._next
-                self._uuids[self._next] = key
+                self._uuids[self._next] = key[:UUID_BYTES]
                 self._next += 1
             out[i] = self._ids[key]
         return out

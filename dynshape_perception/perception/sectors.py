@@ -37,6 +37,9 @@ class SectorCounters:
     incomplete_revolutions: int = 0
     # Sectors of a revolution that a time jump backwards discarded.
     discarded_sectors: int = 0
+    # Revolutions complete by the configured count whose next sector went on into azimuths
+    # they had not covered: the count is below the driver's, and each was part of a scan.
+    short_revolutions: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(vars(self))
@@ -93,6 +96,8 @@ class SectorAssembler:
         self._reset_revolution()
         self._last_stamp_s = -math.inf
         self._reset_turn()
+        # What the revolution given out by count last covered, until the next sector.
+        self._counted: np.ndarray | None = None
 
     def _reset_turn(self) -> None:
         self._centre: float | None = None
@@ -163,6 +168,9 @@ class SectorAssembler:
         done: list[Revolution] = []
         bins = azimuth_bins(points)
         occupied = int(np.count_nonzero(bins))
+        counted, self._counted = self._counted, None
+        if counted is not None and np.count_nonzero(bins & counted) <= OVERLAP_SHARE * occupied:
+            self.counters.short_revolutions += 1
         overlap = int(np.count_nonzero(bins & self._coverage)) / max(occupied, 1)
         jumped = self._jumps_back(points)
         if self._points and (overlap > OVERLAP_SHARE or jumped):
@@ -176,7 +184,9 @@ class SectorAssembler:
         self._stamps.append(float(stamp_s))
         self._coverage |= bins
         if len(self._points) == self.sectors_per_revolution:
+            counted = self._coverage.copy()
             done.append(self._emit(True))
+            self._counted = counted if self.configured > 1 else None
         return done
 
     def flush(self) -> Revolution | None:

@@ -72,12 +72,13 @@ class StampScreen:
         self._taken = None
 
     def _ahead_s(self, stamp_s: float, newest_s: float, now_s: float) -> float:
-        """How far ``stamp_s`` ran ahead of ``newest_s``, less what the clock ran since."""
-        step = stamp_s - newest_s
+        """How far ``stamp_s`` ran ahead of the newest stamp this screen took (``newest_s``
+        or one after it: the caller may drop what the screen passed, for want of a pose),
+        less what the clock ran since."""
         taken = self._taken
-        if now_s > 0.0 and taken is not None and taken[0] == newest_s and taken[1] > 0.0:
-            step -= now_s - taken[1]
-        return step
+        if now_s > 0.0 and taken is not None and taken[0] >= newest_s and taken[1] > 0.0:
+            return stamp_s - taken[0] - (now_s - taken[1])
+        return stamp_s - newest_s
 
     def _take(self, stamp_s: float, now_s: float, screened: Screened) -> Screened:
         if self._taken is None or stamp_s > self._taken[0]:

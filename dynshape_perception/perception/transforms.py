@@ -23,11 +23,14 @@ class DegenerateQuaternion(TransformError):
 
 
 def normalised_quaternion(x: float, y: float, z: float, w: float) -> tuple[float, ...]:
-    """``(x, y, z, w)`` scaled to unit length; DegenerateQuaternion for zero or non-finite."""
+    """``(x, y, z, w)`` scaled to unit length; DegenerateQuaternion for zero or non-finite,
+    or one whose length overflows (its components would all round to zero)."""
     q = (float(x), float(y), float(z), float(w))
     if not all(math.isfinite(v) for v in q):
         raise DegenerateQuaternion(f"quaternion {q} holds NaN or Inf")
     norm = math.sqrt(sum(v * v for v in q))
+    if not math.isfinite(norm):
+        raise DegenerateQuaternion(f"quaternion {q}: its length overflows")
     if norm < MIN_QUATERNION_NORM:
         raise DegenerateQuaternion(f"quaternion {q} has length {norm:.3g}: no rotation")
     return tuple(v / norm for v in q)

@@ -216,6 +216,8 @@ class Engine:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
+            # A worker killed mid-write (a stop during a frozen warm-up) left its stage.
+            self.cache.sweep_orphan_stages()
 
     def __enter__(self) -> Engine:
         return self

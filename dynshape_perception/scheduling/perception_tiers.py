@@ -15,6 +15,7 @@ import numpy as np
 
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.perception.prediction.stage import PredictionStage, StageOutput
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.perception.sectors import Revolution, SectorAssembler
 from dynshape_perception.scheduling.executor import Arrival, TieredExecutor
 from dynshape_perception.scheduling.lidar_tiers import (
@@ -175,6 +176,16 @@ class PerceptionTiers:
             name=NEAR_FIELD,
             size=int(points.shape[0]),
         ).add_done_callback(self.deliver("near field", partial(self.outputs.near, frame)))
+        if not done and points.shape[0] == 0 and self.sectors.configured == 1:
+            # A whole scan cropped to nothing is a frame all the same: its empty outputs say
+            # so downstream, and the tracks coast through it.
+            self.executor.submit(
+                partial(self._empty_scan, frame),
+                Tier.PLANNING,
+                arrival=frame.arrival,
+                name=FULL_CLOUD,
+                size=0,
+            ).add_done_callback(self.deliver("full cloud", partial(self._tracked, frame)))
         for revolution in done:
             # A revolution ended by the next one's first sector keeps its own last stamp.
             whole = replace(frame, stamp_s=revolution.stamp_s)
@@ -207,6 +218,12 @@ class PerceptionTiers:
         if not self.track:
             return Tracked(cloud.obstacles, cloud, None, 0.0, revolution)
         return self._track_frame(cloud.obstacles, frame, cloud, revolution)
+
+    def _empty_scan(self, frame: FrameInfo) -> Tracked:
+        obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)
+        if not self.track:
+            return Tracked(obstacles, None, None, 0.0)
+        return self._track_frame(obstacles, frame, None, None)
 
     def _track_only(self, obstacles: np.ndarray, frame: FrameInfo) -> Tracked:
         pipeline = self.segmentation.pipeline

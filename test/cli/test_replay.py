@@ -369,13 +369,31 @@ def test_corruption_found_mid_replay_leaves_nothing(
     assert list(run.parent.iterdir()) == []
 
 
-def test_bag_without_usable_topics_exits_0(
+def test_bag_without_usable_topics_exits_2_and_says_why(
     drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["replay", str(drive_bag), "--topics", "/odom", *engine_args]) == 0
-    out = capsys.readouterr().out
-    assert "skipped /points (sensor_msgs/msg/PointCloud2): not among --topics" in out
-    assert "nothing to replay: no usable topic" in out
+    assert main(["replay", str(drive_bag), "--topics", "/odom", *engine_args]) == 2
+    captured = capsys.readouterr()
+    assert "skipped /points (sensor_msgs/msg/PointCloud2): not among --topics" in captured.out
+    assert "nothing to replay: no usable topic" in captured.out
+    assert "nothing replayed: the bag has no usable topic" in captured.err
+
+
+def test_topics_the_bag_lacks_exit_2_and_are_named(
+    drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(drive_bag), "--topics", "/nosuch", *engine_args]) == 2
+    err = capsys.readouterr().err
+    assert "nothing replayed: --topics /nosuch: no such topic in the bag" in err
+
+
+def test_a_start_offset_past_the_end_exits_2_and_says_so(
+    drive_bag: Path, engine_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["replay", str(drive_bag), "--start-offset", "3600", *engine_args]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "nothing replayed: --start-offset 3600 s leaves no message of /points" in err
 
 
 @pytest.mark.parametrize("name", REAL_BAGS)
@@ -383,7 +401,7 @@ def test_real_recordings_are_opened_and_reported(
     shared_data: Path, name: str, engine_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     bag = shared_data / "rosbag2" / name
-    assert main(["replay", str(bag), *engine_args]) == 0
+    assert main(["replay", str(bag), *engine_args]) == 2
     out = capsys.readouterr().out
     with bags.BagReader(bag) as reader:
         topics = reader.topics()
@@ -394,7 +412,7 @@ def test_real_recordings_are_opened_and_reported(
         assert f"skipped {topic.name} ({topic.msgtype}): " in out
     assert "nothing to replay" in out
     # Forced onto an input, an unsuitable type is still refused by name.
-    assert main(["replay", str(bag), "--remap", f"{topics[0].name}:=points", *engine_args]) == 0
+    assert main(["replay", str(bag), "--remap", f"{topics[0].name}:=points", *engine_args]) == 2
     out = capsys.readouterr().out
     assert f"skipped {topics[0].name} ({topics[0].msgtype}): points takes" in out
 
@@ -504,8 +522,10 @@ def test_zeroed_metadata_counts_and_offsets_past_the_end(
     assert "(sensor_msgs/msg/PointCloud2, 6 messages) as obstacles" in out
     assert "frames 6 (0 dropped)" in out
     for offset in ("2.1", "1e300"):
-        assert main(["replay", str(bag), "--start-offset", offset, *engine_args]) == 0
-        assert "frames 0 (0 dropped)" in capsys.readouterr().out
+        assert main(["replay", str(bag), "--start-offset", offset, *engine_args]) == 2
+        captured = capsys.readouterr()
+        assert "frames 0 (0 dropped)" in captured.out
+        assert f"--start-offset {float(offset):g} s leaves no message of" in captured.err
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
@@ -524,13 +544,15 @@ def test_dds_offset_past_the_end_publishes_nothing(
     ) -> bag_player.PlayResult:
         with bags.BagReader(path) as reader:
             tracks, skipped = bag_player.tracks_for(reader, options)
-            items.extend(timetable(reader, tracks, options.start_offset_s))
-        return bag_player.PlayResult(tracks, skipped)
+            due = list(timetable(reader, tracks, options.start_offset_s))
+            items.extend(due)
+        return bag_player.PlayResult(tracks, skipped, published={"all": len(due)})
 
     monkeypatch.setattr(bag_player, "replay_dds", fake_replay)
     assert main(["replay", str(bag), "--mode", "dds", "--start-offset", "1.0"]) == 0
     assert len(items) == 2 * 3
     items.clear()
     for offset in ("2.1", "1e300"):
-        assert main(["replay", str(bag), "--mode", "dds", "--start-offset", offset]) == 0
+        # Nothing published: the replay failed to replay anything, and says so.
+        assert main(["replay", str(bag), "--mode", "dds", "--start-offset", offset]) == 2
         assert items == []

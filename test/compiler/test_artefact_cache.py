@@ -214,6 +214,28 @@ def test_stages_left_by_killed_writers_are_swept_once_stale(tmp_path: Path) -> N
     assert not stale.exists() and (fresh / LIBRARY).exists()
 
 
+def test_stages_of_writers_that_are_gone_are_swept_at_once(tmp_path: Path) -> None:
+    """A compile worker killed mid-write (its node stopped during a frozen warm-up) leaves
+    a stage named by its pid; the stage of a live writer stays."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL
+    )
+    try:
+        orphan = tmp_path / f"{STAGE_PREFIX}{writer.pid}-abc"
+        live = tmp_path / f"{STAGE_PREFIX}{os.getpid()}-def"
+        unnamed = tmp_path / f"{STAGE_PREFIX}writing"
+        for stage in (orphan, live, unnamed):
+            stage.mkdir()
+            (stage / LIBRARY).write_bytes(b"partial")
+        cache = ArtefactCache(tmp_path)
+        assert cache.sweep_orphan_stages() == 0
+    finally:
+        writer.kill()
+        writer.wait()
+    assert cache.sweep_orphan_stages() == 1
+    assert not orphan.exists() and (live / LIBRARY).exists() and (unnamed / LIBRARY).exists()
+
+
 def _age(cache: ArtefactCache, key: str, seconds_ago: float) -> None:
     stamp = time.time() - seconds_ago
     os.utime(cache.entry_dir(key), (stamp, stamp))

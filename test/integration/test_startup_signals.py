@@ -142,3 +142,5 @@ def test_a_signal_during_a_frozen_warm_up_ends_start_up(
     node = psutil.Process(proc.pid)
     wait_for(proc, lambda: bool(node.children(recursive=True)), "compile worker")
     check_clean_exit(proc, *stop(proc, signal.SIGTERM), WARMED)
+    # What the killed worker was writing went with it.
+    assert not list(warm_cache.glob(".stage-*"))

@@ -35,6 +35,7 @@ from dynshape_perception.nodes.base import (
     model_not_loaded,
 )
 from dynshape_perception.nodes.frames import OdometryInput
+from dynshape_perception.nodes.guard import InternalErrors
 from dynshape_perception.nodes.messages import NS_PER_S, cloud_msg, header, time_msg
 from dynshape_perception.nodes.segmenting import SEGMENTING_COUNTERS, SegmentingNode
 from dynshape_perception.perception.drops import DropCounter
@@ -55,6 +56,9 @@ class InputNode(Node):
     count = PerceptionNode.count
     set_counter = PerceptionNode.set_counter
     note = PerceptionNode.note
+    guarded = PerceptionNode.guarded
+    failures_count = PerceptionNode.failures_count
+    count_failure = PerceptionNode.count_failure
 
     def __init__(self, context: Context, node: str, **overrides: parameters.Value) -> None:
         super().__init__(f"input_{node}", context=context)
@@ -70,6 +74,8 @@ class InputNode(Node):
         self._stats_lock = threading.Lock()
         self._time_resets: list[Any] = []
         self.input_qos = 5
+        self._closing = False
+        self.internal_errors = InternalErrors()
 
 
 @pytest.fixture(scope="module")

@@ -96,6 +96,7 @@ def test_kitti_revolutions_give_the_whole_scan_obstacles(engine: Engine, kitti: 
         "revolutions": 2,
         "incomplete_revolutions": 0,
         "discarded_sectors": 0,
+        "short_revolutions": 0,
     }
 
 
@@ -113,6 +114,20 @@ def test_the_count_is_detected_from_azimuth_coverage() -> None:
     # The first revolution ends when the second begins; then each with its last sector.
     assert given == [12, 23, 35, 47]
     assert assembler.sectors_per_revolution == 12
+
+
+@pytest.mark.parametrize(("configured", "short"), [(4, 0), (12, 0), (2, 17), (3, 11)])
+def test_a_count_below_the_drivers_is_counted_as_short_revolutions(
+    configured: int, short: int
+) -> None:
+    """Three turns of 12 sectors; configured with fewer, every revolution given out by count
+    but the last is followed by a sector in azimuths it did not cover."""
+    scan = driving_scene(seed=3, fov_deg=360.0).points
+    driver = 4 if configured == 4 else 12
+    assembler = SectorAssembler(configured)
+    for stamp, part in revolutions(scan, driver, 3):
+        assembler.add(part, stamp)
+    assert assembler.counters.short_revolutions == short
 
 
 def test_a_front_facing_scan_counts_its_sectors_with_points() -> None:

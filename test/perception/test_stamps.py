@@ -86,6 +86,21 @@ def test_a_gap_the_clock_ran_through_is_no_jump_but_a_stray_stamp_is() -> None:
     assert screen.check(clock - latency, 1030.0 - latency, clock).verdict == ACCEPT
 
 
+def test_frames_dropped_after_the_screen_keep_its_reference_through_a_gap() -> None:
+    """Frames the screen passed but the caller dropped (no pose: odom_stale, tf_unavailable)
+    leave the caller's newest stamp behind; the screen still knows the stamp and the clock it
+    last took, so neither the outage nor a gap after it is a jump."""
+    screen = StampScreen(StampPolicy(jump_ahead_tolerance_s=2.0))
+    newest = 1000.0
+    assert screen.check(newest, None, newest).verdict == ACCEPT
+    # 5 s of frames at 10 Hz, each dropped after the screen: the newest stays at 1000 s.
+    for k in range(1, 51):
+        stamp = newest + 0.1 * k
+        assert screen.check(stamp, newest, stamp + 0.02).verdict == ACCEPT, k
+    # 3 s of silence, then the pose is back.
+    assert screen.check(1008.0, newest, 1008.02).verdict == ACCEPT
+
+
 def test_one_confirm_frame_takes_every_jump_at_once() -> None:
     screen = StampScreen(StampPolicy(jump_confirm_frames=1))
     assert feed(screen, [100.0, 200.0, 50.0]) == [ACCEPT, ACCEPT, RESTART]

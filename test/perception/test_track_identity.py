@@ -7,7 +7,7 @@ import uuid
 import numpy as np
 import pytest
 
-from dynshape_perception.errors import ConfigError, MessageError
+from dynshape_perception.errors import ConfigError
 from dynshape_perception.perception.objects import (
     ObjectParams,
     TrackUuids,
@@ -51,8 +51,12 @@ def test_uuid_index_gives_small_ids_and_forgets_gone_ones() -> None:
     assert index.update(np.stack([b, c])).tolist() == [2, 3]
     assert np.array_equal(index.uuids(np.array([3, 2])), np.stack([c, b]))
     assert index.update(np.stack([a])).tolist() == [4]  # a was gone: a new id
-    with pytest.raises(MessageError, match="repeated"):
-        index.update(np.stack([a, a]))
+    # A repeated UUID is another object: an id of its own, the same UUID back, counted.
+    ids = index.update(np.stack([a, a, b, a]))
+    assert ids[0] == 4 and len(set(ids.tolist())) == 4 and index.repeated == 2
+    assert np.array_equal(index.uuids(ids), np.stack([a, a, b, a]))
+    assert index.update(np.stack([a, a])).tolist() == ids[[0, 1]].tolist()
+    assert index.repeated == 1
 
 
 def test_existence_grows_with_hits_and_fades_with_misses() -> None:

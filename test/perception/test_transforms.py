@@ -33,7 +33,14 @@ def test_a_scaled_quaternion_is_normalised() -> None:
 
 @pytest.mark.parametrize(
     "q",
-    [(0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 1e-9, 0.0), (math.nan, 0.0, 0.0, 1.0), (0, 0, 0, math.inf)],
+    [
+        (0.0, 0.0, 0.0, 0.0),
+        (0.0, 0.0, 1e-9, 0.0),
+        (math.nan, 0.0, 0.0, 1.0),
+        (0, 0, 0, math.inf),
+        # The squared length overflows: read as all zeros it would be yaw 0.
+        (0.0, 0.0, 1e200, 1e200),
+    ],
 )
 def test_a_degenerate_quaternion_is_refused(q: tuple[float, ...]) -> None:
     with pytest.raises(DegenerateQuaternion):
