@@ -9,10 +9,10 @@ from pathlib import Path
 from optuna.trial import FrozenTrial
 
 from dynshape_perception.cli.main import check_output_dir, check_output_file
-from dynshape_perception.cli.replay import build_engine, settings_from_values
+from dynshape_perception.cli.replay import build_engine
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.tools.replay.params import Value
-from dynshape_perception.tools.replay.settings import ReplaySettings
+from dynshape_perception.tools.replay.settings import ReplaySettings, settings_from_values
 from dynshape_perception.tools.replay.tuning import (
     Evaluator,
     check_bags,
