@@ -84,6 +84,10 @@ def ray_session(options: RayOptions) -> Iterator[Any]:
         where = "an embedded Ray" if options.address is None else f"Ray at {options.address}"
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ConfigError(f"cannot start or join {where}: {first}") from err
+    except BaseException:
+        # Ctrl-C during start-up: the processes started so far go too.
+        ray.shutdown()
+        raise
     try:
         yield ray
     finally:
@@ -135,35 +139,32 @@ def dispatch(
 ) -> list[dict[str, Any]]:
     """Each job as one Ray task (retried when its worker dies); outcomes in job order.
 
-    On Ctrl-C the tasks still queued or running are cancelled before it propagates.
+    Ctrl-C propagates as it comes: tasks are not cancelled one by one (a cancel that races
+    a task's completion can abort Ray's driver), since Ray ends every task of a driver that
+    leaves, and the embedded instance is shut down whole.
     """
     remote = ray.remote(num_cpus=1, max_retries=retries)(task.replay_bag)
     pending = list(enumerate(jobs))
     running: dict[Any, tuple[int, ReplayJob]] = {}
     outcomes: dict[int, dict[str, Any]] = {}
     limit = max_in_flight or len(jobs)
-    try:
-        while pending or running:
-            while pending and len(running) < limit:
-                index, job = pending.pop(0)
-                job = _stamped(job)
-                running[remote.remote(job)] = (index, job)
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
-            for ref in ready:
-                index, job = running.pop(ref)
-                try:
-                    outcome = ray.get(ref)
-                except ray.exceptions.RayError as err:
-                    outcome = _failure(job, err)
-                outcome["timing"]["received_s"] = round(time.time(), 6)
-                outcomes[index] = outcome
-                on_done(outcome)
-                if progress is not None:
-                    progress.update(1)
-    except BaseException:
-        for ref in running:
-            ray.cancel(ref, force=True)
-        raise
+    while pending or running:
+        while pending and len(running) < limit:
+            index, job = pending.pop(0)
+            job = _stamped(job)
+            running[remote.remote(job)] = (index, job)
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_S)
+        for ref in ready:
+            index, job = running.pop(ref)
+            try:
+                outcome = ray.get(ref)
+            except ray.exceptions.RayError as err:
+                outcome = _failure(job, err)
+            outcome["timing"]["received_s"] = round(time.time(), 6)
+            outcomes[index] = outcome
+            on_done(outcome)
+            if progress is not None:
+                progress.update(1)
     return [outcomes[i] for i in range(len(jobs))]
 
 
