@@ -21,7 +21,7 @@ setup(
     ],
     install_requires=["setuptools"],
     # Corpus replay and parallel tuning on Ray; pinned in requirements-fleet.txt.
-    extras_require={"fleet": ["ray>=2.60", "psycopg2-binary>=2.9"]},
+    extras_require={"fleet": ["ray>=2.60", "psycopg[binary]>=3.2"]},
     zip_safe=True,
     maintainer="dynshape_perception maintainers",
     maintainer_email="maintainers@dynshape-perception.invalid",

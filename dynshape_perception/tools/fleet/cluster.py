@@ -6,7 +6,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +16,7 @@ from tqdm import tqdm
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.tools.fleet import task
 from dynshape_perception.tools.fleet.task import FAILED, ReplayJob
+from dynshape_perception.tools.replay.params import Value
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,11 @@ def _failure(job: ReplayJob, err: BaseException) -> dict[str, Any]:
     return outcome.as_dict()
 
 
-def warm_up(ray: Any, job: ReplayJob) -> dict[str, Any]:
+def warm_up(ray: Any, spec: task.EngineSpec, values: Mapping[str, Value]) -> dict[str, Any]:
     """One task builds an engine first, so that the cache holds every compiled model before
-    the corpus fans out and no two workers compile the same model at once."""
+    the work fans out and no two workers compile the same model at once."""
     remote = ray.remote(num_cpus=1, max_retries=1)(task.warm_engine)
-    result: dict[str, Any] = ray.get(remote.remote(job.engine, dict(job.values)))
+    result: dict[str, Any] = ray.get(remote.remote(spec, dict(values)))
     return result
 
 

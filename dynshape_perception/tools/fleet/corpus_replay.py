@@ -80,7 +80,7 @@ def replay_corpus(
                 info["cluster"] = cluster_info(ray)
                 nodes = len(info["cluster"]["nodes"])
                 say(f"Ray: {nodes} node(s), {info['cluster']['cpus']:g} CPUs")
-                info["warm_up"] = warm_up(ray, todo[0])
+                info["warm_up"] = warm_up(ray, options.engine, options.values)
                 bar = tqdm(
                     total=len(jobs),
                     initial=len(reused),

@@ -201,3 +201,59 @@ def ray_cluster(
                 proc.kill()
         left = ns.end_processes()
         assert not left, f"Ray processes outlived the cluster: {left}"
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if found:
+        return found[-1].parent
+    pg_ctl = shutil.which("pg_ctl")
+    return Path(pg_ctl).parent if pg_ctl else None
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[dict[str, str]]:
+    """A PostgreSQL server of Debian's packages in a temporary folder, on a private port of
+    127.0.0.1 and a socket in that folder, run as ``nobody`` (the server refuses root).
+    Yields the URLs of its database ``tune`` over TCP and over the socket."""
+    bindir = _postgres_bin()
+    if bindir is None or os.geteuid() != 0:
+        _required("PostgreSQL (Debian's postgresql) and root to run it as nobody")
+    root = Path(tempfile.mkdtemp(prefix="dsppg", dir="/tmp"))
+    shutil.chown(root, "nobody", "nogroup")
+    data, port = root / "data", _free_port()
+
+    def as_nobody(*argv: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "nobody", "--", *argv],
+            check=True,
+            capture_output=True,
+            cwd=root,
+            timeout=120,
+        )
+
+    try:
+        as_nobody(str(bindir / "initdb"), "-D", str(data), "-U", "tuner", "--auth=trust", "-N")
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        as_nobody(
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(root / "log"),
+            "-o",
+            options,
+            "-w",
+            "start",
+        )
+        as_nobody(
+            str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "tuner", "tune"
+        )
+        yield {
+            "tcp": f"postgresql://tuner@127.0.0.1:{port}/tune",
+            "socket": f"postgresql://tuner@/tune?host={root}&port={port}",
+        }
+    finally:
+        if (data / "postmaster.pid").exists():
+            as_nobody(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)

@@ -25,6 +25,7 @@ from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.tools.fleet.corpus import load_corpus
 from dynshape_perception.tools.fleet.task import RESULT_FILE
 from dynshape_perception.tools.replay import golden, sources
+from dynshape_perception.tools.replay.params import load_params_file
 from dynshape_perception.tools.sim.drive import DriveConfig
 
 BAGS = 10
@@ -302,3 +303,73 @@ def test_embedded_ray_stops_cleanly_on_ctrl_c_and_the_rerun_finishes(
     assert (run / "report.html").is_file() and _hidden(run) == []
     _assert_identical(run, serial, names)
     assert embedded_ns.end_processes(grace_s=10.0) == []
+
+
+SPACE = """
+study: fleet-study
+sampler: {startup_trials: 2}
+fixed:
+  tiers.comfort_deadline_ms: 1000.0
+parameters:
+  tracking.gate_distance_m: {low: 0.5, high: 4.0}
+  tracking.min_hits_to_confirm: {low: 1, high: 4}
+"""
+
+
+def test_two_tune_processes_share_one_postgresql_study(
+    ray_cluster: Any,
+    postgres: dict[str, str],
+    corpus: Path,
+    weights_dir: Path,
+    cache_root: Path,
+    tmp_path: Path,
+) -> None:
+    """One process runs its trials as Ray tasks on the cluster, the other in process; both
+    join the study in PostgreSQL at once, and every trial of both lands in it."""
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    common = [
+        *("tune", "--space", str(space), "--corpus", str(corpus), "--sample", "2"),
+        *("--trials", "3", "--max-frames", "3"),
+        *("--weights-dir", str(weights_dir), "--cache-dir", str(cache_root)),
+    ]
+    on_ray = [*common, "--seed", "1", "--storage", postgres["socket"]]
+    on_ray += ["--address", ray_cluster.address, "--out", str(tmp_path / "ray.param.yaml")]
+    here = [*common, "--seed", "2", "--storage", postgres["tcp"]]
+    here += ["--out", str(tmp_path / "here.param.yaml")]
+    first = subprocess.Popen(
+        ray_cluster.popen_args(on_ray),
+        env=ray_cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    second = subprocess.Popen(
+        [sys.executable, "-m", "dynshape_perception.cli.main", *here],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    outs = [p.communicate(timeout=400)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], "\n".join(outs)
+
+    import optuna
+
+    study = optuna.load_study(study_name="fleet-study", storage=postgres["tcp"])
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 6
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    drivers = sorted(str(t.user_attrs["driver"]).split(":")[1] for t in trials)
+    assert drivers == sorted([str(first.pid)] * 3 + [str(second.pid)] * 3)
+    assert all(t.user_attrs["frames"] == 6 for t in trials), "2 bags of 3 frames per trial"
+    ray_nodes = {t.user_attrs.get("node_id") for t in trials if "node_id" in t.user_attrs}
+    assert len(ray_nodes) >= 1 and None not in ray_nodes
+
+    best = load_params_file(tmp_path / "ray.param.yaml")
+    assert set(best) == {
+        "tiers.comfort_deadline_ms",
+        "tracking.gate_distance_m",
+        "tracking.min_hits_to_confirm",
+    }
+    page = (tmp_path / "ray.param.html").read_text()
+    assert page.count("<tr>") >= 7 and "Tuning study fleet-study" in page
