@@ -34,7 +34,7 @@ class CorpusOptions:
     progress: bool = True
 
 
-def _jobs(entries: Sequence[BagEntry], run: Path, options: CorpusOptions) -> list[ReplayJob]:
+def make_jobs(entries: Sequence[BagEntry], run: Path, options: CorpusOptions) -> list[ReplayJob]:
     folder = results.bags_dir(run)
     return [
         ReplayJob(
@@ -61,7 +61,7 @@ def replay_corpus(
     run = Path(run)
     results.bags_dir(run).mkdir(parents=True, exist_ok=True)
     results.remove_stale_stages(run)
-    jobs = _jobs(entries, run, options)
+    jobs = make_jobs(entries, run, options)
     reused: dict[str, dict[str, Any]] = {}
     if not options.redo:
         for job in jobs:
