@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         f"{space.study!r}"
     )
     print(f"best parameters written to {out}")
-    print(f"trials report written to {write_trials_report(study, report)}")
+    print(f"report of the trials written to {write_trials_report(study, report)}")
     return 0
 
 
