@@ -21,6 +21,7 @@ from dynshape_perception.tools.replay.report import (
 )
 
 REPORT_FILE = "report.html"
+TIER_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b")
 STATUS_COLORS = {"ok": "#2ca02c", "regressed": "#d62728", "failed": "#7f7f7f", "empty": "#bbbbbb"}
 EXTRA_STYLE = (
     ".ok{color:#2ca02c}.regressed,.fail{color:#d62728;font-weight:bold}.failed{color:#7f7f7f}"
@@ -68,7 +69,7 @@ def plot_misses_drops(rows: Sequence[dict[str, Any]]) -> Figure:
         values = np.array([r["tier_misses"][tier] for r in rows], dtype=float)
         if values.any():
             label = f"misses, tier {tier} ({TIER_NAMES[tier]})"
-            ax.bar(x - 0.2, values, 0.4, bottom=bottom, color=COLORS[i + 2], label=label)
+            ax.bar(x - 0.2, values, 0.4, bottom=bottom, color=TIER_COLORS[i], label=label)
             bottom += values
     drops = [sum(r["drops"].values()) for r in rows]
     ax.bar(x + 0.2, drops, 0.4, color="#7f7f7f", label="drops")
