@@ -8,7 +8,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tqdm import tqdm
@@ -170,6 +170,4 @@ def dispatch(
 
 
 def _stamped(job: ReplayJob) -> ReplayJob:
-    from dataclasses import replace
-
     return replace(job, submitted_s=time.time())
