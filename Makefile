@@ -15,6 +15,8 @@ ROS_TESTS := test/nodes test/integration
 BENCH_STAMP := $(VENV)/.bench-installed
 # g++ links TVM's libraries and torch.compile's kernels.
 SYSTEM_PACKAGES := g++ g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
+# The fleet tests: PostgreSQL for a shared Optuna study, ip netns to keep Ray on loopback.
+SYSTEM_PACKAGES += postgresql iproute2
 # DDS stays on this host; large clouds need Fast DDS' large-data transport.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export FASTDDS_BUILTIN_TRANSPORTS ?= LARGE_DATA
@@ -25,6 +27,7 @@ export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(FASTDDS_DEFAULT_PROFILES_FILE)
 export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: demo test test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
+.PHONY: fleet-extras
 .PHONY: ros-deps
 
 # ROS 2 packages PyPI lacks (vision_msgs, tf2_ros, autoware_perception_msgs, diagnostic_updater,
@@ -93,7 +96,7 @@ lint: venv
 	$(BIN)/mypy dynshape_perception
 
 # The bench peers too: `bench kernels --smoke` checks each of them against TVM in the suite.
-test: venv bench-extras system-deps lint test-jazzy
+test: venv bench-extras fleet-extras system-deps lint test-jazzy
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
 # The node and integration tests again, on Jazzy's rclpy.
@@ -106,6 +109,14 @@ $(BENCH_STAMP): requirements-bench.txt $(STAMP)
 	touch $@
 
 bench-extras: $(BENCH_STAMP)
+
+# The `fleet` extra: Ray and the PostgreSQL driver, pinned; never part of a vehicle's install.
+FLEET_STAMP := $(VENV)/.fleet-installed
+$(FLEET_STAMP): requirements-fleet.txt $(STAMP)
+	$(BIN)/python -m pip install -q -r requirements-fleet.txt
+	touch $@
+
+fleet-extras: $(FLEET_STAMP)
 
 # Emulated aarch64 Python with the aarch64 TVM wheels, for `verify --target aarch64` (idempotent;
 # .emu/aarch64, downloads cached in .emu/cache).

@@ -20,6 +20,8 @@ setup(
         (f"share/{PACKAGE}/models", glob("models/*.npz") + glob("models/*.yaml")),
     ],
     install_requires=["setuptools"],
+    # Corpus replay and parallel tuning on Ray; pinned in requirements-fleet.txt.
+    extras_require={"fleet": ["ray>=2.60", "psycopg[binary]>=3.2"]},
     zip_safe=True,
     maintainer="dynshape_perception maintainers",
     maintainer_email="maintainers@dynshape-perception.invalid",

@@ -13,6 +13,8 @@ BENCHMARKS: dict[str, str] = {
     "jit": "the shape-specialising JIT: hit rates, compile costs, speedups",
     "e2e": "end-to-end latency over DDS, separate nodes and the composed pipeline",
     "deadlines": "deadline-aware scheduling under load",
+    "fleet": "a generated corpus replayed on embedded Ray with 1 and 2 workers: bags per "
+    "minute, the engine's per-bag overhead, peak RSS per worker",
 }
 
 

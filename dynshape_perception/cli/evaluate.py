@@ -156,13 +156,14 @@ def _leave_one_out(args: argparse.Namespace) -> int:
 
 def _traffic(args: argparse.Namespace) -> int:
     """Generated scenes through the in-process replay; the tracking or detection table."""
-    from dynshape_perception.cli.replay import build_engine, settings_from_values
+    from dynshape_perception.cli.replay import build_engine
     from dynshape_perception.tools.eval.tracking import (
         DETECTION_COLUMNS,
         TRACKING_COLUMNS,
         table_lines,
     )
     from dynshape_perception.tools.eval.traffic_run import evaluate_traffic
+    from dynshape_perception.tools.replay.settings import settings_from_values
     from dynshape_perception.tools.sim.traffic import TrafficConfig
 
     if args.scenes < 1 or args.frames < 1:

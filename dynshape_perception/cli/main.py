@@ -30,6 +30,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "replay": ("replay", "replay a rosbag2 bag through the pipeline"),
     "report": ("report", "write an HTML report of a replay run directory"),
     "tune": ("tune", "tune node parameters against bags with Optuna"),
+    "fleet": ("fleet", "replay a corpus of bags on Ray, one task per bag"),
     "params": ("params", "print the node parameter table as Markdown"),
 }
 

@@ -7,8 +7,6 @@ import importlib.metadata
 import math
 import sys
 import tempfile
-from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +19,7 @@ from dynshape_perception.tools.replay.params import (
     Value,
     deadlines_from,
     dump_params,
-    is_tier_parameter,
     load_params_file,
-    tier_config,
-    tier_values,
 )
 from dynshape_perception.tools.replay.rundir import RunRecorder
 from dynshape_perception.tools.replay.topics import (
@@ -96,42 +91,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="S",
         help="wait up to S seconds for a subscriber of the points (else of every topic)",
-    )
-
-
-def settings_from_values(
-    values: Mapping[str, Value], jit_mode: str | None = None, target: str | None = None
-) -> ReplaySettings:
-    """Replay settings from ROS parameters named as the nodes declare them.
-
-    Tier deadlines come from the scheduler's tier parameters (``*.collision_deadline_ms``
-    ...); other unknown names are reported, not fatal, so a node's full parameter file
-    can be used as it is.
-    """
-    from dynshape_perception import parameters as node_params
-    from dynshape_perception.tools.replay.settings import ReplaySettings
-
-    specs = node_params.all_specs()
-    known = {name: value for name, value in values.items() if name in specs}
-    for name, value in known.items():
-        specs[name].check(value)
-    ignored = tuple(sorted(n for n in values if n not in specs and not is_tier_parameter(n)))
-    jit = node_params.jit_config(known)
-    mode = jit_mode or ("frozen" if jit.mode == "frozen" else "off")
-    # A replay crops and transforms its scans as the lidar nodes do.
-    lidar = {n: s.default for n, s in node_params.node_specs("perception_pipeline").items()}
-    lidar.update(known)
-    return ReplaySettings(
-        pipeline=node_params.pipeline_params(lidar),
-        frames=node_params.frame_params(lidar),
-        prediction=node_params.prediction_settings(lidar),
-        sectors_per_revolution=node_params.sectors_per_revolution(lidar),
-        jit=replace(jit, mode=mode),
-        bounds=node_params.bounds_from(known),
-        target=target or str(known.get("target_profile", "x86_64")),
-        deadlines_ms=deadlines_from(values),
-        values=dict(values),
-        ignored=ignored,
     )
 
 
@@ -236,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     if plan.driver is None:
         print("nothing to replay: no usable topic (needs points, or obstacles/detections)")
         return _nothing(_unknown_topics(args, plan) or "the bag has no usable topic")
+    from dynshape_perception.tools.replay.settings import params_yaml, settings_from_values
+
     settings = settings_from_values(values, args.jit, args.target)
     for name in settings.ignored:
         print(f"note: parameter {name} is not used by replay", file=sys.stderr)
@@ -278,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             if need_outputs:
                 with RunRecorder(run_dir, args.storage, args.force) as recorder:
                     result = replay.run(args.bag, options, recorder, info)
-                    recorder.finish(result.metrics.document(), _params_yaml(settings))
+                    recorder.finish(result.metrics.document(), params_yaml(settings))
             else:
                 result = replay.run(args.bag, options, None, info)
             if args.record_shapes is not None:
@@ -290,22 +251,6 @@ def run(args: argparse.Namespace) -> int:
             if result.frames == 0 and not result.interrupted:
                 return _nothing(_why_no_frame(args, plan.driver.topic))
             return _golden_step(args, run_dir, 130 if result.interrupted and not args.loop else 0)
-
-
-def effective_values(settings: ReplaySettings) -> dict[str, Value]:
-    """Every node parameter with the value this run used: defaults, then the given ones."""
-    from dynshape_perception import parameters as node_params
-
-    values: dict[str, Value] = {n: s.default for n, s in node_params.all_specs().items()}
-    values.update(tier_values(tier_config(settings.values)))
-    values.update({n: v for n, v in settings.values.items() if not is_tier_parameter(n)})
-    values["jit.mode"] = settings.jit.mode
-    values["target_profile"] = settings.target
-    return values
-
-
-def _params_yaml(settings: ReplaySettings) -> str:
-    return dump_params(effective_values(settings), comment="the parameters of this replay run")
 
 
 def _golden_step(args: argparse.Namespace, run_dir: Path, code: int) -> int:

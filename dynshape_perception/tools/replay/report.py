@@ -27,7 +27,7 @@ EVENT_STYLE = {"ok": ("o", "#2ca02c"), "failed": ("x", "#d62728"), "rejected": (
 COUNT_KEYS = ("obstacles", "tracks", "agents")
 
 
-def _png(fig: Figure) -> str:
+def png_base64(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -201,14 +201,14 @@ def plot_counts(doc: dict[str, Any]) -> Figure:
     return fig
 
 
-def _table(rows: Sequence[tuple[str, Any]]) -> str:
+def html_table(rows: Sequence[tuple[str, Any]]) -> str:
     cells = "".join(
         f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in rows
     )
     return f"<table>{cells}</table>"
 
 
-def _grid(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def html_grid(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     top = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
@@ -248,7 +248,7 @@ def render_report(doc: dict[str, Any], title: str) -> str:
     ]
     sections = "".join(
         f"<h2>{html.escape(name)}</h2>"
-        f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{_png(fig)}">'
+        f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png_base64(fig)}">'
         for name, fig, alt in plots
     )
     topics = doc.get("topics", {})
@@ -271,7 +271,7 @@ def render_report(doc: dict[str, Any], title: str) -> str:
     ]
     if summary.get("prediction"):
         facts.append(("prediction", summary["prediction"]))
-    latency = _grid(
+    latency = html_grid(
         ["stage", "p50", "p95", "p99", "mean", "max"],
         [
             [stage, *(f"{stats.get(k, 0):.2f}" for k in ("p50", "p95", "p99", "mean", "max"))]
@@ -281,10 +281,10 @@ def render_report(doc: dict[str, Any], title: str) -> str:
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{_table(facts)}"
+        f"<h1>{html.escape(title)}</h1>{html_table(facts)}"
         f"<h2>Latency (ms)</h2>{latency}"
-        f"<h2>Topics</h2>{_table(used)}"
-        + (f"<p class='note'>skipped:</p>{_table(skipped)}" if skipped else "")
+        f"<h2>Topics</h2>{html_table(used)}"
+        + (f"<p class='note'>skipped:</p>{html_table(skipped)}" if skipped else "")
         + sections
         + "</body></html>"
     )

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from dynshape_perception.config import Bounds, default_bounds
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.perception.prediction.stage import PredictionSettings
 from dynshape_perception.runtime.policy import JitConfig
-from dynshape_perception.tools.replay.params import DEFAULT_DEADLINES_MS, Value, is_tier_parameter
+from dynshape_perception.tools.replay.params import (
+    DEFAULT_DEADLINES_MS,
+    Value,
+    deadlines_from,
+    dump_params,
+    is_tier_parameter,
+    tier_config,
+    tier_values,
+)
 
 # Parameter groups that change what an in-process replay computes (markers, QoS and the
 # like only matter to the nodes), besides the tier deadlines.
@@ -46,3 +55,54 @@ class ReplaySettings:
     )
     values: dict[str, Value] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
+
+
+def settings_from_values(
+    values: Mapping[str, Value], jit_mode: str | None = None, target: str | None = None
+) -> ReplaySettings:
+    """Replay settings from ROS parameters named as the nodes declare them.
+
+    Tier deadlines come from the scheduler's tier parameters (``*.collision_deadline_ms``
+    ...); other unknown names are reported, not fatal, so a node's full parameter file
+    can be used as it is.
+    """
+    from dynshape_perception import parameters as node_params
+
+    specs = node_params.all_specs()
+    known = {name: value for name, value in values.items() if name in specs}
+    for name, value in known.items():
+        specs[name].check(value)
+    ignored = tuple(sorted(n for n in values if n not in specs and not is_tier_parameter(n)))
+    jit = node_params.jit_config(known)
+    mode = jit_mode or ("frozen" if jit.mode == "frozen" else "off")
+    # A replay crops and transforms its scans as the lidar nodes do.
+    lidar = {n: s.default for n, s in node_params.node_specs("perception_pipeline").items()}
+    lidar.update(known)
+    return ReplaySettings(
+        pipeline=node_params.pipeline_params(lidar),
+        frames=node_params.frame_params(lidar),
+        prediction=node_params.prediction_settings(lidar),
+        sectors_per_revolution=node_params.sectors_per_revolution(lidar),
+        jit=replace(jit, mode=mode),
+        bounds=node_params.bounds_from(known),
+        target=target or str(known.get("target_profile", "x86_64")),
+        deadlines_ms=deadlines_from(values),
+        values=dict(values),
+        ignored=ignored,
+    )
+
+
+def effective_values(settings: ReplaySettings) -> dict[str, Value]:
+    """Every node parameter with the value this run used: defaults, then the given ones."""
+    from dynshape_perception import parameters as node_params
+
+    values: dict[str, Value] = {n: s.default for n, s in node_params.all_specs().items()}
+    values.update(tier_values(tier_config(settings.values)))
+    values.update({n: v for n, v in settings.values.items() if not is_tier_parameter(n)})
+    values["jit.mode"] = settings.jit.mode
+    values["target_profile"] = settings.target
+    return values
+
+
+def params_yaml(settings: ReplaySettings) -> str:
+    return dump_params(effective_values(settings), comment="the parameters of this replay run")

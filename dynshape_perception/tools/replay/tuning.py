@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +29,8 @@ from dynshape_perception.tools.replay.topics import plan_topics
 
 DEFAULT_STUDY = "dynshape-perception"
 DEFAULT_STARTUP_TRIALS = 10
+SCHEMA_ATTEMPTS = 5
+SCHEMA_RETRY_S = 0.5
 MAX_SAMPLER_SEED = 2**32
 SPACE_KEYS = {"study", "objective", "sampler", "fixed", "start", "parameters"}
 SAMPLER_KEYS = {"startup_trials"}
@@ -319,7 +324,7 @@ def check_tune_seed(seed: object) -> int:
 
 
 @contextmanager
-def _storage_errors(storage: str | None) -> Iterator[None]:
+def storage_errors(storage: str | None) -> Iterator[None]:
     """What a storage URL that is no Optuna study raises, as one ConfigError line."""
     try:
         yield
@@ -340,12 +345,21 @@ def open_study(storage: str, study: str) -> int:
     database fails at once.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with _storage_errors(storage):
-        return len(
-            optuna.create_study(
-                study_name=study, storage=storage, direction="minimize", load_if_exists=True
-            ).trials
-        )
+    with storage_errors(storage):
+        for attempt in range(SCHEMA_ATTEMPTS):
+            try:
+                return len(
+                    optuna.create_study(
+                        study_name=study, storage=storage, direction="minimize", load_if_exists=True
+                    ).trials
+                )
+            except sqlalchemy.exc.IntegrityError:
+                # Processes that join an empty database at once race to create Optuna's
+                # tables (PostgreSQL: a duplicate type name); the loser finds them next time.
+                if attempt == SCHEMA_ATTEMPTS - 1:
+                    raise
+                time.sleep(SCHEMA_RETRY_S * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def tune(
@@ -377,7 +391,7 @@ def tune(
     sampler = optuna.samplers.TPESampler(
         seed=seed + existing, n_startup_trials=space.startup_trials
     )
-    with _storage_errors(storage):
+    with storage_errors(storage):
         study = optuna.create_study(
             study_name=space.study,
             storage=storage,
@@ -395,6 +409,7 @@ def tune(
     def objective(trial: optuna.Trial) -> float:
         values = {**space.fixed, **{d.name: d.suggest(trial) for d in space.dimensions}}
         score = evaluate(values)
+        trial.set_user_attr("driver", f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr("miss_rate", score.miss_rate)
         trial.set_user_attr("latency_p95_ms", score.latency_p95_ms)
         trial.set_user_attr("prediction_error_m", score.prediction_error_m)

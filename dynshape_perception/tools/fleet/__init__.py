@@ -1,0 +1,1 @@
+"""Replay and tune a corpus of bags on Ray: the package never needs Ray elsewhere."""
