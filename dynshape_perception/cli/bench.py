@@ -13,6 +13,8 @@ BENCHMARKS: dict[str, str] = {
     "jit": "the shape-specialising JIT: hit rates, compile costs, speedups",
     "e2e": "end-to-end latency over DDS, separate nodes and the composed pipeline",
     "deadlines": "deadline-aware scheduling under load",
+    "soak": "the nodes at 10 Hz on a generated drive for a set time: process-tree RSS, "
+    "descriptors, threads, latency percentiles and misses over time, plotted in HTML",
 }
 
 
