@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,3 +66,36 @@ def tree_values(pools: Sequence[Any]) -> dict[str, object]:
         "jit.compile_worker_starts": sum(pool.worker_starts for pool in live),
         "jit.compile_worker_exits": sum(pool.worker_exits for pool in live),
     }
+
+
+class PeakSampler:
+    """The largest ``tree_usage`` of this process tree while the block runs, sampled every
+    ``period_s`` on a thread of its own (a benchmark's harness and the nodes it started)."""
+
+    def __init__(self, period_s: float = 0.5) -> None:
+        self.period_s = period_s
+        self.peak = TreeUsage(0, 0, 0, 0)
+        # This process alone (the harness), at its own largest sample.
+        self.own_peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peak-rss", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            usage = tree_usage()
+            if usage.rss_bytes > self.peak.rss_bytes:
+                self.peak = usage
+            try:
+                own = psutil.Process().memory_info().rss
+            except psutil.Error:
+                own = 0
+            self.own_peak_bytes = max(self.own_peak_bytes, own)
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
