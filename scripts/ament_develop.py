@@ -1,7 +1,7 @@
 """Make a development install (the venv) an ament prefix for this package, as colcon's
---symlink-install would: the index marker, share/ (package.xml, launch/, config/, models/
-linked to the source tree, so edits apply at once) and the node executables under lib/.
-Usage: python scripts/ament_develop.py PREFIX"""
+--symlink-install would: the index marker, share/ (package.xml and every file of launch/,
+config/, models/ linked to the source tree, so edits apply at once) and the node executables
+under lib/. Usage: python scripts/ament_develop.py PREFIX"""
 
 from __future__ import annotations
 
@@ -35,6 +35,25 @@ def link(target: Path, link_path: Path) -> None:
     link_path.symlink_to(target)
 
 
+def mirror(source: Path, target: Path) -> None:
+    """Real folders holding a link per file, as colcon makes them: ``ros2 launch`` walks the
+    share folder without following linked folders, so a linked ``launch/`` hides its files."""
+    if target.is_symlink():
+        target.unlink()
+    for folder, _dirs, files in os.walk(source):
+        here = Path(folder)
+        mirrored = target / here.relative_to(source)
+        mirrored.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            link(here / name, mirrored / name)
+    # Links to files removed from the source tree since the last run.
+    for folder, _dirs, files in os.walk(target):
+        for name in files:
+            path = Path(folder) / name
+            if path.is_symlink() and not path.exists():
+                path.unlink()
+
+
 def main(prefix_arg: str) -> int:
     prefix = Path(prefix_arg).resolve()
     bin_dir = prefix / "bin"
@@ -42,7 +61,10 @@ def main(prefix_arg: str) -> int:
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text((ROOT / "resource" / PACKAGE).read_text())
     for name in SHARED:
-        link(ROOT / name, prefix / "share" / PACKAGE / name)
+        if (ROOT / name).is_dir():
+            mirror(ROOT / name, prefix / "share" / PACKAGE / name)
+        else:
+            link(ROOT / name, prefix / "share" / PACKAGE / name)
     for node in node_executables():
         script = bin_dir / node
         if not script.is_file():

@@ -15,6 +15,8 @@ BENCHMARKS: dict[str, str] = {
     "deadlines": "deadline-aware scheduling under load",
     "fleet": "a generated corpus replayed on embedded Ray with 1 and 2 workers: bags per "
     "minute, the engine's per-bag overhead, peak RSS per worker",
+    "soak": "the nodes at 10 Hz on a generated drive for a set time: process-tree RSS, "
+    "descriptors, threads, latency percentiles and misses over time, plotted in HTML",
 }
 
 

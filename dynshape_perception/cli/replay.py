@@ -21,6 +21,7 @@ from dynshape_perception.tools.replay.params import (
     dump_params,
     load_params_file,
 )
+from dynshape_perception.tools.replay.qos import load_overrides
 from dynshape_perception.tools.replay.rundir import RunRecorder
 from dynshape_perception.tools.replay.topics import (
     TopicPlan,
@@ -91,6 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="S",
         help="wait up to S seconds for a subscriber of the points (else of every topic)",
+    )
+    dds.add_argument(
+        "--qos-profile-overrides-path",
+        type=Path,
+        default=None,
+        metavar="YAML",
+        help="QoS to offer per topic instead of the recorded one, as ros2 bag play takes it "
+        "(topic: {reliability, durability, history, depth})",
     )
 
 
@@ -188,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
     values = _values(args)
     if args.mode == "dds":
         return _run_dds(args, values, remaps)
+    if args.qos_profile_overrides_path is not None:
+        raise ConfigError("--qos-profile-overrides-path applies to --mode dds only")
     if args.check:
         golden.load_golden(args.check)
     plan = _inspect(args, remaps)
@@ -281,12 +292,17 @@ def _run_dds(args: argparse.Namespace, values: dict[str, Value], remaps: dict[st
         clock_hz=args.clock_hz,
         wait_for_subscribers_s=args.wait_for_subscribers,
         max_frames=args.max_frames,
+        qos_overrides=load_overrides(args.qos_profile_overrides_path)
+        if args.qos_profile_overrides_path
+        else {},
     )
     driver = plan.driver
     driver_name = driver.name if driver is not None else None
 
     def show(tracks: list[Any], skipped: list[Any]) -> None:
-        lines = [f"  publish {t.topic} ({t.msgtype}, {t.count}) on {t.name}" for t in tracks]
+        lines = [
+            f"  publish {t.topic} ({t.msgtype}, {t.count}) on {t.name}: {t.qos}" for t in tracks
+        ]
         lines += [f"  skipped {s.topic} ({s.msgtype}): {s.reason}" for s in skipped]
         _print_plan(args.bag, lines)
         if not tracks:
@@ -348,7 +364,7 @@ def _dds_metrics(
     """End-to-end latencies per standard output, by the input frame of the same stamp."""
     metrics = RunMetrics(deadlines_ms, info, stages=DDS_STAGES)
     metrics.topics = {
-        "used": [vars(t) for t in result.tracks],
+        "used": [{**vars(t), "qos": str(t.qos)} for t in result.tracks],
         "skipped": [vars(s) for s in result.skipped],
     }
     stamps = sorted(result.latency_s)

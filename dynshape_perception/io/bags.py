@@ -13,7 +13,16 @@ from types import TracebackType
 from typing import Any, Literal
 
 import numpy as np
-from rosbags.interfaces import Connection
+from rosbags.interfaces import (
+    Connection,
+    ConnectionExtRosbag2,
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer, WriterError
 from rosbags.typesys import (
     Stores,
@@ -54,6 +63,25 @@ BAG_VERSION: Literal[9] = 9
 
 _NS = 1_000_000_000
 log = logging.getLogger(__name__)
+# What the publishers of a written bag offered, as `ros2 bag record` keeps it: tf2's static
+# broadcaster latches (transient local, keep last 1); the rest, reliable and volatile.
+_ZERO = QosTime(0, 0)
+OFFERED_DEPTH = 10
+
+
+def offered_qos(topic: str) -> Qos:
+    static = topic.rstrip("/").endswith(TF_STATIC_TOPIC)
+    return Qos(
+        history=QosHistory.KEEP_LAST,
+        depth=1 if static else OFFERED_DEPTH,
+        reliability=QosReliability.RELIABLE,
+        durability=QosDurability.TRANSIENT_LOCAL if static else QosDurability.VOLATILE,
+        deadline=_ZERO,
+        lifespan=_ZERO,
+        liveliness=QosLiveliness.AUTOMATIC,
+        liveliness_lease_duration=_ZERO,
+        avoid_ros_namespace_conventions=False,
+    )
 
 
 def stamp_ns(stamp: Any) -> int:
@@ -261,7 +289,7 @@ class BagWriter:
             return
         assert self._writer is not None
         self._connections[topic] = self._writer.add_connection(
-            topic, msgtype, typestore=typestore()
+            topic, msgtype, typestore=typestore(), offered_qos_profiles=[offered_qos(topic)]
         )
         self.counts[topic] = 0
 
@@ -440,6 +468,15 @@ class BagReader:
         for conn in self.reader.connections:
             listed[conn.topic] = listed.get(conn.topic, 0) + conn.msgcount
         return listed
+
+    def offered_qos(self, topic: str) -> list[Qos]:
+        """The QoS profiles the recorded publishers of ``topic`` offered (metadata.yaml's
+        ``offered_qos_profiles``); empty where the bag does not say."""
+        offers: list[Qos] = []
+        for conn in self.reader.connections:
+            if conn.topic == topic and isinstance(conn.ext, ConnectionExtRosbag2):
+                offers += conn.ext.offered_qos_profiles
+        return offers
 
     def topics(self) -> list[TopicInfo]:
         types = {conn.topic: conn.msgtype for conn in self.reader.connections}

@@ -30,14 +30,13 @@ from dynshape_perception.tools.replay.player import (
     plan_tracks,
     timetable,
 )
+from dynshape_perception.tools.replay.qos import TopicQos
 from dynshape_perception.tools.replay.rundir import OBJECT_TOPICS, OUTPUT_TOPICS
 from dynshape_perception.tools.replay.topics import Skipped
 
 NODE_NAME = "dynshape_bag_player"
 DEFAULT_CLOCK_HZ = 100.0
 QOS_DEPTH = 10
-# Static transforms are latched (transient local), as tf2's listeners ask for them.
-STATIC_TF_DEPTH = 100
 DISCOVERY_SETTLE_S = 0.5
 FLUSH_TIMEOUT_S = 5.0
 
@@ -64,6 +63,9 @@ class PlayOptions:
     drain_s: float = 1.0
     # Stop after this many frames of the driver topic (points, else detections).
     max_frames: int | None = None
+    # Per topic (its name in the bag): reliability, durability, history, depth to offer
+    # instead of the recorded QoS (tools.replay.qos.parse_overrides).
+    qos_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_play_timing(self.start_offset_s, self.rate)
@@ -143,13 +145,6 @@ class BagPlayer:
             reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.VOLATILE,
         )
-        self._data_qos = data_qos
-        self._static_qos = QoSProfile(
-            depth=STATIC_TF_DEPTH,
-            history=HistoryPolicy.KEEP_LAST,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
         self._clock = node.create_publisher(Clock, CLOCK_TOPIC, data_qos)
         self._publishers: dict[str, Any] = {}
 
@@ -164,9 +159,7 @@ class BagPlayer:
             cls = message_class(track.msgtype)
             if cls is None:
                 raise ConfigError(f"{track.msgtype} is not installed in this ROS 2")
-            static = track.name.rstrip("/").endswith(bags.TF_STATIC_TOPIC)
-            qos = self._static_qos if static else self._data_qos
-            pub = self.node.create_publisher(cls, track.name, qos)
+            pub = self.node.create_publisher(cls, track.name, qos_profile(track.qos))
             self._publishers[track.name] = pub
         return pub
 
@@ -241,6 +234,24 @@ class BagPlayer:
         return published
 
 
+def qos_profile(qos: TopicQos) -> QoSProfile:
+    """The rclpy profile of a track's QoS (recorded, or overridden)."""
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_ALL if qos.history == "keep_all" else HistoryPolicy.KEEP_LAST,
+        depth=qos.depth,
+        reliability=(
+            ReliabilityPolicy.BEST_EFFORT
+            if qos.reliability == "best_effort"
+            else ReliabilityPolicy.RELIABLE
+        ),
+        durability=(
+            DurabilityPolicy.TRANSIENT_LOCAL
+            if qos.durability == "transient_local"
+            else DurabilityPolicy.VOLATILE
+        ),
+    )
+
+
 def tracks_for(reader: bags.BagReader, options: PlayOptions) -> tuple[list[Track], list[Skipped]]:
     return plan_tracks(
         reader.topics(),
@@ -248,6 +259,8 @@ def tracks_for(reader: bags.BagReader, options: PlayOptions) -> tuple[list[Track
         options.remaps,
         lambda t: message_class(t) is not None,
         reader.definition_differs,
+        reader.offered_qos,
+        options.qos_overrides,
     )
 
 

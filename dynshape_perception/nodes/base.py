@@ -31,6 +31,7 @@ from dynshape_perception.interrupts import shutting_down, startup_done
 from dynshape_perception.io.cdr import stamp_s_of
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, CloudLike, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
+from dynshape_perception.nodes.debug_times import switch_debug_times
 from dynshape_perception.nodes.guard import InternalErrors, guarded
 from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, stamp_s
 from dynshape_perception.perception import scan
@@ -46,6 +47,7 @@ from dynshape_perception.perception.stamps import (
 from dynshape_perception.perception.transforms import Matrix
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.metrics import LatencyStats
+from dynshape_perception.runtime.process_tree import tree_values
 from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
 from dynshape_perception.scheduling.lidar_tiers import executor_values, since
 from dynshape_perception.scheduling.tiers import TIERS
@@ -151,6 +153,7 @@ class PerceptionNode(Node):
         self.kind = kind
         self.specs = parameters.node_specs(kind)
         self.values = self._declare()
+        self.debug_times = switch_debug_times(None, self, self.values)
         self.drops = DropCounter(
             reasons, self.get_logger().warning, float(self.values["warn_throttle_s"])
         )
@@ -244,6 +247,7 @@ class PerceptionNode(Node):
             if self.deadline_executor is not None and any(n.startswith("tiers.") for n in changed):
                 self.deadline_executor.update_config(parameters.tier_config(self.values))
             self.apply_parameters(changed)
+            self.debug_times = switch_debug_times(self.debug_times, self, self.values)
             self.get_logger().info(f"parameters changed: {sorted(changed)}")
 
     def apply_parameters(self, changed: set[str]) -> None:
@@ -489,6 +493,9 @@ class PerceptionNode(Node):
             for stage, ms in stages.items():
                 self.latency.setdefault(stage, LatencyStats()).add(ms)
                 self.last_latency_ms[stage] = ms
+        debug_times = self.debug_times
+        if debug_times is not None:
+            debug_times.record(stages)
 
     def note(self, key: str, text: str, warn: bool = False) -> None:
         self.notes[key] = text
@@ -548,6 +555,8 @@ class PerceptionNode(Node):
             values.update(
                 {f"jit_tier1.{k}": v for k, v in self.fast_engine.metrics.snapshot().items()}
             )
+        # The whole process tree: idle compile workers are hundreds of MB beside the node.
+        values.update(tree_values([e.pool for e in self.engines()]))
         if any(engine.metrics.degraded for engine in self.engines()):
             return 1, ["JIT specialisation paused (auto-degrade)"], values
         return 0, [], values

@@ -120,6 +120,15 @@ def jit_group() -> tuple[ParamSpec, ...]:
             high=3600.0,
         ),
         ParamSpec(
+            "jit.worker_idle_s",
+            JIT.worker_idle_s,
+            "seconds a compile worker may idle before it exits (0: it stays); workers start "
+            "with the first compile the JIT decides on",
+            True,
+            low=0.0,
+            high=86400.0,
+        ),
+        ParamSpec(
             "jit.warm_up_shapes",
             "",
             "recorded shape log (YAML) whose hot shapes compile at start; empty: none",
@@ -299,6 +308,12 @@ def tables_group() -> tuple[ParamSpec, ...]:
             "also publish the PointCloud2 tables (near_obstacles, obstacles, tracks, "
             "predictions) laid out in docs/interfaces.md",
             True,
+        ),
+        ParamSpec(
+            "debug.publish_processing_time",
+            True,
+            "publish each stage's time on ~/debug/processing_time_ms, ~/debug/cyclic_time_ms "
+            "and ~/debug/processing_time/<stage>_ms, as Autoware's nodes do (docs/interfaces.md)",
         ),
     )
 

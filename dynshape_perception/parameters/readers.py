@@ -182,6 +182,7 @@ def jit_config(values: Mapping[str, Value]) -> JitConfig:
         "pool_size",
         "compile_mode",
         "compile_timeout_s",
+        "worker_idle_s",
     )
     return replace(JIT, **_pick(values, "jit", names))
 

@@ -77,6 +77,7 @@ class CompilePool:
         compile_fn: CompileFn = compile_to_cache,
         meter: InterferenceMeter | None = None,
         cache_max_bytes: int | None = None,
+        idle_exit_s: float = 0.0,
     ) -> None:
         self._weights = weights
         self.meter = meter or InterferenceMeter(prior_weight=1.0)
@@ -118,7 +119,12 @@ class CompilePool:
         self._yield_started = 0.0
         # The process worker's start-up job: done once it has imported the compiler.
         self._started: cf.Future[bool] | None = None
-        self._executor = self._new_executor(self.mode)
+        # Workers start with the first compile (``wait_started`` starts them too) and end
+        # after ``idle_exit_s`` without one (0: they stay): hundreds of MB each, idle.
+        self._executor: cf.Executor | None = None
+        self.idle_exit_s = idle_exit_s
+        self.worker_starts = 0
+        self.worker_exits = 0
         self._workers = [
             threading.Thread(target=self._serve, name=f"jit-compile-{i}", daemon=True)
             for i in range(size)
@@ -127,6 +133,7 @@ class CompilePool:
             worker.start()
 
     def _new_executor(self, mode: str) -> cf.Executor:
+        self.worker_starts += 1
         if mode == "process":
             # spawn: forking a process that holds TVM and rclpy threads is unsafe.
             pool = cf.ProcessPoolExecutor(
@@ -146,13 +153,54 @@ class CompilePool:
         self._started = None
         return DaemonThreadExecutor("jit-build")
 
+    def _executor_locked(self) -> cf.Executor:
+        """The workers, started now if none run."""
+        if self._executor is None:
+            self._executor = self._new_executor(self.mode)
+        return self._executor
+
+    def worker_pids(self) -> list[int]:
+        """The compile worker processes alive now (none for threads or before a compile)."""
+        with self._cv:
+            executor = self._executor
+        if executor is None:
+            return []
+        return [p.pid for p in workers.processes(executor) if p.pid is not None and p.is_alive()]
+
+    def _retire_in_locked(self) -> float | None:
+        """Seconds until idle workers are to exit; None while they are not to."""
+        if self._executor is None or self.idle_exit_s <= 0 or self.busy or self._heap:
+            return None
+        if self._abandoned or self._stopped or self._closed:
+            return None
+        return max(0.0, self._last_done + self.idle_exit_s - time.monotonic())
+
+    def _retire_locked(self) -> None:
+        idle_s = time.monotonic() - self._last_done
+        executor, self._executor, self._started = self._executor, None, None
+        if executor is None:
+            return
+        workers.terminate_processes(executor)
+        executor.shutdown(wait=False, cancel_futures=True)
+        self.worker_exits += 1
+        log.info("JIT: compile workers idle for %.0f s: stopped until the next compile", idle_s)
+
+    def start_workers(self) -> None:
+        """Start the workers now rather than with the first compile."""
+        with self._cv:
+            if not self._closed:
+                self._executor_locked()
+
     def wait_started(self, timeout_s: float) -> bool:
-        """Whether the worker process has imported the compiler (threads need nothing).
+        """Whether the worker process has imported the compiler (threads need nothing);
+        the workers start now if none run.
 
         Until then a compile's clock also runs through the import, seconds under load. A
         worker that died starting is not ready either: its compiles fail, as strikes.
         """
-        started = self._started
+        self.start_workers()
+        with self._cv:
+            started = self._started
         if started is None:
             return True
         try:
@@ -174,6 +222,8 @@ class CompilePool:
         old = self._executor
         self._executor = self._new_executor(mode)
         self.mode = mode
+        if old is None:
+            return
         workers.terminate_processes(old)
         if isinstance(old, DaemonThreadExecutor):
             self._abandoned.extend(old.threads)
@@ -270,7 +320,9 @@ class CompilePool:
         self.yield_s += time.perf_counter() - self._yield_started
 
     def _signal_workers(self, sig: signal.Signals) -> list[int]:
-        sent = []
+        sent: list[int] = []
+        if self._executor is None:
+            return sent
         for proc in workers.processes(self._executor):
             if proc.pid is None:
                 continue
@@ -336,7 +388,12 @@ class CompilePool:
                     # Polled while abandoned compiles run: nothing signals their end; and
                     # while the trial waits to see whether compiles have run dry.
                     polled = self._abandoned or self._thread_trial_locked()
-                    self._cv.wait(ABANDONED_POLL_S if polled else None)
+                    retire_in = self._retire_in_locked()
+                    if retire_in is not None and retire_in <= 0.0:
+                        self._retire_locked()
+                        retire_in = None
+                    waits = [w for w in (ABANDONED_POLL_S if polled else None, retire_in) if w]
+                    self._cv.wait(min(waits) if waits else None)
                     slow = self._trial_ran_dry_locked()
                     if slow is not None:
                         try:
@@ -351,7 +408,7 @@ class CompilePool:
                     except Exception:  # a failed switch keeps the current mode
                         log.exception("JIT: switching the compile mode failed")
                 job = heapq.heappop(self._heap)
-                executor = self._executor
+                executor = self._executor_locked()
                 self.busy += 1
                 self._solo = job.alone
             requeued = False
@@ -402,6 +459,8 @@ class CompilePool:
         restart = hung = False
         result: CompileResult | None = None
         try:
+            # A worker started for this job imports the compiler first: not the job's time.
+            self.wait_started(self._timeout_s)
             future = executor.submit(self._compile_fn, job.request, self._weights[job.model])
             # A pool of several spawns its later workers with its jobs, not at start.
             for proc in workers.processes(executor):
@@ -524,8 +583,11 @@ class CompilePool:
             self._cv.notify_all()
         for worker in self._workers:
             worker.join(timeout=5.0 if wait else 0.0)
-        workers.terminate_processes(self._executor)
-        self._executor.shutdown(wait=wait, cancel_futures=True)
+        with self._cv:
+            executor = self._executor
+        if executor is not None:
+            workers.terminate_processes(executor)
+            executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def choose_mode(slowdown: Mapping[str, float], process_stretch: float | None) -> str:

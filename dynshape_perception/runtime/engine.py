@@ -112,14 +112,8 @@ class Engine:
             # the generic builds were just used, so they stay.
             self.cache.keep_bound()
             self.metrics.bump("disk_evictions", self.cache.evicted)
-            # Start-up ends once the compile worker has imported the compiler: that import is
-            # seconds of CPU which would otherwise compete with the first frames.
-            if self.pool is not None and not self.pool.wait_started(self.jit.compile_timeout_s):
-                log.warning(
-                    "JIT: the compile worker is not ready (waited up to %.0f s); calls are "
-                    "served by the generic builds meanwhile",
-                    self.jit.compile_timeout_s,
-                )
+            # The compile workers start with the first compile the policy decides on, not
+            # here: a node that never specialises never holds them (compile_pool).
         except BaseException:
             # The pool's threads and worker process would outlive the failed engine.
             self.close()
@@ -135,6 +129,7 @@ class Engine:
             timeout_s=self.jit.compile_timeout_s,
             compile_fn=compile_fn,
             cache_max_bytes=self.jit.disk_max_bytes,
+            idle_exit_s=self.jit.worker_idle_s,
             meter=InterferenceMeter(
                 self.jit.prior_compile_weight,
                 # Read while a dispatcher settles its calls: it must not wait on them.

@@ -76,6 +76,8 @@ class JitConfig:
     pool_size: int = 1
     compile_mode: str = "auto"
     compile_timeout_s: float = 120.0
+    # Compile workers idle this long exit (0: they stay); the next compile starts them again.
+    worker_idle_s: float = 60.0
     max_strikes: int = 3
     degrade_min_misses: int = 20
     degrade_completion_rate: float = 0.3
@@ -119,6 +121,8 @@ class JitConfig:
             raise ConfigError(f"jit horizon_s must be > 0, got {self.horizon_s!r}")
         if self.compile_timeout_s <= 0 or self.degrade_cooldown_s < 0:
             raise ConfigError("compile_timeout_s must be > 0 and degrade_cooldown_s >= 0")
+        if not (math.isfinite(float(self.worker_idle_s)) and self.worker_idle_s >= 0):
+            raise ConfigError(f"jit worker_idle_s must be >= 0, got {self.worker_idle_s!r}")
         # A NaN compares false with everything, so it would pass the checks above and below.
         for name in (
             "compile_timeout_s",

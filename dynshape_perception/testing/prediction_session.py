@@ -93,6 +93,13 @@ class PredictionSession:
             return None
         return (self.arrived_s[name][stamp] - self.sent_s[name][stamp]) * 1000.0
 
+    def forget(self, upto_stamp: int) -> None:
+        """Drop what was sent and received up to ``upto_stamp``: a long benchmark would
+        otherwise keep every PredictedObjects it got, thousands, as rclpy objects."""
+        for record in (*self.received.values(), *self.arrived_s.values(), *self.sent_s.values()):
+            for stamp in [s for s in record if s <= upto_stamp]:
+                del record[stamp]
+
     def prime(self, first_ns: int, step_ns: int, attempts: int, timeout_s: float) -> int:
         """Send empty tables until every node answers one (discovery settles); next stamp."""
         stamp = first_ns

@@ -132,6 +132,10 @@ class Backlog:
         while self._items and item.backlog is self:
             self._items.popleft().read()
 
+    def keep(self, wanted: Callable[[Received], bool]) -> None:
+        """Leave unread only the items ``wanted`` (the rest were forgotten)."""
+        self._items = deque(item for item in self._items if wanted(item))
+
 
 @dataclass
 class Diagnostics:
@@ -293,6 +297,17 @@ class Probe(Node):
         for node, item in merged.items():
             item.message = item.message or "ok"
             self.diagnostics[node] = item
+
+    def forget(self, upto_ns: int) -> None:
+        """Drop what was published and received up to stamp ``upto_ns``: a long run would
+        otherwise keep every output (a soak: hundreds of thousands)."""
+        for record in self.received.values():
+            for stamp in [ns for ns in record if ns <= upto_ns]:
+                del record[stamp]
+        for stamp in [ns for ns in self.published if ns <= upto_ns]:
+            del self.published[stamp]
+        kept = {id(item) for record in self.received.values() for item in record.values()}
+        self.backlog.keep(lambda item: id(item) in kept)
 
     # -- publishing ---------------------------------------------------------------------
     def publish_cloud(self, cloud: CloudData, ns: int, frame_id: str = "lidar") -> None:

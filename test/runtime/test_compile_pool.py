@@ -597,6 +597,8 @@ def test_the_worker_process_runs_at_idle_priority_from_its_spawn(tmp_path: Path)
     beside the serving thread."""
     pool = CompilePool(WEIGHTS, "x86_64", tmp_path, mode="process")
     try:
+        assert worker_pids(pool) == [], "workers start with the first compile, or on request"
+        pool.start_workers()
         (pid,) = worker_pids(pool)
         assert os.sched_getscheduler(pid) == os.SCHED_IDLE
         assert os.getpriority(os.PRIO_PROCESS, pid) == WORKER_NICENESS
@@ -659,7 +661,9 @@ def test_a_compiler_raising_timeout_error_fails_without_a_restart(tmp_path: Path
         WEIGHTS, "x86_64", tmp_path, mode="thread", compile_fn=timing_out_compiler_fault_injector
     )
     try:
+        pool.start_workers()
         executor = pool._executor
+        assert executor is not None
         assert run_one(pool, 1, tmp_path) == "injected timeout inside the compiler"
         assert pool._executor is executor
     finally:

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.perception.prediction.stage import MODES as COST_MODES
 from dynshape_perception.resources import shared_data_dir
+from dynshape_perception.runtime.process_tree import PeakSampler
 from dynshape_perception.stats import DIGITS, median, percentile
 from dynshape_perception.tools.bench.prediction_cost import LENGTHS
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames
@@ -61,20 +63,21 @@ class Scan:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--setups", nargs="*", choices=SETUPS, default=list(SETUPS))
-    parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS))
+    # The generated drive doubles the node runs: at most 5 minutes by default (docs/benchmarks.md).
+    parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=["kitti"])
     parser.add_argument("--sectors", type=int, default=36, help="sectors a scan is cut into")
     parser.add_argument(
         "--prediction-cost",
         choices=("stage", "node", "both", "none"),
-        default="both",
+        default="stage",
         help="per-frame prediction cost at history lengths 8, 32, 128: through the stage "
-        "in process, through prediction_node over DDS",
+        "in process (default), through prediction_node over DDS (node: minutes per repeat)",
     )
     parser.add_argument(
         "--cost-lengths", type=int, nargs="+", default=list(LENGTHS), help="history lengths"
     )
     parser.add_argument("--cost-agents", type=int, default=32, help="agents of every frame")
-    parser.add_argument("--cost-repeats", type=int, default=10, help="scenes per length")
+    parser.add_argument("--cost-repeats", type=int, default=3, help="scenes per length")
     parser.add_argument("--frames", type=int, default=50, help="measured frames per run")
     parser.add_argument("--warmup", type=int, default=5, help="frames sent before measuring")
     parser.add_argument("--scan", type=Path, default=None, help="KITTI .bin scan to publish")
@@ -255,6 +258,23 @@ def node_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    with PeakSampler() as peak:
+        code, results = _run(args)
+    results["wall_s"] = round(time.monotonic() - started, 1)
+    # The harness and every node it started, at the largest sample; the harness alone.
+    results["peak_tree_rss_mb"] = round(peak.peak.rss_mb, 1)
+    results["peak_harness_rss_mb"] = round(peak.own_peak_bytes / 2**20, 1)
+    print(
+        f"wall {results['wall_s']} s, peak RSS: {results['peak_harness_rss_mb']} MB the "
+        f"harness, {results['peak_tree_rss_mb']} MB with the nodes it started"
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    return code
+
+
+def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     if args.params_file is not None:
         from dynshape_perception.tools.replay.params import load_params_file
 
@@ -303,13 +323,11 @@ def run(args: argparse.Namespace) -> int:
             row = "  ".join(f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items())
             missing = f"  lost: {cost[f'{mode}_lost']}" if f"{mode}_lost" in cost else ""
             print(f"  {mode:<12} {row}{missing}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
     lost = sum(r["lost"] for e in modes.values() for r in e["runs"].values())
     node = results.get("prediction_cost_node")
     if node is not None:
         lost += sum(node[f"{mode}_lost"] for mode in COST_MODES)
-    return 0 if lost == 0 else 1
+    return (0 if lost == 0 else 1), results
 
 
 def _cpu_count() -> int:

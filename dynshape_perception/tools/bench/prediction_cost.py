@@ -230,6 +230,7 @@ def node_cost(
                         per[name][length].append(ms)
                     elif k in beyond:
                         past[name].append(ms)
+                session.forget(stamp)
                 stamp += STEP_NS
     result: dict[str, Any] = _header(agents, window, stride, repeats)
     for name in names:

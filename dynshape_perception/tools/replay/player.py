@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from dynshape_perception.errors import ConfigError, MessageError
 from dynshape_perception.io import bags, msgtypes
+from dynshape_perception.tools.replay.qos import TopicQos, topic_qos
 from dynshape_perception.tools.replay.topics import Skipped, absolute_name
 
 CLOCK_TOPIC = "/clock"
@@ -28,6 +30,7 @@ class Track:
     msgtype: str
     count: int
     stamped: bool
+    qos: TopicQos = field(default_factory=TopicQos)
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,19 @@ def plan_tracks(
     remaps: Mapping[str, str],
     publishable: Callable[[str], bool],
     differs: Callable[[str], bool] = lambda _topic: False,
+    offers: Callable[[str], Sequence[Any]] = lambda _topic: (),
+    qos_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Track], list[Skipped]]:
     """Every selected topic whose type this ROS installation has; the rest with a reason.
 
     ``differs(topic)`` tells a recorded definition that does not match the installed type
-    (another distro's), whose bytes subscribers could not decode.
+    (another distro's), whose bytes subscribers could not decode. ``offers(topic)``: the
+    recorded QoS offers each track is published with, unless ``qos_overrides`` names it.
     """
+    overrides = qos_overrides or {}
+    unknown = set(overrides) - {absolute_name(t.name) for t in topics}
+    if unknown:
+        raise ConfigError(f"QoS overrides name topics the bag does not hold: {sorted(unknown)}")
     chosen = {absolute_name(t) for t in select} if select else None
     tracks: list[Track] = []
     skipped: list[Skipped] = []
@@ -102,8 +112,16 @@ def plan_tracks(
                 )
             )
         else:
+            qos = topic_qos(info.name, offers(info.name), overrides)
             tracks.append(
-                Track(info.name, name, info.msgtype, info.count, starts_with_header(info.msgtype))
+                Track(
+                    info.name,
+                    name,
+                    info.msgtype,
+                    info.count,
+                    starts_with_header(info.msgtype),
+                    qos,
+                )
             )
     return tracks, skipped
 

@@ -75,3 +75,6 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
         assert cost[f"{mode}_ratio_past_window_to_shortest"] > 0.0
         lost += cost[f"{mode}_lost"]
     assert code == (1 if lost else 0)
+    # Its own cost: wall time, and the peak RSS of the harness and of it with the nodes.
+    assert doc["wall_s"] > 0.0
+    assert 0.0 < doc["peak_harness_rss_mb"] < doc["peak_tree_rss_mb"]

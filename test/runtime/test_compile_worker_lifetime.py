@@ -1,0 +1,108 @@
+"""Compile workers start with the first compile and exit after ``idle_exit_s`` without one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime.compile_pool import CompilePool
+from dynshape_perception.runtime.process_tree import tree_usage
+from dynshape_perception.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.runtime.validation import CompileRequest, CompileResult
+from dynshape_perception.testing.faults import failing_compiler_fault_injector
+
+ASSOC = model_definition("associator")
+WEIGHTS = {"associator": init_weights(parameter_shapes(ASSOC), seed=8)}
+IDLE_EXIT_S = 1.0
+# Bounds on a hang, not timings: a worker imports TVM in minutes on a host loaded many times over.
+WORKER_START_S = 600.0
+EXIT_WAIT_S = 60.0
+
+
+def request(key: Signature, cache_root: Path) -> CompileRequest:
+    sample = sample_inputs(ASSOC, key.function, key.as_dict(), seed=1)
+    return CompileRequest("associator", "x86_64", key, str(cache_root), sample=sample)
+
+
+def compile_once(pool: CompilePool, key: Signature, cache_root: Path) -> str:
+    done = threading.Event()
+    reasons: list[str] = []
+
+    def on_done(_key: Signature, _result: CompileResult | None, _s: float, reason: str) -> None:
+        reasons.append(reason)
+        done.set()
+
+    assert pool.submit(request(key, cache_root), 1.0, on_done)
+    assert done.wait(WORKER_START_S), "the compile never finished"
+    return reasons[0]
+
+
+def children() -> list[int]:
+    """This process's descendants but multiprocessing's resource tracker, which is shared by
+    every pool of the process and stays (a few MB)."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(proc.cmdline()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def gone(pids: list[int]) -> bool:
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_workers_start_with_the_first_compile_and_exit_when_idle(tmp_path: Path) -> None:
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="process",
+        compile_fn=failing_compiler_fault_injector,
+        idle_exit_s=IDLE_EXIT_S,
+    )
+    try:
+        time.sleep(IDLE_EXIT_S)
+        assert pool.worker_pids() == [] and pool.worker_starts == 0, "no compile, no worker"
+        before = set(children())
+        reason = compile_once(pool, Signature.of("forward", {"N": 4, "M": 4}), tmp_path)
+        assert "injected" in reason, reason
+        assert pool.worker_starts == 1
+        workers = [p for p in children() if p not in before]
+        assert workers, "the compile ran in a worker process"
+        assert gone(workers), "idle workers must exit"
+        assert pool.worker_pids() == [] and pool.worker_exits == 1
+        # The next compile starts them again.
+        compile_once(pool, Signature.of("forward", {"N": 5, "M": 4}), tmp_path)
+        assert pool.worker_starts == 2
+    finally:
+        pool.shutdown()
+
+
+def test_with_no_idle_exit_the_workers_stay(tmp_path: Path) -> None:
+    pool = CompilePool(
+        WEIGHTS, "x86_64", tmp_path, mode="process", compile_fn=failing_compiler_fault_injector
+    )
+    try:
+        compile_once(pool, Signature.of("forward", {"N": 4, "M": 4}), tmp_path)
+        (pid,) = pool.worker_pids()
+        time.sleep(3 * IDLE_EXIT_S)
+        assert pool.worker_pids() == [pid] and pool.worker_exits == 0
+        usage = tree_usage()
+        assert usage.processes >= 2 and usage.rss_bytes > psutil.Process(pid).memory_info().rss
+    finally:
+        pool.shutdown()
+    assert gone([pid])

@@ -1,0 +1,84 @@
+"""``bench soak`` short run: both setups at 10 Hz, samples over time, the HTML plot, clean exits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dynshape_perception.cli.main import main
+from dynshape_perception.tools.bench.soak import summary
+
+ROW_KEYS = {
+    "t_s",
+    "rss_mb",
+    "processes",
+    "threads",
+    "fds",
+    "harness_rss_mb",
+    "sent",
+    "answered",
+    "misses",
+    "p50_ms",
+    "p99_ms",
+    "max_ms",
+}
+
+
+def test_short_soak_of_both_setups(tmp_path: Path, cache_root: Path) -> None:
+    out, page = tmp_path / "soak.json", tmp_path / "soak.html"
+    args = ["bench", "soak", "--duration-s", "12", "--sample-s", "3", "--warmup-s", "3"]
+    files = ["--json", str(out), "--html", str(page), "--cache-dir", str(cache_root)]
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert main([*args, "--drive-frames", "20", *files]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["setups"]) == {"composed", "separate"}
+    for setup, processes in (("composed", 1), ("separate", 3)):
+        entry = doc["setups"][setup]
+        rows = entry["rows"]
+        assert len(rows) >= 3 and all(set(r) == ROW_KEYS for r in rows)
+        assert [r["t_s"] for r in rows] == sorted(r["t_s"] for r in rows)
+        # The process tree of every node, counted: at least the nodes themselves.
+        assert all(r["processes"] >= processes and r["rss_mb"] > 0 for r in rows)
+        assert all(r["threads"] >= processes and r["fds"] > 0 for r in rows)
+        s = entry["summary"]
+        assert s["sent"] == sum(r["sent"] for r in rows) > 0
+        assert s["answered"] > 0 and s["answered"] + s["misses"] <= s["sent"]
+        assert set(entry["exit_codes"].values()) == {0}, entry["exit_codes"]
+    html = page.read_text()
+    assert "<img" in html and "data:image/png;base64," in html
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not {p for p in left if psutil.pid_exists(p)}, "nodes outlived the soak"
+
+
+def test_growth_is_measured_after_the_warm_up() -> None:
+    rows = [
+        {
+            "t_s": t,
+            "rss_mb": rss,
+            "fds": 20,
+            "threads": 9,
+            "processes": 1,
+            "p99_ms": p99,
+            "sent": 10,
+            "answered": 10,
+            "misses": 0,
+            "harness_rss_mb": 1.0,
+        }
+        for t, rss, p99 in ((0, 100.0, 50.0), (10, 200.0, 9.0), (20, 202.0, 8.0), (30, 204.0, 7.0))
+    ]
+    got = summary(rows, warmup_s=10)
+    assert got["rss_mb"] == [200.0, 204.0] and got["rss_growth_pct"] == 2.0
+    assert got["samples_after_warmup"] == 3 and got["sent"] == 40
+    assert got["p99_ms_first_last_quarter"] == [9.0, 7.0]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--duration-s", "0"], ["--rate-hz", "nan"], ["--warmup-s", "700"], ["--drive-frames", "0"]],
+)
+def test_bad_settings_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "soak", *bad]) == 2
+    assert "error" in capsys.readouterr().err.lower()
