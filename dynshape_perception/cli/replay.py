@@ -13,6 +13,13 @@ from typing import TYPE_CHECKING, Any
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
 from dynshape_perception.io.bags import STORAGES
+from dynshape_perception.io.qos import load_overrides
+from dynshape_perception.io.topics import (
+    TopicPlan,
+    absolute_name,
+    parse_remaps,
+    plan_topics,
+)
 from dynshape_perception.tools.replay import golden
 from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
 from dynshape_perception.tools.replay.params import (
@@ -21,14 +28,7 @@ from dynshape_perception.tools.replay.params import (
     dump_params,
     load_params_file,
 )
-from dynshape_perception.tools.replay.qos import load_overrides
 from dynshape_perception.tools.replay.rundir import RunRecorder
-from dynshape_perception.tools.replay.topics import (
-    TopicPlan,
-    absolute_name,
-    parse_remaps,
-    plan_topics,
-)
 
 # The engine (TVM) loads only once a bag proves to have something to replay.
 if TYPE_CHECKING:

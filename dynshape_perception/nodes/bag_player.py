@@ -21,7 +21,7 @@ from sensor_msgs.msg import PointCloud2
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
-from dynshape_perception.tools.replay.player import (
+from dynshape_perception.io.playback import (
     CLOCK_TOPIC,
     PlayItem,
     Track,
@@ -30,9 +30,8 @@ from dynshape_perception.tools.replay.player import (
     plan_tracks,
     timetable,
 )
-from dynshape_perception.tools.replay.qos import TopicQos
-from dynshape_perception.tools.replay.rundir import OBJECT_TOPICS, OUTPUT_TOPICS
-from dynshape_perception.tools.replay.topics import Skipped
+from dynshape_perception.io.qos import TopicQos
+from dynshape_perception.io.topics import OBJECT_TOPICS, OUTPUT_TOPICS, Skipped
 
 NODE_NAME = "dynshape_bag_player"
 DEFAULT_CLOCK_HZ = 100.0

@@ -532,8 +532,8 @@ def test_zeroed_metadata_counts_and_offsets_past_the_end(
 def test_dds_offset_past_the_end_publishes_nothing(
     tmp_path: Path, storage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from dynshape_perception.io.playback import timetable
     from dynshape_perception.nodes import bag_player
-    from dynshape_perception.tools.replay.player import timetable
 
     bag = tmp_path / "crowd"
     sources.write_crowd(bag, storage, seed=1, frames=6, agents=3)

@@ -20,9 +20,7 @@ from tf2_msgs.msg import TFMessage
 from dynshape_perception.cli.main import main
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
-from dynshape_perception.nodes.bag_player import BagPlayer, PlayOptions, tracks_for
-from dynshape_perception.testing.processes import domain_lease
-from dynshape_perception.tools.replay.qos import (
+from dynshape_perception.io.qos import (
     LATCHED_DEPTH,
     MIXED,
     OVERRIDE,
@@ -31,6 +29,8 @@ from dynshape_perception.tools.replay.qos import (
     load_overrides,
     parse_overrides,
 )
+from dynshape_perception.nodes.bag_player import BagPlayer, PlayOptions, tracks_for
+from dynshape_perception.testing.processes import domain_lease
 
 LATE_JOIN_WAIT_S = 20.0
 

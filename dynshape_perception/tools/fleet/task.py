@@ -16,6 +16,7 @@ from typing import Any
 from dynshape_perception.errors import DynshapeError
 from dynshape_perception.fsutil import atomic_write_text
 from dynshape_perception.io import bags
+from dynshape_perception.io.topics import plan_topics
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.tools.fleet.corpus import BagEntry
 from dynshape_perception.tools.replay import golden
@@ -27,7 +28,6 @@ from dynshape_perception.tools.replay.settings import (
     params_yaml,
     settings_from_values,
 )
-from dynshape_perception.tools.replay.topics import plan_topics
 
 RESULT_FILE = "fleet.json"
 OK, REGRESSED, FAILED, EMPTY, INTERRUPTED = "ok", "regressed", "failed", "empty", "interrupted"

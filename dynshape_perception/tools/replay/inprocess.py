@@ -23,6 +23,15 @@ from dynshape_perception.io.objects import (
     obstacles_from_detected_objects,
 )
 from dynshape_perception.io.pointcloud2 import cloud_to_points, cloud_to_table
+from dynshape_perception.io.topics import (
+    ODOM,
+    POINTS,
+    TF,
+    TF_STATIC,
+    TRUTH,
+    TopicPlan,
+    plan_topics,
+)
 from dynshape_perception.perception.localization import Localizer, Located
 from dynshape_perception.perception.objects import (
     REPLAY_NAMESPACE,
@@ -49,15 +58,6 @@ from dynshape_perception.tools.replay.metrics import FrameRecord, RunMetrics
 from dynshape_perception.tools.replay.rundir import FrameOutputs, RunRecorder
 from dynshape_perception.tools.replay.scoring import PredictionScore, TruthIndex
 from dynshape_perception.tools.replay.settings import ReplaySettings
-from dynshape_perception.tools.replay.topics import (
-    ODOM,
-    POINTS,
-    TF,
-    TF_STATIC,
-    TRUTH,
-    TopicPlan,
-    plan_topics,
-)
 
 log = logging.getLogger(__name__)
 

@@ -18,27 +18,18 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import StagedDir
 from dynshape_perception.io import bags, msgtypes
 from dynshape_perception.io.objects import (
-    DETECTED_OBJECTS,
-    PREDICTED_OBJECTS,
-    TRACKED_OBJECTS,
     TrackStates,
     detected_objects,
     predicted_objects,
     tracked_objects,
 )
+from dynshape_perception.io.topics import OBJECT_TOPICS, OUTPUT_TOPICS
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.prediction.paths import PredictedPaths
 
 OUTPUT_BAG = "output"
 METRICS_FILE = "metrics.json"
 PARAMS_FILE = "params.yaml"
-# The debug tables (what golden checks compare) and the standard object messages.
-OUTPUT_TOPICS = ("/obstacles", "/tracks", "/predictions")
-OBJECT_TOPICS = {
-    "/detected_objects": DETECTED_OBJECTS,
-    "/tracked_objects": TRACKED_OBJECTS,
-    "/predicted_objects": PREDICTED_OBJECTS,
-}
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from dynshape_perception.config import check_seed
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import atomic_write_text
 from dynshape_perception.io.bags import BagReader
+from dynshape_perception.io.topics import plan_topics
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.stats import percentile
 from dynshape_perception.tools.replay.inprocess import InProcessReplay, ReplayOptions, ReplayResult
 from dynshape_perception.tools.replay.params import Value, dump_params
 from dynshape_perception.tools.replay.settings import ReplaySettings, is_replay_parameter
-from dynshape_perception.tools.replay.topics import plan_topics
 
 DEFAULT_STUDY = "dynshape-perception"
 DEFAULT_STARTUP_TRIALS = 10

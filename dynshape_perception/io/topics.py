@@ -13,7 +13,15 @@ from dynshape_perception.io.bags import (
     TF_MESSAGE,
     TopicInfo,
 )
-from dynshape_perception.io.objects import DETECTED_OBJECTS
+from dynshape_perception.io.objects import DETECTED_OBJECTS, PREDICTED_OBJECTS, TRACKED_OBJECTS
+
+# The debug tables (what golden checks compare) and the standard object messages.
+OUTPUT_TOPICS = ("/obstacles", "/tracks", "/predictions")
+OBJECT_TOPICS = {
+    "/detected_objects": DETECTED_OBJECTS,
+    "/tracked_objects": TRACKED_OBJECTS,
+    "/predicted_objects": PREDICTED_OBJECTS,
+}
 
 POINTS, OBSTACLES, ODOM, TRUTH = "points", "obstacles", "odom", "ground_truth"
 TF, TF_STATIC = "tf", "tf_static"

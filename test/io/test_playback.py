@@ -9,15 +9,15 @@ import pytest
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags, msgtypes
-from dynshape_perception.perception.records import OBSTACLE_DTYPE
-from dynshape_perception.tools.replay.player import (
+from dynshape_perception.io.playback import (
     header_stamp,
     plan_tracks,
     shift_stamp,
     starts_with_header,
     timetable,
 )
-from dynshape_perception.tools.replay.topics import parse_remaps
+from dynshape_perception.io.topics import parse_remaps
+from dynshape_perception.perception.records import OBSTACLE_DTYPE
 
 T0 = 1_700_000_000 * 1_000_000_000
 STEP = 100_000_000

@@ -12,7 +12,7 @@ from rosbags.interfaces import Qos, QosDurability, QosHistory, QosReliability
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
-from dynshape_perception.tools.replay.topics import absolute_name
+from dynshape_perception.io.topics import absolute_name
 
 RELIABILITIES = ("reliable", "best_effort")
 DURABILITIES = ("volatile", "transient_local")

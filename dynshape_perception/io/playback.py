@@ -10,8 +10,8 @@ from typing import Any
 
 from dynshape_perception.errors import ConfigError, MessageError
 from dynshape_perception.io import bags, msgtypes
-from dynshape_perception.tools.replay.qos import TopicQos, topic_qos
-from dynshape_perception.tools.replay.topics import Skipped, absolute_name
+from dynshape_perception.io.qos import TopicQos, topic_qos
+from dynshape_perception.io.topics import Skipped, absolute_name
 
 CLOCK_TOPIC = "/clock"
 HEADER = "std_msgs/msg/Header"
@@ -54,7 +54,7 @@ def header_stamp(raw: bytes | memoryview) -> int:
     """The header stamp (ns) of a CDR message that starts with a std_msgs/Header."""
     little = bytes(raw[1:2]) == b"\x01"
     sec, nanosec = (_STAMP if little else _STAMP_BE).unpack_from(raw, _ENCAPSULATION)
-    return sec * 1_000_000_000 + nanosec
+    return int(sec) * 1_000_000_000 + int(nanosec)
 
 
 def shift_stamp(raw: bytes | memoryview, shift_ns: int) -> bytes:

@@ -6,7 +6,7 @@ import pytest
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.bags import DETECTION3D_ARRAY, ODOMETRY, POINTCLOUD2, TopicInfo
-from dynshape_perception.tools.replay.topics import parse_remaps, plan_topics
+from dynshape_perception.io.topics import parse_remaps, plan_topics
 
 TOPICS = [
     TopicInfo("/velodyne_points", POINTCLOUD2, 10),
