@@ -29,11 +29,13 @@ from dynshape_perception import parameters
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError, MessageError
 from dynshape_perception.interrupts import shutting_down, startup_done
 from dynshape_perception.io.cdr import stamp_s_of
+from dynshape_perception.io.markers import MarkerStyle
 from dynshape_perception.io.pointcloud2 import REASONS, CloudError, CloudLike, cloud_to_points
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.debug_times import switch_debug_times
 from dynshape_perception.nodes.guard import InternalErrors, guarded
-from dynshape_perception.nodes.messages import NS_PER_S, MarkerStyle, stamp_s
+from dynshape_perception.nodes.messages import NS_PER_S, stamp_s
+from dynshape_perception.nodes.outputs import Output
 from dynshape_perception.perception import scan
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.localization import Located
@@ -115,8 +117,8 @@ def descriptor(spec: parameters.ParamSpec) -> ParameterDescriptor:
 
 def on_parameters(
     node: Node,
-    check: Callable[[list[Parameter]], SetParametersResult],
-    apply: Callable[[list[Parameter]], None],
+    check: Callable[[list[Parameter[Any]]], SetParametersResult],
+    apply: Callable[[list[Parameter[Any]]], None],
 ) -> None:
     """``check`` a change before rclpy accepts it, ``apply`` it after. rclpy before Iron
     (Humble) has no post-set callback: there ``apply`` runs in the on-set path once ``check``
@@ -127,7 +129,7 @@ def on_parameters(
         post_set(apply)
         return
 
-    def check_then_apply(changes: list[Parameter]) -> SetParametersResult:
+    def check_then_apply(changes: list[Parameter[Any]]) -> SetParametersResult:
         result = check(changes)
         if result.successful:
             apply(changes)
@@ -223,7 +225,7 @@ class PerceptionNode(Node):
         parameters.validate(values, self.specs)
         return values
 
-    def _on_set(self, changes: list[Parameter]) -> SetParametersResult:
+    def _on_set(self, changes: list[Parameter[Any]]) -> SetParametersResult:
         candidate = dict(self.values)
         for param in changes:
             if param.name in self.specs:
@@ -234,7 +236,7 @@ class PerceptionNode(Node):
             return SetParametersResult(successful=False, reason=str(err))
         return SetParametersResult(successful=True)
 
-    def _after_set(self, changes: list[Parameter]) -> None:
+    def _after_set(self, changes: list[Parameter[Any]]) -> None:
         # The values of ``changes``, not get_parameter's: without a post-set callback (rclpy
         # before Iron) this runs before rclpy stores them.
         changed = {p.name for p in changes if p.name in self.specs}
@@ -366,7 +368,7 @@ class PerceptionNode(Node):
         return not self._closing and self.context.ok()
 
     def output(self, msg_type: Any, topic: str, stamped: bool = True) -> Output:
-        return Output(self, msg_type, topic, stamped)
+        return Output(self, self.diagnostics, self.output_qos, msg_type, topic, stamped)
 
     def marker_output(self) -> Output | None:
         """``markers``, with ``debug.publish_markers``."""
@@ -631,34 +633,6 @@ class FixedFrame:
 
 # Frames whose markers were not built: nobody subscribed to them.
 MARKERS_UNREAD = "markers_unread"
-
-
-class Output:
-    """A reliable publisher whose rate (and stamps, if ``stamped``) the diagnostics check."""
-
-    def __init__(self, node: PerceptionNode, msg_type: Any, topic: str, stamped: bool) -> None:
-        self.publisher = node.create_publisher(msg_type, topic, node.output_qos)
-        self.name = self.publisher.topic_name
-        self.stamped = stamped
-        self.diagnostics = node.diagnostics
-        self.diagnostics.topic(self.name, stamped)
-
-    def publish(self, msg: Any) -> None:
-        self.publisher.publish(msg)
-        self.diagnostics.tick(self.name, stamp_s(msg.header.stamp) if self.stamped else None)
-
-    def publish_serialized(self, data: bytes, stamp: Any) -> None:
-        """A message already in CDR bytes, of header stamp ``stamp``."""
-        self.publisher.publish(data)
-        self.diagnostics.tick(self.name, stamp_s(stamp) if self.stamped else None)
-
-    def unread(self) -> bool:
-        """Nobody subscribes: an optional output need not be built. Its rate check counts
-        the frame as served, since leaving it out is the node's choice, not a stall."""
-        if self.publisher.get_subscription_count() > 0:
-            return False
-        self.diagnostics.tick(self.name)
-        return True
 
 
 class PoseSource(Protocol):

@@ -17,9 +17,10 @@ from dynshape_perception.io.cdr import read_point_cloud2
 from dynshape_perception.io.objects import detected_objects
 from dynshape_perception.io.pointcloud2 import CloudError
 from dynshape_perception.nodes import diagnostics as diag
-from dynshape_perception.nodes.base import Output, PerceptionNode
+from dynshape_perception.nodes.base import PerceptionNode
 from dynshape_perception.nodes.frames import PoseInput
 from dynshape_perception.nodes.messages import NS_PER_S, stamp_ns, stamp_s, table_msg
+from dynshape_perception.nodes.outputs import Output
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.perception.sectors import SectorAssembler
 from dynshape_perception.perception.stamps import OUTLIER_STAMP
