@@ -13,8 +13,8 @@ PROCESS_WORDS = re.compile(
     r"\b(?:(?:\d+(?:st|nd|rd|th)|(?:twenty-)?(?:first|second|third|fourth|fifth|sixth|seventh"
     r"|eighth|ninth)|tenth|eleventh|twelfth|(?:thir|four|fif|six|seven|eigh|nine)teenth|twentieth)"
     r" session|(?:this|last|previous|next|earlier|later) sessions?"
-    r"|sessions? \d+|closing notes?|issues? #?\d+|the issue(?:'s)?|this issue|tasks? #?\d+"
-    r"|commit [0-9a-f]{7,40}|this machine|code review|reviewers?)\b",
+    r"|sessions? `?\d+|closing notes?|issues? `?#?\d+|the issue(?:'s)?|this issue|tasks? `?#?\d+"
+    r"|commit `?[0-9a-f]{7,40}|this machine|code review|reviewers?)\b",
     re.IGNORECASE,
 )
 
@@ -57,6 +57,9 @@ def test_the_pattern_catches_process_words() -> None:
         "fixed in issue 29",
         "the issue's stream",
         "at commit d76d864",
+        "at commit `d76d864`",
+        "see issue `12`",
+        "in session `3`",
         "on this machine",
         "after code review",
     ]
