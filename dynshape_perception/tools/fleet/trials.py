@@ -22,14 +22,11 @@ from dynshape_perception.tools.replay.settings import (
     settings_from_values,
 )
 from dynshape_perception.tools.replay.tuning import (
-    MAX_SAMPLER_SEED,
     Evaluator,
     Score,
     Space,
     Weights,
-    check_tune_seed,
-    open_study,
-    storage_errors,
+    join_study,
 )
 
 
@@ -87,28 +84,7 @@ def tune_on_ray(
     """
     if trials < 1 or parallel < 1:
         raise ConfigError(f"trials and parallel trials must be >= 1, got {trials}, {parallel}")
-    check_tune_seed(seed)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    existing = 0 if storage is None else open_study(storage, space.study)
-    if seed + existing >= MAX_SAMPLER_SEED:
-        raise ConfigError(f"--seed {seed} plus {existing} trials must stay below 2**32")
-    sampler = optuna.samplers.TPESampler(
-        seed=seed + existing, n_startup_trials=space.startup_trials, constant_liar=True
-    )
-    with storage_errors(storage):
-        study = optuna.create_study(
-            study_name=space.study,
-            storage=storage,
-            sampler=sampler,
-            direction="minimize",
-            load_if_exists=True,
-        )
-    if existing == 0:
-        start = {**dict(defaults or {}), **space.start}
-        dims = {d.name: d for d in space.dimensions}
-        first = {n: start[n] for n in dims if n in start and dims[n].contains(start[n])}
-        if first:
-            study.enqueue_trial(first, skip_if_exists=True)
+    study = join_study(space, seed, storage, defaults, constant_liar=True)
     unused = [n for n in [*space.fixed, *dims_of(space)] if not is_replay_parameter(n)]
     if unused:
         raise ConfigError(f"in-process replay does not use {unused}; tune other parameters")

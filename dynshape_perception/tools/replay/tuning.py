@@ -362,6 +362,45 @@ def open_study(storage: str, study: str) -> int:
     raise AssertionError("unreachable")
 
 
+def join_study(
+    space: Space,
+    seed: int,
+    storage: str | None,
+    defaults: Mapping[str, Value] | None = None,
+    constant_liar: bool = False,
+) -> optuna.Study:
+    """The (possibly shared) study of ``space``, created or joined, with its sampler seeded by
+    ``seed`` plus the trials the study held when this process joined; a new study's first
+    trial is the start point (``start``, else ``defaults``). ``constant_liar`` keeps trials
+    that run at once apart."""
+    check_tune_seed(seed)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    existing = 0 if storage is None else open_study(storage, space.study)
+    if seed + existing >= MAX_SAMPLER_SEED:
+        raise ConfigError(
+            f"--seed {seed} plus the {existing} trials study {space.study!r} holds must stay "
+            f"below 2**32, Optuna's seed limit"
+        )
+    sampler = optuna.samplers.TPESampler(
+        seed=seed + existing, n_startup_trials=space.startup_trials, constant_liar=constant_liar
+    )
+    with storage_errors(storage):
+        study = optuna.create_study(
+            study_name=space.study,
+            storage=storage,
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
+        )
+    if existing == 0:
+        start = {**dict(defaults or {}), **space.start}
+        first = {d.name: start[d.name] for d in space.dimensions if d.name in start}
+        first = {n: v for n, v in first.items() if _dim(space, n).contains(v)}
+        if first:
+            study.enqueue_trial(first, skip_if_exists=True)
+    return study
+
+
 def tune(
     space: Space,
     evaluate: Callable[[Mapping[str, Value]], Score],
@@ -380,31 +419,7 @@ def tune(
     """
     if trials < 1:
         raise ConfigError(f"trials must be >= 1, got {trials}")
-    check_tune_seed(seed)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    existing = 0 if storage is None else open_study(storage, space.study)
-    if seed + existing >= MAX_SAMPLER_SEED:
-        raise ConfigError(
-            f"--seed {seed} plus the {existing} trials study {space.study!r} holds must stay "
-            f"below 2**32, Optuna's seed limit"
-        )
-    sampler = optuna.samplers.TPESampler(
-        seed=seed + existing, n_startup_trials=space.startup_trials
-    )
-    with storage_errors(storage):
-        study = optuna.create_study(
-            study_name=space.study,
-            storage=storage,
-            sampler=sampler,
-            direction="minimize",
-            load_if_exists=True,
-        )
-    if existing == 0:
-        start = {**dict(defaults or {}), **space.start}
-        first = {d.name: start[d.name] for d in space.dimensions if d.name in start}
-        first = {n: v for n, v in first.items() if _dim(space, n).contains(v)}
-        if first:
-            study.enqueue_trial(first, skip_if_exists=True)
+    study = join_study(space, seed, storage, defaults)
 
     def objective(trial: optuna.Trial) -> float:
         values = {**space.fixed, **{d.name: d.suggest(trial) for d in space.dimensions}}
