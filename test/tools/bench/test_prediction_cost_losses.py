@@ -33,6 +33,9 @@ class LosingRoundTripsFaultInjector:
     def check_alive(self) -> None:
         return None
 
+    def forget(self, upto_stamp: int) -> None:
+        return None
+
     def round_trip(self, name: str, stamp: int, rows: np.ndarray, timeout_s: float) -> float | None:
         call = self.calls[name]
         self.calls[name] += 1
