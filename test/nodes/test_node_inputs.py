@@ -344,6 +344,8 @@ def test_truncations_at_the_bounds_reach_the_counters() -> None:
         pipeline=SimpleNamespace(dropped_detections=3),
         latency={},
         last_latency_ms={},
+        # As with debug.publish_processing_time off: no debug timing topics.
+        debug_times=None,
     )
     for name in ("count", "set_counter", "record_latency"):
         setattr(node, name, getattr(PerceptionNode, name).__get__(node))
