@@ -37,6 +37,7 @@ PIP_ONLY = {
     "torch": "torch",
     "onnxruntime": "onnxruntime",
     "trackeval": "trackeval",
+    "ray": "ray",
 }
 OWN = {"dynshape_perception", "launch_checks", "compression"}
 
