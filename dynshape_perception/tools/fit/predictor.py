@@ -50,7 +50,7 @@ class PredictorFitConfig:
     generated data, score the one left out), taking the worse of the scenes.
     """
 
-    steps: int = 3000
+    steps: int = 2000
     batch_size: int = 256
     learning_rate: float = 3e-3
     final_lr_share: float = 0.02
@@ -69,7 +69,7 @@ class PredictorFitConfig:
     gate_weight: float = 0.5
     gate_margin: float = 0.05
     calibration_folds: int = 2
-    calibration_steps: int = 1500
+    calibration_steps: int = 800
     calibration_windows: int = 4000
     # The confidence head learns softmax(-cost / T) over the modes, not the winner alone: a
     # near miss is no failure, and the top mode leans towards the one that is close most often.
@@ -329,7 +329,7 @@ def _train(
     with torch.no_grad():
         for avg, param in zip(ema, net.parameters(), strict=True):
             param.copy_(avg)
-    net.final_loss = loss_value  # type: ignore[assignment]
+    net.final_loss = loss_value
     return net
 
 
@@ -439,7 +439,7 @@ def fit_predictor(
     stats = {
         "real_windows": float(real.count),
         "synthetic_windows": float(generated.count),
-        "final_loss": round(float(net.final_loss), 6),  # type: ignore[arg-type]
+        "final_loss": round(float(net.final_loss), 6),
         **calibration,
     }
     return weights, data.sources, stats

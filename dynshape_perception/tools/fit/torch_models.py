@@ -138,6 +138,7 @@ class Predictor(nn.Module):
         self.residual = Dense(DECODER_HIDDEN, config.hypotheses * config.horizon * 2)
         self.logits = Dense(DECODER_HIDDEN, config.hypotheses)
         self.gate = Dense(DECODER_HIDDEN, 1)
+        self.final_loss = float("nan")
 
     def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
         hd = self.config.hidden
