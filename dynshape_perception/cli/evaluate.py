@@ -151,8 +151,7 @@ def _families(text: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
     unknown = [name for name in names if name not in known]
     if not names or unknown:
         raise ConfigError(
-            f"--families takes 'none' or a comma-separated list of {', '.join(known)}; "
-            f"got {text!r}"
+            f"--families takes 'none' or a comma-separated list of {', '.join(known)}; got {text!r}"
         )
     return names
 

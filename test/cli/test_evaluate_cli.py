@@ -328,7 +328,10 @@ def test_leave_one_out_scores_each_scene_with_weights_fitted_without_it(
     families = ["sparse", "dense", "groups", "crossing"]
     sparse = loo["scenes"][2]
     assert sparse["kind"] == "generated" and sparse["fitted_on"] == [
-        "fast", "slow", *families[1:], "synthetic"
+        "fast",
+        "slow",
+        *families[1:],
+        "synthetic",
     ]
     assert sparse["windows"] > 0 and "file" not in sparse
     for row, other in zip(loo["scenes"], ["fast", "slow"], strict=True):

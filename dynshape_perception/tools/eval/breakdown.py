@@ -96,7 +96,7 @@ def ranking(
     top = probs.argmax(axis=1)
     top_ade = np.linalg.norm(traj[np.arange(top.size), top] - fut, axis=-1).mean(axis=-1)
     opened = top != 0
-    table = []
+    table: list[dict[str, Any]] = []
     which = _bins(stated, GATE_EDGES[:-1])
     for b in range(len(GATE_EDGES) - 1):
         inside = which == b

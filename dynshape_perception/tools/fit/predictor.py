@@ -30,10 +30,10 @@ from dynshape_perception.tools.fit.data import (
     family_windows,
     synthetic_windows,
 )
-from dynshape_perception.tools.sim.crowds import FAMILIES
 from dynshape_perception.tools.fit.schedule import adam, cosine_share, set_learning_rate
 from dynshape_perception.tools.fit.torch_env import configure
 from dynshape_perception.tools.fit.torch_models import Predictor, exact_sqrt, load_numpy, to_numpy
+from dynshape_perception.tools.sim.crowds import FAMILIES
 
 log = logging.getLogger(__name__)
 
@@ -432,9 +432,7 @@ def fit_predictor(
     net = _train(model, data.pools(tuple(data.parts)), seed, fit, fit.steps)
     weights = to_numpy(net)
     weights["gate.weight"] = (weights["gate.weight"] * np.float32(a)).astype(np.float32)
-    weights["gate.bias"] = (weights["gate.bias"] * np.float32(a) + np.float32(b)).astype(
-        np.float32
-    )
+    weights["gate.bias"] = (weights["gate.bias"] * np.float32(a) + np.float32(b)).astype(np.float32)
     real, generated = data.pools(tuple(data.parts))
     stats = {
         "real_windows": float(real.count),

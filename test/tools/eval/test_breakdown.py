@@ -68,7 +68,7 @@ def test_ranking_sets_the_stated_odds_against_how_often_mode_one_clearly_wins() 
 def test_a_report_carries_the_breakdown_and_the_ranking() -> None:
     frames = np.arange(0, 250, 10)
     xy = np.c_[0.4 * np.arange(25), np.zeros(25)]
-    tracks = {1: (frames, xy), 2: (frames, xy + [0.0, 3.0])}
+    tracks = {1: (frames, xy), 2: (frames, xy + np.array([0.0, 3.0]))}
 
     def predictor(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         step = obs[:, -1] - obs[:, -2]
