@@ -133,7 +133,10 @@ def _leave_one_out(args: argparse.Namespace) -> int:
             return _score_tracks(family_eval_tracks(part.name, args.seed), loaded, args.seed)
         return _score_prediction(read_eth_ucy(part.path), loaded, args.seed)
 
-    rows = leave_one_out(scenes, families, tuple(FAMILIES), fit, score)
+    def progress(line: str) -> None:
+        print(f"left out {line}", file=sys.stderr, flush=True)
+
+    rows = leave_one_out(scenes, families, tuple(FAMILIES), fit, score, progress)
     report = {"leave_one_out": {"seed": args.seed, "fit_steps": fit_config.steps, "scenes": rows}}
     if args.json:
         print(json.dumps(_json_safe(report), indent=2))

@@ -109,10 +109,12 @@ def leave_one_out(
     all_families: Sequence[str],
     fit: Fitter,
     score: Scorer,
+    progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """For each real scene, then each of ``families``: weights fitted without it, and its
     report on them. Every fit takes the other real scenes, ``all_families`` but the one
-    left out, and the generated walkers."""
+    left out, and the generated walkers. ``progress`` hears each part's overview line as
+    it is scored: a run of several fits takes a while."""
     parts = [Part(s.name, REAL, s.path, s.sha256) for s in scenes]
     parts += [Part(name, GENERATED) for name in families]
     rows = []
@@ -135,6 +137,8 @@ def leave_one_out(
                 **result,
             }
         )
+        if progress is not None:
+            progress(overview_lines(rows[-1:])[-1].strip() + f" (fit {fit_s:.0f} s)")
     return rows
 
 
