@@ -272,10 +272,14 @@ def wta_loss(
     central mode beats constant velocity; returns (loss, winner)."""
     err = exact_sqrt(((traj - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS)
     cost = err.mean(-1) + fit.fde_weight * err[..., -1]
-    winner = cost.detach().argmin(dim=1)
     k = cost.shape[1]
-    weights = torch.full_like(cost, relax / max(k - 1, 1))
-    weights.scatter_(1, winner[:, None], 1.0 - relax if k > 1 else 1.0)
+    # Mode 0 (constant velocity, fixed) takes no part in the competition: where it won, no
+    # learned mode would be pulled, and early on it wins nearly everywhere.
+    first = 1 if k > 2 else 0
+    winner = cost.detach()[:, first:].argmin(dim=1) + first
+    weights = torch.full_like(cost, relax / max(k - first - 1, 1))
+    weights[:, :first] = 0.0
+    weights.scatter_(1, winner[:, None], 1.0 - relax if k - first > 1 else 1.0)
     central = CENTRAL if k > 1 else 0
     regression = (weights * cost).sum(1).mean() + fit.anchor_weight * cost[:, central].mean()
     if fit.confidence_temperature > 0:

@@ -89,7 +89,8 @@ def test_the_anchor_term_pulls_mode_one_and_soft_targets_spread_confidence() -> 
     plain = PredictorFitConfig(anchor_weight=0.0, confidence_temperature=0.0)
     loss, winner = wta_loss(traj, logits, fut, plain, relax=0.0)
     anchored, _ = wta_loss(traj, logits, fut, replace(plain, anchor_weight=0.5), relax=0.0)
-    assert int(winner[0]) == 0
+    # Mode 0 (constant velocity) is exact here, but takes no part: the near miss wins.
+    assert int(winner[0]) == 2
     # The anchor's cost is 1 m mean + 0.5 x 1 m final, weighted by 0.5.
     assert float(anchored - loss) == pytest.approx(0.75, abs=1e-3)
     logits.requires_grad_(True)
