@@ -24,7 +24,7 @@ from dynshape_perception.tools.eval.tracking import (
     score_tracking,
 )
 from dynshape_perception.tools.eval.traffic_run import TruthFrame, evaluate_traffic, truth_boxes
-from dynshape_perception.tools.replay.settings import ReplaySettings
+from dynshape_perception.tools.replay.settings import ReplaySettings, settings_from_values
 from dynshape_perception.tools.sim.traffic import (
     CLASSES,
     TrafficConfig,
@@ -167,7 +167,7 @@ def engine(cache_root: Path) -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def pipeline_report(engine: Engine) -> dict[str, Any]:
-    settings = replay_cli.settings_from_values({})
+    settings = settings_from_values({})
     return evaluate_traffic(engine, settings, [SHORT])
 
 
