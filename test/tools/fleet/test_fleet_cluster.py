@@ -4,6 +4,7 @@ serial replay, retried workers, unreadable bags, goldens, resume and Ctrl-C."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -271,6 +272,17 @@ def test_embedded_ray_stops_cleanly_on_ctrl_c_and_the_rerun_finishes(
 ) -> None:
     run = tmp_path / "run"
     manifest, names = _manifest(tmp_path / "five.yaml", corpus, 5)
+    # A sixth bag, last in the manifest, whose data file is a FIFO nobody writes: its task
+    # waits in open() until Ctrl-C, so the signal always comes while the corpus runs, after
+    # the five others are complete, however loaded the host.
+    source = next(e.path for e in load_corpus(corpus) if e.name == names[-1])
+    stalled = tmp_path / "stalled"
+    shutil.copytree(source, stalled)
+    data = next(stalled.glob("*.mcap"))
+    data.unlink()
+    os.mkfifo(data)
+    with manifest.open("a") as text:
+        text.write(f"  - {{path: {stalled}, name: stalled}}\n")
     argv = embedded_ns.command(
         [
             *(sys.executable, "-m", "dynshape_perception.cli.main"),
@@ -281,25 +293,28 @@ def test_embedded_ray_stops_cleanly_on_ctrl_c_and_the_rerun_finishes(
     proc = subprocess.Popen(argv, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
-        if len(list((run / "bags").glob(f"*/{RESULT_FILE}"))) >= 2:
+        if len(list((run / "bags").glob(f"*/{RESULT_FILE}"))) >= len(names):
             break
         time.sleep(0.1)
+    assert proc.poll() is None, "the stalled bag keeps the corpus running"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out.decode(errors="replace")
     assert embedded_ns.end_processes(grace_s=10.0) == [], "no Ray process outlives Ctrl-C"
     complete = {p.parent.name for p in (run / "bags").glob(f"*/{RESULT_FILE}")}
-    assert 2 <= len(complete) < len(names) and _hidden(run) == []
+    assert complete == set(names) and _hidden(run) == []
 
     # A folder without its outcome (cut before fleet.json) and a killed task's hidden folder.
     partial = sorted(complete)[0]
     (run / "bags" / partial / RESULT_FILE).unlink()
     (run / "bags" / f".{partial}.dead").mkdir()
+    data.unlink()
+    shutil.copyfile(next(source.glob("*.mcap")), data)
     rerun = subprocess.run(argv, env=ray_env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     doc = _summary(run)
     assert {r["name"] for r in doc["bags"] if r["reused"]} == complete - {partial}
-    assert doc["totals"]["ok"] == len(names) and doc["run"]["address"] == "embedded"
+    assert doc["totals"]["ok"] == len(names) + 1 and doc["run"]["address"] == "embedded"
     assert (run / "report.html").is_file() and _hidden(run) == []
     _assert_identical(run, serial, names)
     assert embedded_ns.end_processes(grace_s=10.0) == []
