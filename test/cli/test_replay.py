@@ -530,29 +530,23 @@ def test_zeroed_metadata_counts_and_offsets_past_the_end(
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
 def test_dds_offset_past_the_end_publishes_nothing(
-    tmp_path: Path, storage: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    storage: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from dynshape_perception.io.playback import timetable
-    from dynshape_perception.nodes import bag_player
+    from dynshape_perception.testing.processes import domain_lease
 
     bag = tmp_path / "crowd"
     sources.write_crowd(bag, storage, seed=1, frames=6, agents=3)
-    items: list[object] = []
-
-    def fake_replay(
-        path: Path, options: bag_player.PlayOptions, *rest: object
-    ) -> bag_player.PlayResult:
-        with bags.BagReader(path) as reader:
-            tracks, skipped = bag_player.tracks_for(reader, options)
-            due = list(timetable(reader, tracks, options.start_offset_s))
-            items.extend(due)
-        return bag_player.PlayResult(tracks, skipped, published={"all": len(due)})
-
-    monkeypatch.setattr(bag_player, "replay_dds", fake_replay)
-    assert main(["replay", str(bag), "--mode", "dds", "--start-offset", "1.0"]) == 0
-    assert len(items) == 2 * 3
-    items.clear()
-    for offset in ("2.1", "1e300"):
-        # Nothing published: the replay failed to replay anything, and says so.
-        assert main(["replay", str(bag), "--mode", "dds", "--start-offset", offset]) == 2
-        assert items == []
+    with domain_lease() as domain:
+        monkeypatch.setenv("ROS_DOMAIN_ID", str(domain))
+        # Six frames 0.4 s apart: an offset of 1 s leaves the last three of both topics.
+        assert main(["replay", str(bag), "--mode", "dds", "--start-offset", "1.0"]) == 0
+        assert "published 6 messages" in capsys.readouterr().out
+        for offset in ("2.1", "1e300"):
+            # Nothing published: the replay failed to replay anything, and says so.
+            assert main(["replay", str(bag), "--mode", "dds", "--start-offset", offset]) == 2
+            captured = capsys.readouterr()
+            assert "published 0 messages" in captured.out
+            assert "nothing replayed" in captured.err
