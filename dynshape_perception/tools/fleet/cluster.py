@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+import psutil
 from tqdm import tqdm
 
 from dynshape_perception.errors import ConfigError
@@ -25,6 +26,9 @@ INSTALL_HINT = "pip install -r requirements-fleet.txt (or the package's 'fleet' 
 # carries task arguments and results.
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 WAIT_S = 0.5
+# How long the embedded instance's processes get to leave after ray.shutdown() before they
+# are killed.
+END_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ def ray_session(options: RayOptions) -> Iterator[Any]:
     except ImportError as err:
         raise ConfigError(f"the fleet tools need Ray: {INSTALL_HINT}") from err
     common: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    before = _children()
     try:
         if options.address is None:
             ray.init(
@@ -81,18 +86,41 @@ def ray_session(options: RayOptions) -> Iterator[Any]:
         else:
             ray.init(address=options.address, **common)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        ray.shutdown()
+        _shutdown(ray, before)
         where = "an embedded Ray" if options.address is None else f"Ray at {options.address}"
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ConfigError(f"cannot start or join {where}: {first}") from err
     except BaseException:
         # Ctrl-C during start-up: the processes started so far go too.
-        ray.shutdown()
+        _shutdown(ray, before)
         raise
     try:
         yield ray
     finally:
-        ray.shutdown()
+        _shutdown(ray, before)
+
+
+def _children() -> dict[int, psutil.Process]:
+    try:
+        return {p.pid: p for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def _shutdown(ray: Any, before: dict[int, psutil.Process]) -> None:
+    """``ray.shutdown()``, then SIGKILL for what the embedded instance started and left
+    running: a worker blocked in a read (a hung network mount, a FIFO) never reaches Ray's
+    own exit path, and it would hold this process's stdout open."""
+    started = [p for pid, p in _children().items() if pid not in before]
+    ray.shutdown()
+    _, alive = psutil.wait_procs(started, timeout=END_GRACE_S)
+    for proc in alive:
+        log.warning("killing Ray process %d, still running after shutdown", proc.pid)
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=END_GRACE_S)
 
 
 def cluster_info(ray: Any) -> dict[str, Any]:

@@ -290,7 +290,11 @@ def test_embedded_ray_stops_cleanly_on_ctrl_c_and_the_rerun_finishes(
             *_engine_args(weights_dir, cache_root),
         ]
     )
-    proc = subprocess.Popen(argv, env=ray_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = tmp_path / "ctrl-c.log"
+    # Output to a file, not a pipe: a process left behind would hold a pipe open and hang
+    # the read, where the namespace check below names it.
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(argv, env=ray_env, stdout=sink, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
         if len(list((run / "bags").glob(f"*/{RESULT_FILE}"))) >= len(names):
@@ -298,8 +302,11 @@ def test_embedded_ray_stops_cleanly_on_ctrl_c_and_the_rerun_finishes(
         time.sleep(0.1)
     assert proc.poll() is None, "the stalled bag keeps the corpus running"
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out.decode(errors="replace")
+    try:
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, log.read_text(errors="replace")
     assert embedded_ns.end_processes(grace_s=10.0) == [], "no Ray process outlives Ctrl-C"
     complete = {p.parent.name for p in (run / "bags").glob(f"*/{RESULT_FILE}")}
     assert complete == set(names) and _hidden(run) == []
