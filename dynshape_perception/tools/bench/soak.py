@@ -16,9 +16,10 @@ import numpy as np
 import psutil
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.fsutil import atomic_write
 from dynshape_perception.runtime.process_tree import TreeUsage, tree_usage
 from dynshape_perception.stats import DIGITS, percentile
-from dynshape_perception.tools.bench.soak_report import write_report
+from dynshape_perception.tools.bench.soak_report import plot, png, write_report
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames
 
 SETUPS = ("composed", "separate")
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--startup-timeout-s", type=float, default=300.0)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--html", type=Path, default=None, help="write the plots here")
+    parser.add_argument("--png", type=Path, default=None, help="write the plot alone here")
 
 
 @dataclass
@@ -242,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None:
         write_report(results, args.html)
         print(f"report written to {args.html}")
+    if args.png is not None:
+        atomic_write(args.png, png(plot(results)))
+        print(f"plot written to {args.png}")
     bad = {
         setup: entry["exit_codes"]
         for setup, entry in results["setups"].items()

@@ -28,9 +28,18 @@ ROW_KEYS = {
 
 
 def test_short_soak_of_both_setups(tmp_path: Path, cache_root: Path) -> None:
-    out, page = tmp_path / "soak.json", tmp_path / "soak.html"
+    out, page, image = tmp_path / "soak.json", tmp_path / "soak.html", tmp_path / "soak.png"
     args = ["bench", "soak", "--duration-s", "12", "--sample-s", "3", "--warmup-s", "3"]
-    files = ["--json", str(out), "--html", str(page), "--cache-dir", str(cache_root)]
+    files = [
+        "--json",
+        str(out),
+        "--html",
+        str(page),
+        "--png",
+        str(image),
+        "--cache-dir",
+        str(cache_root),
+    ]
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     assert main([*args, "--drive-frames", "20", *files]) == 0
     doc = json.loads(out.read_text())
@@ -49,6 +58,7 @@ def test_short_soak_of_both_setups(tmp_path: Path, cache_root: Path) -> None:
         assert set(entry["exit_codes"].values()) == {0}, entry["exit_codes"]
     html = page.read_text()
     assert "<img" in html and "data:image/png;base64," in html
+    assert image.read_bytes().startswith(b"\x89PNG")
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not {p for p in left if psutil.pid_exists(p)}, "nodes outlived the soak"
 
