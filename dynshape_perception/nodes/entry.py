@@ -9,11 +9,13 @@ import signal
 import sys
 
 from dynshape_perception.interrupts import install_handlers, requested
+from dynshape_perception.runtime.lean_imports import keep_unused_out
 
 
 def run(module: str) -> int:
     """Install the handlers, then import and run ``dynshape_perception.nodes.<module>``."""
     install_handlers()
+    keep_unused_out()
     try:
         node_main = importlib.import_module(f"dynshape_perception.nodes.{module}").main
         code = int(node_main())

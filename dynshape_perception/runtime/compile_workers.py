@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import ctypes
 import itertools
 import os
 import signal
@@ -18,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult, validate
+from dynshape_perception.runtime.worker_life import init_worker, start_worker
+
+__all__ = ["init_worker", "start_worker"]
 
 if TYPE_CHECKING:
     from dynshape_perception.compiler.cache import Artefact, ArtefactCache
@@ -29,10 +31,6 @@ WORKER_NICENESS = 10
 # A compile thread still inside TVM when the interpreter exits aborts the process
 # (std::terminate, exit status 134): closing waits this long for running compiles to return.
 EXIT_WAIT_S = 30.0
-# How often a worker looks whether the process that spawned it is still there.
-PARENT_POLL_S = 0.1
-# prctl(2): the signal a process gets when the thread that created it ends.
-PR_SET_PDEATHSIG = 1
 
 
 # Per worker: the generic build each specialisation is validated against, loaded once.
@@ -94,62 +92,6 @@ def validate_in_worker(
         _GENERIC[slot] = LoadedModel(model, generic.library_path)
     special = LoadedModel(model, library, functions=(request.key.function,))
     return validate(model, _GENERIC[slot], special, request)
-
-
-def start_worker() -> None:
-    """Worker initialiser: import the compiler before the first job."""
-    import dynshape_perception.compiler.cache  # noqa: F401
-
-
-def init_worker(start: Callable[[], None], parent_pid: int) -> None:
-    """Tie the worker's life to its parent's, then run ``start``.
-
-    A parent ended by SIGKILL runs no clean-up: without this its workers (hundreds of MB
-    each) would wait on their job queue under PID 1 for good, and the resource tracker,
-    which holds on while any of them lives, with them.
-    """
-    _wake_on_parent_death()
-    own_group = _own_process_group()
-    threading.Thread(
-        target=_watch_parent, args=(parent_pid, own_group), name="parent-watch", daemon=True
-    ).start()
-    start()
-
-
-def _own_process_group() -> bool:
-    """Lead a process group of its own: what the worker starts (a compiler) ends with it,
-    and a terminal's Ctrl-C reaches the parent alone, which closes the pool. It also tells
-    the parent that the guard is set (``guarded``)."""
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        return False
-    return True
-
-
-def _wake_on_parent_death() -> None:
-    """SIGCONT when the spawning thread ends: a worker stopped through a heavy call runs no
-    code, so it would never see its parent gone. Not SIGKILL: the spawning thread may end
-    before the process does, and then the worker is to live on."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGCONT), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _watch_parent(parent_pid: int, own_group: bool) -> None:
-    """Once the parent is gone (the worker was handed to another), end the worker's group."""
-    while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_S)
-    if own_group:
-        try:
-            os.killpg(0, signal.SIGKILL)
-        except OSError:
-            pass
-    os._exit(1)
 
 
 def ready() -> bool:

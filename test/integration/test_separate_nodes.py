@@ -516,3 +516,17 @@ def test_sigint_and_sigterm_exit_0_and_stop_compile_workers(
     ]
     for pids in children.values():
         assert wait_gone(pids, COUNTER_TIMEOUT_S) == []
+
+
+def mapped_libraries(pid: int) -> set[str]:
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return {Path(line.split()[-1]).name for line in maps.splitlines() if ".so" in line}
+
+
+def test_the_nodes_load_tvm_and_never_pytorch(session: NodeSession) -> None:
+    """tvm_ffi imports PyTorch whenever it is installed; the nodes keep it out."""
+    pytest.importorskip("torch", reason="only where PyTorch is installed can it be kept out")
+    for proc in session.processes:
+        libraries = mapped_libraries(proc.pid)
+        assert any(name.startswith("libtvm") for name in libraries), proc.name
+        assert not any(name.startswith("libtorch") for name in libraries), proc.name

@@ -609,6 +609,21 @@ def test_the_worker_process_runs_at_idle_priority_from_its_spawn(tmp_path: Path)
         pool.shutdown()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux")
+def test_the_worker_process_imports_the_compiler_and_never_pytorch(tmp_path: Path) -> None:
+    """tvm_ffi imports PyTorch whenever it is installed: about 200 MB per worker, unused."""
+    pytest.importorskip("torch", reason="only where PyTorch is installed can it be kept out")
+    pool = CompilePool(WEIGHTS, "x86_64", tmp_path, mode="process")
+    try:
+        pool.start_workers()
+        assert pool.wait_started(WORKER_START_S)
+        (pid,) = worker_pids(pool)
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "libtvm" in maps and "libtorch" not in maps
+    finally:
+        pool.shutdown()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priority: Linux")
 def test_a_compile_thread_runs_at_idle_priority_and_the_caller_does_not() -> None:
     def own_priority() -> tuple[int, int]:
