@@ -12,6 +12,7 @@ JAZZY_STAMP := $(VENV_JAZZY)/.installed
 JAZZY_WHEELS ?= $(wildcard ../shared/wheels/jazzy/*.whl)
 # What runs under both distros: everything that starts rclpy nodes.
 ROS_TESTS := test/nodes test/integration
+PY_SOURCES := dynshape_perception test launch scripts setup.py
 BENCH_STAMP := $(VENV)/.bench-installed
 # g++ links TVM's libraries and torch.compile's kernels.
 SYSTEM_PACKAGES := g++ g++-aarch64-linux-gnu qemu-user-static debootstrap chromium
@@ -127,7 +128,8 @@ demo: venv
 	$(BIN)/dynshape-perception demo
 
 lint: venv
-	$(BIN)/ruff check dynshape_perception test launch
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy dynshape_perception
 
 # The bench peers too: `bench kernels --smoke` checks each of them against TVM in the suite.

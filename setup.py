@@ -11,6 +11,8 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test", "test.*"]),
+    # PEP 561: the package's type hints hold for those who import it.
+    package_data={PACKAGE: ["py.typed"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -22,7 +24,7 @@ setup(
     install_requires=["setuptools"],
     # Corpus replay and parallel tuning on Ray; pinned in requirements-fleet.txt.
     extras_require={"fleet": ["ray>=2.60", "psycopg[binary]>=3.2"]},
-    zip_safe=True,
+    zip_safe=False,
     maintainer="dynshape_perception maintainers",
     maintainer_email="maintainers@dynshape-perception.invalid",
     description="Dynamic-shape perception on TVM Relax with a shape-specialising JIT runtime.",

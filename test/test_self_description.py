@@ -22,9 +22,7 @@ PROCESS_WORDS = re.compile(
 def _files() -> list[Path]:
     found = [ROOT / name for name in SCANNED_FILES if (ROOT / name).is_file()]
     for folder in SCANNED:
-        found.extend(
-            p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in SUFFIXES
-        )
+        found.extend(p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in SUFFIXES)
     return sorted(found)
 
 

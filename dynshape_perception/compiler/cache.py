@@ -44,6 +44,7 @@ def _running(pid: int) -> bool:
         return True
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
+
 LIBRARY = "model.so"
 SIDECAR = "sidecar.json"
 # An entry is written whole into a staging folder, then renamed into place.

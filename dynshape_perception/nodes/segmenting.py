@@ -102,9 +102,7 @@ class SegmentingNode(PerceptionNode):
         if not (sec > 0 or (sec == 0 and nanosec > 0)) or nanosec >= NS_PER_S:
             # Unset, before 1970 or a year-2038+ time wrapped on the 32-bit wire: no time to
             # look a mount up at, nor to order the frame by.
-            raise CloudError(
-                OUTLIER_STAMP, f"stamp ({sec} s, {nanosec} ns) is not a positive time"
-            )
+            raise CloudError(OUTLIER_STAMP, f"stamp ({sec} s, {nanosec} ns) is not a positive time")
         stamp = Time(sec=sec, nanosec=nanosec)
         mount = self.pose.mount(frame_id, stamp_s(stamp))
         points = self.points_of(cloud, self.pipeline, mount)

@@ -124,9 +124,7 @@ class StampScreen:
                     f"{stamp_s:.6f} s) for {policy.jump_confirm_frames} input(s) in a row",
                 ),
             )
-        tolerance = (
-            policy.jump_back_tolerance_s if step < 0.0 else policy.jump_ahead_tolerance_s
-        )
+        tolerance = policy.jump_back_tolerance_s if step < 0.0 else policy.jump_ahead_tolerance_s
         where = (
             f"lies {-step:.3f} s before the newest {newest_s:.6f} s"
             if step < 0.0

@@ -228,4 +228,3 @@ def test_a_cloud_stamped_before_1970_or_wrapped_is_an_outlier_stamp(
     before = node.drops.snapshot()[OUTLIER_STAMP]
     assert feed(node, "points", bytes(data)) == 1
     assert node.drops.snapshot()[OUTLIER_STAMP] == before + 1
-

@@ -173,9 +173,7 @@ def soak(setup: str, args: argparse.Namespace) -> dict[str, Any]:
                 session.check_alive()
                 windows.append(window)
                 probe.forget(min(pending, default=stamp) - 1)
-                window = Window(
-                    now - t0, _usage(pids), harness.memory_info().rss / 2**20
-                )
+                window = Window(now - t0, _usage(pids), harness.memory_info().rss / 2**20)
                 next_sample += args.sample_s
         windows.append(window)
         codes = session.stop()
