@@ -19,6 +19,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.py") + glob("launch/*.xml")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.xml")),
         (f"share/{PACKAGE}/config/targets", glob("config/targets/*.yaml")),
+        (f"share/{PACKAGE}/config/schema", glob("config/schema/*.json")),
         (f"share/{PACKAGE}/models", glob("models/*.npz") + glob("models/*.yaml")),
     ],
     install_requires=["setuptools"],

@@ -23,6 +23,7 @@ KEYS = {
     "apsw": "python3-apsw",
     "psutil": "python3-psutil",
     "hypothesis": "python3-hypothesis",
+    "jsonschema": "python3-jsonschema",
     "pytest": "python3-pytest",
     "PIL": "python3-pil",
 }
