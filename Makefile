@@ -41,22 +41,23 @@ ROS_STAMP := $(VENV)/.ros-packages
 AMENT_MARKER := $(VENV)/share/ament_index/resource_index/packages/dynshape_perception
 export AMENT_PREFIX_PATH := $(abspath $(VENV))$(if $(AMENT_PREFIX_PATH),:$(AMENT_PREFIX_PATH))
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-eval.txt setup.py setup.cfg
+$(STAMP): requirements.txt requirements-dev.txt requirements-fit.txt requirements-eval.txt \
+    setup.py setup.cfg
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.txt
-	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	$(BIN)/python -m pip install -q -r requirements.txt -r requirements-dev.txt
+	$(BIN)/python -m pip install -q -r requirements-fit.txt
 	$(BIN)/python -m pip install -q --no-deps -r requirements-eval.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(STAMP)
 
-# requirements.txt without its Kilted ros-* pins, then the Jazzy ones.
-$(JAZZY_STAMP): requirements.txt requirements-jazzy.txt setup.py setup.cfg
+# requirements.txt without its Kilted ros-* pins, the test tools, then the Jazzy pins.
+$(JAZZY_STAMP): requirements.txt requirements-dev.txt requirements-jazzy.txt setup.py setup.cfg
 	test -x $(VENV_JAZZY)/bin/python || $(PYTHON) -m venv $(VENV_JAZZY)
 	grep -v '^ros-' requirements.txt > $(VENV_JAZZY)/requirements-common.txt
 	$(VENV_JAZZY)/bin/python -m pip install -q -r $(VENV_JAZZY)/requirements-common.txt \
-	  -r requirements-jazzy.txt
+	  -r requirements-dev.txt -r requirements-jazzy.txt
 	$(if $(JAZZY_WHEELS),$(VENV_JAZZY)/bin/python -m pip install -q --no-deps $(JAZZY_WHEELS))
 	$(VENV_JAZZY)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@

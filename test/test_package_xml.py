@@ -86,3 +86,33 @@ def test_pip_only_dependencies_are_named_in_package_xml() -> None:
     text = (ROOT / "package.xml").read_text()
     for name in ("apache-tvm", "rosbags", "optuna"):
         assert name in text
+
+
+def pins(name: str) -> dict[str, str]:
+    """Package name (normalised) → version, of one requirements file."""
+    out = {}
+    for line in (ROOT / name).read_text().splitlines():
+        if line and not line.startswith("#"):
+            package, version = line.split("==")
+            out[re.sub(r"[-_.]+", "-", package).lower()] = version
+    return out
+
+
+def test_a_vehicle_installs_no_development_tool() -> None:
+    runtime = pins("requirements.txt")
+    for tool in ("pytest", "mypy", "ruff", "hypothesis", "jsonschema", "torch", "ray"):
+        assert tool not in runtime, f"{tool} belongs in a requirements set of its own"
+
+
+def test_the_requirement_sets_agree_on_every_shared_pin() -> None:
+    # The Jazzy set pins the other distro's ROS wheels, in a venv of its own.
+    sets = {p.name: pins(p.name) for p in ROOT.glob("requirements*.txt")}
+    sets["requirements-jazzy.txt"] = {
+        k: v for k, v in sets["requirements-jazzy.txt"].items() if not k.startswith("ros-")
+    }
+    assert {"requirements.txt", "requirements-dev.txt", "requirements-fit.txt"} <= set(sets)
+    seen: dict[str, tuple[str, str]] = {}
+    for name, pinned in sorted(sets.items()):
+        for package, version in pinned.items():
+            first = seen.setdefault(package, (name, version))
+            assert first[1] == version, f"{package}: {first} against {name} {version}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt)")
+pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-fit.txt)")
 
 from dynshape_perception.errors import ConfigError, DataError
 from dynshape_perception.tools.fit.data import (

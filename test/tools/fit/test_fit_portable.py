@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt)")
+torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-fit.txt)")
 
 import dynshape_perception  # noqa: E402
 from dynshape_perception.tools.fit.torch_models import exact_sqrt  # noqa: E402

@@ -13,7 +13,7 @@ from numpy._core._multiarray_umath import __cpu_features__
 from dynshape_perception.models.weights import read_manifest
 from dynshape_perception.resources import models_dir
 
-pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt)")
+pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-fit.txt)")
 
 PROGRAM = "dynshape-perception"
 # A fit takes under a minute on one idle core; a loaded CI machine gets ample headroom.

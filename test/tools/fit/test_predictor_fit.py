@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt)")
+torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-fit.txt)")
 
 from dynshape_perception.errors import ConfigError  # noqa: E402
 from dynshape_perception.tools.fit.predictor import (  # noqa: E402

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-dev.txt)")
+torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-fit.txt)")
 
 from dynshape_perception.models import model_definition  # noqa: E402
 from dynshape_perception.models.registry import parameter_shapes  # noqa: E402
