@@ -11,7 +11,6 @@ JAZZY_STAMP := $(VENV_JAZZY)/.installed
 # diagnostic_updater), which the nodes import: as .venv takes their Kilted builds (ros-deps).
 JAZZY_WHEELS ?= $(wildcard ../shared/wheels/jazzy/*.whl)
 # What runs under both distros: everything that starts rclpy nodes.
-ROS_TESTS := test/nodes test/integration
 PY_SOURCES := dynshape_perception test launch scripts setup.py
 BENCH_STAMP := $(VENV)/.bench-installed
 # g++ links TVM's libraries and torch.compile's kernels.
@@ -137,9 +136,9 @@ lint: venv
 test: venv bench-extras fleet-extras system-deps lint test-jazzy
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
-# The node and integration tests again, on Jazzy's rclpy.
+# The tests marked `ros` (test/test_ros_marker.py keeps the marks right) again, on Jazzy's rclpy.
 test-jazzy: venv-jazzy
-	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider $(ROS_TESTS)
+	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test
 
 # Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
 $(BENCH_STAMP): requirements-bench.txt $(STAMP)

@@ -9,6 +9,8 @@ import unittest
 
 import pytest
 
+pytestmark = pytest.mark.ros
+
 try:
     import launch_testing
     import launch_testing.asserts

@@ -30,6 +30,8 @@ from dynshape_perception.testing.processes import dds_env, domain_lease, start_n
 from dynshape_perception.tools.replay import sources
 from dynshape_perception.tools.sim.drive import DriveConfig
 
+pytestmark = pytest.mark.ros
+
 DRIVE = DriveConfig(seed=6, frames=6, segment_frames=3, points_range=(5_000, 8_000))
 DEPTH = 1000
 LOOPED = 8

@@ -28,6 +28,8 @@ from dynshape_perception.testing.session import (
     node_session,
 )
 
+pytestmark = pytest.mark.ros
+
 TIMEOUT_S = 15.0
 FIRST_FRAME_TIMEOUT_S = 120.0
 EGO_SPEED_MPS = 2.0

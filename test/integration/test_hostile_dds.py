@@ -32,6 +32,8 @@ from dynshape_perception.testing.processes import (
     start_node,
 )
 
+pytestmark = pytest.mark.ros
+
 STARTUP_S = 150.0
 ANSWER_S = 60.0
 EXIT_S = 30.0

@@ -8,6 +8,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from dynshape_perception.compiler.cache import STAGE_PREFIX
 from dynshape_perception.runtime.shape_log import dump_shape_log
 from dynshape_perception.runtime.shapes import Signature
@@ -17,6 +19,8 @@ from dynshape_perception.testing.processes import (
     session_members,
     start_node,
 )
+
+pytestmark = pytest.mark.ros
 
 STARTUP_TIMEOUT_S = 300.0
 ORPHAN_WAIT_S = 5.0

@@ -16,6 +16,8 @@ from dynshape_perception.testing.prediction_session import (
 )
 from dynshape_perception.tools.sim.scenes import pedestrian_scene
 
+pytestmark = pytest.mark.ros
+
 RTOL, ATOL = 1e-4, 1e-5
 FRAMES = 90
 AGENTS = 10

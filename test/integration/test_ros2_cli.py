@@ -30,6 +30,8 @@ from dynshape_perception.testing.ros2cli import (
 )
 from dynshape_perception.tools.sim.drive import DriveConfig, drive_frames
 
+pytestmark = pytest.mark.ros
+
 if ros2_executable() is None:
     if os.environ.get("CI") == "true":
         pytest.fail("no ros2 command in the venv (make venv installs it)", pytrace=False)

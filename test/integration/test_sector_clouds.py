@@ -14,6 +14,8 @@ from dynshape_perception.testing.probe import Probe, probe_session
 from dynshape_perception.testing.processes import dds_env, domain_lease, start_node
 from dynshape_perception.tools.sim.scenes import sensor_sectors
 
+pytestmark = pytest.mark.ros
+
 SECTORS = 36
 REVOLUTIONS = 6
 FIRST_NS = 30_000_000_000

@@ -44,6 +44,8 @@ from dynshape_perception.testing.session import (
     node_session,
 )
 
+pytestmark = pytest.mark.ros
+
 EGO_SPEED_MPS = 1.0
 # The debug tables some tests read come as messages of their own, after the standard outputs
 # or before them: such a frame is complete when all have arrived.

@@ -20,6 +20,8 @@ from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.testing.processes import NodeProcess, dds_env, domain_lease, start_node
 
+pytestmark = pytest.mark.ros
+
 NODE = "perception_pipeline"
 # Long enough for a cold start of the whole node on a loaded machine; a failure bound only.
 WAIT_S = 120.0

@@ -17,6 +17,8 @@ from dynshape_perception.perception.transforms import planar, transform_points
 from dynshape_perception.testing.probe import Probe
 from dynshape_perception.testing.processes import NodeProcess
 
+pytestmark = pytest.mark.ros
+
 STARTUP_S = 120.0
 TIMEOUT_S = 30.0
 MOUNT_HEIGHT_M = 1.8

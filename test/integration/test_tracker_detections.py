@@ -23,6 +23,8 @@ from dynshape_perception.perception.records import LABEL_CAR, LABEL_PEDESTRIAN, 
 from dynshape_perception.testing.probe import Probe
 from dynshape_perception.testing.processes import NodeProcess
 
+pytestmark = pytest.mark.ros
+
 TIMEOUT_S = 20.0
 # Start-up builds the generic libraries on a cold cache and waits for the idle-priority
 # compile worker to import TVM: on a loaded host that alone can take over TIMEOUT_S. The same

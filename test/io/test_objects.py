@@ -49,6 +49,8 @@ from dynshape_perception.perception.records import (
 )
 from dynshape_perception.testing.object_messages import reference_message
 
+pytestmark = pytest.mark.ros
+
 NS = 1_700_000_000_123_456_789
 DECODERS: dict[str, Callable[[bytes, str], Any]] = {
     "rclpy": lambda data, msgtype: deserialize_message(data, message_class(msgtype)),

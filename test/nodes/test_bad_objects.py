@@ -33,6 +33,8 @@ from dynshape_perception.testing.hostile import (
     track_states,
 )
 
+pytestmark = pytest.mark.ros
+
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[dict[str, PerceptionNode]]:

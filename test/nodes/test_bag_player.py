@@ -15,6 +15,8 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
 from dynshape_perception.nodes.bag_player import BagPlayer, PlayOptions, tracks_for
 
+pytestmark = pytest.mark.ros
+
 T0 = 1_700_000_000_000_000_000
 
 

@@ -21,6 +21,8 @@ from dynshape_perception.io.pointcloud2 import (
 )
 from dynshape_perception.nodes.messages import cloud_msg, header, time_msg
 
+pytestmark = pytest.mark.ros
+
 STAMP_NS = 1_700_000_000_123_456_789
 
 

@@ -17,6 +17,8 @@ from dynshape_perception.nodes.pointcloud_node import PointcloudNode
 from dynshape_perception.nodes.segmenting import EMPTY_AFTER_CROP
 from dynshape_perception.testing.hostile import callback_of, nodes_in_process
 
+pytestmark = pytest.mark.ros
+
 WAIT_S = 60.0
 
 

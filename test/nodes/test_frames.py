@@ -14,6 +14,8 @@ from dynshape_perception.nodes.messages import time_msg, transform_msg
 from dynshape_perception.perception.localization import TF, FrameParams, Localizer
 from dynshape_perception.perception.transforms import planar
 
+pytestmark = pytest.mark.ros
+
 NS = 5_000_000_000
 
 

@@ -36,6 +36,8 @@ from dynshape_perception.testing.hostile import (
     worst,
 )
 
+pytestmark = pytest.mark.ros
+
 # The nodes' own topics, and the input type each tracker takes.
 NODE_TOPICS = {
     "pointcloud_node": ("points", "/tf", "/tf_static"),

@@ -21,6 +21,8 @@ from dynshape_perception.testing.hostile import (
     worst,
 )
 
+pytestmark = pytest.mark.ros
+
 TOPIC = "detections"
 # What may still be a message: trailing bytes, and a string Fast CDR reads by its length.
 READABLE = ("valid prefix, garbage tail", "frame_id without NUL")

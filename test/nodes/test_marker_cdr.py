@@ -28,6 +28,8 @@ from dynshape_perception.perception.records import (
     TRACK_DTYPE,
 )
 
+pytestmark = pytest.mark.ros
+
 STYLE = MarkerStyle(box_alpha=0.35, text_size_m=0.8, path_width_m=0.15)
 STAMP_NS = 1_700_000_000_987_654_321
 # An id not among LABEL_RGB's: drawn in the unknown label's colour.

@@ -34,6 +34,8 @@ from dynshape_perception.perception.records import (
     TRACK_DTYPE,
 )
 
+pytestmark = pytest.mark.ros
+
 
 def test_pose_buffer_interpolates_and_clamps() -> None:
     buf = PoseBuffer(capacity=10)

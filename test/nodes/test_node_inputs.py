@@ -44,6 +44,8 @@ from dynshape_perception.perception.pipeline import Pipeline, PipelineParams
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult
 
+pytestmark = pytest.mark.ros
+
 
 class InputNode(Node):
     """A bare rclpy node with PerceptionNode's input handling and none of its engines."""

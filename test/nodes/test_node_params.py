@@ -15,6 +15,8 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.nodes.base import descriptor
 from dynshape_perception.tools.replay.params import flatten
 
+pytestmark = pytest.mark.ros
+
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 PARAM_FILES = sorted(CONFIG.glob("*.param.yaml"))
 

@@ -34,6 +34,8 @@ from dynshape_perception.perception.records import (
 )
 from dynshape_perception.testing.object_messages import reference_message
 
+pytestmark = pytest.mark.ros
+
 STAMP_NS = 1_700_000_000_987_654_321
 K, H = 6, 12
 

@@ -16,6 +16,8 @@ from dynshape_perception.nodes.perception_pipeline import PerceptionPipelineNode
 from dynshape_perception.nodes.pointcloud_node import PointcloudNode
 from dynshape_perception.testing.hostile import callback_of, nodes_in_process
 
+pytestmark = pytest.mark.ros
+
 SECTORS = 4
 WAIT_S = 60.0
 

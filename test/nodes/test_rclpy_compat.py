@@ -13,6 +13,8 @@ from rclpy.parameter import Parameter
 
 from dynshape_perception.nodes.base import on_parameters
 
+pytestmark = pytest.mark.ros
+
 
 class HumbleApiNode(Node):
     """A node as rclpy before Iron offers it: no post-set parameter callback."""

@@ -32,6 +32,8 @@ from dynshape_perception.io.qos import (
 from dynshape_perception.nodes.bag_player import BagPlayer, PlayOptions, tracks_for
 from dynshape_perception.testing.processes import domain_lease
 
+pytestmark = pytest.mark.ros
+
 LATE_JOIN_WAIT_S = 20.0
 
 

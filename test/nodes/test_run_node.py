@@ -10,6 +10,8 @@ import rclpy
 from dynshape_perception.nodes import base
 from dynshape_perception.nodes.base import run_node
 
+pytestmark = pytest.mark.ros
+
 
 class ClosingNode:
     """Stands in for a PerceptionNode: run_node needs only ``close``."""

@@ -32,6 +32,8 @@ from dynshape_perception.scheduling.tiers import Tier, TierConfig
 from dynshape_perception.testing.clocks import FakeClock
 from dynshape_perception.tools.sim.scenes import driving_scene
 
+pytestmark = pytest.mark.ros
+
 EDGES = (2048, 4096, 8192)
 OBSTACLE_HEIGHT_M = 0.3
 
