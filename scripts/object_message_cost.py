@@ -32,10 +32,10 @@ from dynshape_perception.io.objects import (
     tracked_arrays,
     tracks_from_tracked_objects,
 )
-from dynshape_perception.io.tables import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.nodes.messages import message_class, ros_message
 from dynshape_perception.perception.objects import ObjectParams, TrackUuids
-from dynshape_perception.perception.prediction import PredictedPaths
+from dynshape_perception.perception.prediction.paths import PredictedPaths
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.testing.object_messages import reference_message
 
 PATHS, POSES = 6, 12
