@@ -54,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--html", type=Path, default=None, help="write the plots here")
     parser.add_argument("--png", type=Path, default=None, help="write the plot alone here")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="run nothing: report these earlier runs' --json files together, a column per setup",
+    )
 
 
 @dataclass
@@ -216,7 +224,32 @@ def _span(pair: list[Any]) -> str:
     return f"{pair[0]} -> {pair[1]}"
 
 
+def merged(paths: list[Path]) -> dict[str, Any]:
+    """Earlier runs as one result: their setups side by side, each once, on equal settings."""
+    docs = []
+    for path in paths:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"--from-json {path}: cannot read it: {err}") from err
+        if not isinstance(doc, dict) or doc.get("benchmark") != "soak":
+            raise ConfigError(f"--from-json {path}: not the --json of bench soak")
+        docs.append(doc)
+    first = docs[0]
+    out = {**first, "setups": {}}
+    for path, doc in zip(paths, docs, strict=True):
+        if doc["settings"] != first["settings"]:
+            raise ConfigError(f"--from-json {path}: other settings than {paths[0]}")
+        for setup, entry in doc["setups"].items():
+            if setup in out["setups"]:
+                raise ConfigError(f"--from-json {path}: setup {setup} is in two files")
+            out["setups"][setup] = entry
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.from_json:
+        return _report(merged(args.from_json), args)
     _check(args)
     results: dict[str, Any] = {
         "benchmark": "soak",
@@ -227,10 +260,14 @@ def run(args: argparse.Namespace) -> int:
         },
         "setups": {},
     }
-    print(f"{'setup':<10}{'rss MB':>16}{'growth %':>10}{'fds':>10}{'threads':>10}{'misses':>8}")
     for setup in args.setups:
-        entry = soak(setup, args)
-        results["setups"][setup] = entry
+        results["setups"][setup] = soak(setup, args)
+    return _report(results, args)
+
+
+def _report(results: dict[str, Any], args: argparse.Namespace) -> int:
+    print(f"{'setup':<10}{'rss MB':>16}{'growth %':>10}{'fds':>10}{'threads':>10}{'misses':>8}")
+    for setup, entry in results["setups"].items():
         s = entry["summary"]
         print(
             f"{setup:<10}{_span(s['rss_mb']):>16}{s['rss_growth_pct']!s:>10}"

@@ -92,3 +92,51 @@ def test_growth_is_measured_after_the_warm_up() -> None:
 def test_bad_settings_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "soak", *bad]) == 2
     assert "error" in capsys.readouterr().err.lower()
+
+
+def _saved_run(path: Path, setup: str, settings: dict[str, float] | None = None) -> Path:
+    rows = [
+        {
+            "t_s": float(t),
+            "rss_mb": 100.0 + t,
+            "processes": 1,
+            "threads": 9,
+            "fds": 20,
+            "harness_rss_mb": 1.0,
+            "sent": 10,
+            "answered": 10,
+            "misses": 0,
+            "p50_ms": 5.0,
+            "p99_ms": 9.0,
+            "max_ms": 12.0,
+        }
+        for t in (0, 10, 20)
+    ]
+    doc = {
+        "benchmark": "soak",
+        "machine": {"cpu_count": 2, "platform": "Linux"},
+        "settings": settings or {"duration_s": 30.0, "warmup_s": 10.0},
+        "setups": {setup: {"rows": rows, "summary": summary(rows, 10.0), "exit_codes": {"n": 0}}},
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_runs_made_side_by_side_are_reported_together(tmp_path: Path) -> None:
+    one = _saved_run(tmp_path / "one.json", "composed")
+    two = _saved_run(tmp_path / "two.json", "separate")
+    out, image = tmp_path / "both.json", tmp_path / "both.png"
+    args = ["bench", "soak", "--from-json", str(one), str(two), "--json", str(out)]
+    assert main([*args, "--png", str(image)]) == 0
+    assert list(json.loads(out.read_text())["setups"]) == ["composed", "separate"]
+    assert image.read_bytes().startswith(b"\x89PNG")
+
+
+def test_runs_that_cannot_be_reported_together_exit_2(tmp_path: Path) -> None:
+    one = _saved_run(tmp_path / "one.json", "composed")
+    again = _saved_run(tmp_path / "again.json", "composed")
+    other = _saved_run(tmp_path / "other.json", "separate", {"duration_s": 60.0})
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"benchmark": "e2e"}))
+    for pair in ((one, again), (one, other), (one, foreign), (one, tmp_path / "none.json")):
+        assert main(["bench", "soak", "--from-json", *map(str, pair)]) == 2
