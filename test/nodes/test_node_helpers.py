@@ -10,18 +10,15 @@ import pytest
 
 from dynshape_perception.config import Bounds
 from dynshape_perception.errors import MessageError
-from dynshape_perception.io.objects import detections_to_obstacles
-from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
-from dynshape_perception.nodes.messages import (
+from dynshape_perception.io.markers import (
     MARKER_NS_BOXES,
     MARKER_NS_IDS,
     MARKER_NS_PATHS,
     MarkerStyle,
-    header,
-    marker_array,
-    table_msg,
-    time_msg,
 )
+from dynshape_perception.io.objects import detections_to_obstacles
+from dynshape_perception.io.pointcloud2 import BAD_BOX_SIZE, CloudError
+from dynshape_perception.nodes.messages import header, marker_array, table_msg, time_msg
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.odometry import PoseBuffer, yaw_from_quaternion
 from dynshape_perception.perception.pipeline import Pose2D

@@ -19,14 +19,12 @@ from dynshape_perception import parameters
 from dynshape_perception.config import Bounds
 from dynshape_perception.io.pointcloud2 import REASONS, points_to_cloud
 from dynshape_perception.nodes.base import (
-    FUTURE_STAMP,
     INTENSITY_OUT_OF_RANGE,
     ODOM_BACKWARDS,
     ODOM_BAD_QUATERNION,
     ODOM_FRAME_CHANGES,
     ODOM_REASONS,
     ODOM_STALE,
-    OUTLIER_STAMP,
     POINT_COUNTERS,
     STALE_STAMP,
     TIME_JUMP_RESET,
@@ -42,6 +40,7 @@ from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import Pipeline, PipelineParams
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
+from dynshape_perception.perception.stamps import FUTURE_STAMP, OUTLIER_STAMP
 from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult
 
 pytestmark = pytest.mark.ros
