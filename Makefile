@@ -130,7 +130,7 @@ demo: venv
 lint: venv
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)
-	$(BIN)/mypy dynshape_perception
+	$(BIN)/mypy dynshape_perception test scripts
 
 # The bench peers too: `bench kernels --smoke` checks each of them against TVM in the suite.
 test: venv bench-extras fleet-extras system-deps lint test-jazzy

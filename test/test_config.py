@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_an_installed_package_finds_its_share_folder(
     (share / "config" / "models.yaml").write_text("bounds: {}\n")
     site_packages = tmp_path / "prefix" / "lib" / "python3.11" / "site-packages"
     monkeypatch.setattr(resources, "__file__", str(site_packages / "dynshape_perception" / "r.py"))
-    monkeypatch.setattr(resources.sys, "prefix", str(tmp_path / "prefix"))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
     monkeypatch.delenv("DYNSHAPE_PERCEPTION_SHARE", raising=False)
     resources.share_dir.cache_clear()
     try:

@@ -30,7 +30,11 @@ def hook_commands() -> list[str]:
 
 def test_the_pre_commit_hooks_run_the_lint_recipe() -> None:
     recipe = lint_recipe()
-    assert recipe == ["ruff check", "ruff format --check", "mypy dynshape_perception"]
+    assert recipe == [
+        "ruff check",
+        "ruff format --check",
+        "mypy dynshape_perception test scripts",
+    ]
     assert hook_commands() == recipe
 
 

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.ros
 try:
     import launch_testing
     import launch_testing.asserts
+    from launch.launch_description import LaunchDescription
 
     from dynshape_perception.testing.launching import (
         FRAME_S,
@@ -24,7 +25,6 @@ try:
         launch_description,
         scan,
     )
-    from launch import LaunchDescription
 except ImportError:
     # Neither a ROS 2 install nor the launch wheels (make test installs them).
     if os.environ.get("CI") == "true":

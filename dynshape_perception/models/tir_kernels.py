@@ -326,7 +326,7 @@ def predictor_kernels(
     return gru_encode, gru_step, place_hypotheses, gru_encode_packed
 
 
-def fma_peak_kernel(threads: int, lanes: int, iterations: int) -> object:
+def fma_peak_kernel(threads: int, lanes: int, iterations: int) -> tirx.PrimFunc:
     """``threads`` parallel loops of ``FMA_CHAINS`` vector FMA chains, ``iterations`` deep."""
 
     @T.prim_func

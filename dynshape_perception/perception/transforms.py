@@ -48,7 +48,9 @@ def rotation_matrix(q: Sequence[float]) -> np.ndarray:
     )
 
 
-def matrix(translation: Sequence[float], quaternion: Sequence[float]) -> Matrix:
+def matrix(
+    translation: Sequence[float] | np.ndarray, quaternion: Sequence[float] | np.ndarray
+) -> Matrix:
     """The transform of a (translation, quaternion) pair; the quaternion is normalised first."""
     t = [float(v) for v in translation]
     if not all(math.isfinite(v) for v in t):

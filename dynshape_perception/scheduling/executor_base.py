@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import CancelledError, Future
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import numpy as np
 
@@ -288,7 +288,7 @@ class ExecutorBase:
         if alive:
             log.warning("executor workers still running a unit after %.1f s: %s", timeout_s, alive)
 
-    def __enter__(self) -> ExecutorBase:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -200,7 +200,7 @@ def test_a_second_signal_during_shutdown_still_exits_0(running: Running) -> None
         procs[ns].popen.send_signal(first)
         time.sleep(gap)
         procs[ns].popen.send_signal(second)
-    codes = {}
+    codes: dict[str, int | None] = {}
     for ns, proc in procs.items():
         try:
             codes[ns] = proc.popen.wait(timeout=EXIT_S)

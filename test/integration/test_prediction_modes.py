@@ -79,9 +79,11 @@ def test_every_mode_predicts_alike_through_the_node(session: PredictionSession) 
     for stamp, rows in _tables(FRAMES):
         for name in VARIANTS:
             session.publish(name, stamp, rows)
-        got = session.spin_until(
-            lambda stamp=stamp: all(stamp in session.received[n] for n in VARIANTS), TIMEOUT_S
-        )
+
+        def from_every_variant(stamp: int = stamp) -> bool:
+            return all(stamp in session.received[n] for n in VARIANTS)
+
+        got = session.spin_until(from_every_variant, TIMEOUT_S)
         assert got, f"no predictions of stamp {stamp} from every variant"
         full = _paths(session.received["full"][stamp])
         incremental = _paths(session.received["incremental"][stamp])

@@ -83,7 +83,11 @@ def _turn(pair: Pair, first: int) -> list[int]:
     # A whole-scan driver sends the revolution at its last sector's stamp.
     pair.whole.publish_points(np.concatenate(pair.parts), stamps[-1])
     for probe in (pair.whole, pair.sectors):
-        probe.spin_until(lambda p=probe, s=stamps[-1]: s in p.received[DETECTED], TIMEOUT_S)
+
+        def detected(probe: Probe = probe, stamp: int = stamps[-1]) -> bool:
+            return stamp in probe.received[DETECTED]
+
+        probe.spin_until(detected, TIMEOUT_S)
     return stamps
 
 

@@ -56,7 +56,7 @@ def lidar_node(
     node_with_probe: Callable[..., AbstractContextManager[tuple[NodeProcess, Probe]]],
 ) -> Iterator[tuple[NodeProcess, Probe]]:
     folder = tmp_path_factory.mktemp("tf_mount")
-    graph = ({"points": 1, "/tf_static": 1}, {})
+    graph: tuple[dict[str, int], dict[str, int]] = ({"points": 1, "/tf_static": 1}, {})
     with node_with_probe("pointcloud_node", folder, node_overrides, graph, STARTUP_S) as running:
         yield running
 
@@ -66,7 +66,11 @@ def _objects(probe: Probe, cloud: CloudData, ns: int, frame: str) -> np.ndarray:
     for attempt in range(5):
         stamp = ns + attempt
         probe.publish_cloud(cloud, stamp, frame)
-        if probe.spin_until(lambda s=stamp: s in probe.received["detected_objects"], TIMEOUT_S):
+
+        def answered(stamp: int = stamp) -> bool:
+            return stamp in probe.received["detected_objects"]
+
+        if probe.spin_until(answered, TIMEOUT_S):
             item = probe.received["detected_objects"][stamp]
             assert item.frame_id == "base_link" and item.table is not None, item.error
             return item.table

@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rosbags.interfaces import Connection, MessageDefinition, MessageDefinitionFormat
+from rosbags.interfaces import (
+    Connection,
+    ConnectionExtRosbag2,
+    MessageDefinition,
+    MessageDefinitionFormat,
+)
 from rosbags.rosbag2 import CompressionFormat, CompressionMode, Writer
 
 from dynshape_perception.errors import DataError, MessageError
@@ -132,7 +137,7 @@ def test_a_topic_whose_schema_does_not_parse_is_listed_and_the_rest_reads(
 
 
 def _connection(topic: str, msgtype: str, msgdef: MessageDefinition, digest: str = "") -> Any:
-    return Connection(1, topic, msgtype, msgdef, digest, 1, None, None)
+    return Connection(1, topic, msgtype, msgdef, digest, 1, ConnectionExtRosbag2("cdr", []), None)
 
 
 def test_unknown_types_and_wrong_hashes_are_unreadable_topics_not_a_failed_bag() -> None:

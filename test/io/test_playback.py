@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rosbags.typesys.stores.ros2_jazzy import nav_msgs__msg__Odometry as Odometry
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags, msgtypes
@@ -49,6 +50,7 @@ def test_stamps_are_read_and_shifted_in_place() -> None:
     moved = shift_stamp(raw, 2 * 1_000_000_000 + 999_999_900)
     assert header_stamp(moved) == T0 + 123 + 2_999_999_900
     msg = msgtypes.typestore().deserialize_cdr(moved, bags.ODOMETRY)
+    assert isinstance(msg, Odometry)
     assert (msg.pose.pose.position.x, msg.child_frame_id) == (1.0, "base_link")
     assert starts_with_header(bags.POINTCLOUD2) and not starts_with_header(bags.CLOCK)
 

@@ -63,7 +63,8 @@ def rewrite(folder: Path, data: bytes) -> None:
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    # Numbers only, as the package writes them and np.load reads them: no pickles.
+    np.savez(buf, allow_pickle=False, **arrays)
     return buf.getvalue()
 
 

@@ -24,7 +24,11 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[dict[str, PerceptionNode]]:
-    overrides = {"jit.mode": "off", "tiers.shed_expired": False, "tiers.shed_infeasible": False}
+    overrides: dict[str, bool | int | float | str] = {
+        "jit.mode": "off",
+        "tiers.shed_expired": False,
+        "tiers.shed_infeasible": False,
+    }
     with nodes_in_process((PointcloudNode, PerceptionPipelineNode), overrides) as made:
         yield made
 

@@ -16,7 +16,6 @@ from dynshape_perception.nodes.base import (
     BAD_MESSAGE,
     INTERNAL_ERROR,
     ODOM_BAD_MESSAGE,
-    OUTLIER_STAMP,
     TF_BAD_MESSAGE,
     PerceptionNode,
 )
@@ -24,6 +23,7 @@ from dynshape_perception.nodes.perception_pipeline import PerceptionPipelineNode
 from dynshape_perception.nodes.pointcloud_node import PointcloudNode
 from dynshape_perception.nodes.prediction_node import PredictionNode
 from dynshape_perception.nodes.tracker_node import TrackerNode
+from dynshape_perception.perception.stamps import OUTLIER_STAMP
 from dynshape_perception.testing.hostile import (
     BIG_ENDIAN,
     HUGE_COUNTS,

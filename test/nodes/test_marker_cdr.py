@@ -9,11 +9,15 @@ import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from visualization_msgs.msg import Marker, MarkerArray
 
-from dynshape_perception.io.markers import MARKER_LAYOUT, encode_markers, markers_padding_mask
-from dynshape_perception.nodes import messages
-from dynshape_perception.nodes.messages import (
+from dynshape_perception.io.markers import (
+    MARKER_LAYOUT,
     MARKER_NS_PATHS,
     MarkerStyle,
+    encode_markers,
+    markers_padding_mask,
+)
+from dynshape_perception.nodes import messages
+from dynshape_perception.nodes.messages import (
     header,
     marker_array,
     marker_bytes,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -19,14 +19,12 @@ from dynshape_perception import parameters
 from dynshape_perception.config import Bounds
 from dynshape_perception.io.pointcloud2 import REASONS, points_to_cloud
 from dynshape_perception.nodes.base import (
-    FUTURE_STAMP,
     INTENSITY_OUT_OF_RANGE,
     ODOM_BACKWARDS,
     ODOM_BAD_QUATERNION,
     ODOM_FRAME_CHANGES,
     ODOM_REASONS,
     ODOM_STALE,
-    OUTLIER_STAMP,
     POINT_COUNTERS,
     STALE_STAMP,
     TIME_JUMP_RESET,
@@ -42,6 +40,7 @@ from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import Pipeline, PipelineParams
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
+from dynshape_perception.perception.stamps import FUTURE_STAMP, OUTLIER_STAMP
 from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult
 
 pytestmark = pytest.mark.ros
@@ -80,6 +79,11 @@ class InputNode(Node):
         self.internal_errors = InternalErrors()
 
 
+def perception_node(node: InputNode) -> PerceptionNode:
+    """The stand-in where a PerceptionNode is taken: it has the input handling used there."""
+    return cast(PerceptionNode, node)
+
+
 @pytest.fixture(scope="module")
 def context() -> Iterator[Context]:
     ctx = Context()
@@ -93,6 +97,12 @@ def tracker(context: Context) -> Iterator[InputNode]:
     node = InputNode(context, "tracker_node")
     yield node
     node.destroy_node()
+
+
+def frame_and_odometry(
+    node: InputNode, reset: Callable[[], None]
+) -> tuple[FixedFrame, OdometryInput]:
+    return FixedFrame(perception_node(node), reset), OdometryInput(perception_node(node))
 
 
 def _odom(stamp_s: float, x: float) -> Odometry:
@@ -129,10 +139,11 @@ class Resets:
 
 def test_a_far_future_stamp_is_dropped_and_moves_no_state(tracker: InputNode) -> None:
     resets = Resets()
-    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    frame, odometry = frame_and_odometry(tracker, resets)
     t = 100.0
     _admit_in_step(frame, odometry, t, 0.1, range(3))
-    future = tracker.ros_time_s() + 10 * float(tracker.values["stamps.future_tolerance_s"])
+    now = perception_node(tracker).ros_time_s()
+    future = now + 10 * float(tracker.values["stamps.future_tolerance_s"])
     odometry._on_odom(_odom(future, 999.0))
     assert not frame.screen(future)
     assert tracker.drops.counts[FUTURE_STAMP] == 2
@@ -156,7 +167,7 @@ def test_a_jump_back_in_time_restarts_frame_and_odometry(
 ) -> None:
     tracker = tracker_taking_jumps_at_once
     resets = Resets()
-    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    frame, odometry = frame_and_odometry(tracker, resets)
     _admit_in_step(frame, odometry, 100.0, 0.1, range(50))
     assert resets.n == 1  # the first frame set the fixed frame
     # A small step back is a stale input, as before.
@@ -202,7 +213,7 @@ def test_a_single_outlier_stamp_is_dropped_and_moves_no_state(
     tracker: InputNode, outlier: Any
 ) -> None:
     resets = Resets()
-    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    frame, odometry = frame_and_odometry(tracker, resets)
     t = 100.0
     _admit_in_step(frame, odometry, t, 0.5, range(5))
     bad = outlier(t + 2.0)
@@ -223,7 +234,7 @@ def test_only_a_sustained_jump_back_restarts(tracker: InputNode) -> None:
     confirm = int(tracker.values["stamps.jump_confirm_frames"])
     assert confirm == 3
     resets = Resets()
-    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    frame, odometry = frame_and_odometry(tracker, resets)
     tolerance_s = float(tracker.values["stamps.jump_back_tolerance_s"])
     _admit_in_step(frame, odometry, 100.0, 0.1, range(round(2 * tolerance_s / 0.1)))
     for k in range(confirm - 1):
@@ -241,7 +252,7 @@ def test_only_a_sustained_jump_back_restarts(tracker: InputNode) -> None:
 
 
 def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: InputNode) -> None:
-    odometry = OdometryInput(tracker)
+    odometry = OdometryInput(perception_node(tracker))
     for k in range(10):
         odometry._on_odom(_odom(100.0 + 0.1 * k, 10.0 * k))
     limit_s = float(tracker.values["odometry.max_extrapolation_s"])
@@ -260,7 +271,7 @@ def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: In
 def test_odometry_quaternions_are_normalised_and_degenerate_ones_dropped(
     tracker: InputNode,
 ) -> None:
-    odometry = OdometryInput(tracker)
+    odometry = OdometryInput(perception_node(tracker))
     scaled = _odom(100.0, 0.0)
     # Twice too long, as a driver may send it: 90 degrees once normalised.
     scaled.pose.pose.orientation.z = scaled.pose.pose.orientation.w = 1.414
@@ -286,7 +297,7 @@ def test_an_odometry_frame_change_clears_the_buffer(
     logger = SimpleNamespace(warning=logged.append, info=logged.append)
     monkeypatch.setattr(tracker, "get_logger", lambda: logger)
     resets = Resets()
-    frame, odometry = FixedFrame(tracker, resets), OdometryInput(tracker)
+    frame, odometry = frame_and_odometry(tracker, resets)
     odometry._on_odom(_odom(100.0, 0.0))
     in_map = _odom(100.1, 1000.0)
     in_map.header.frame_id = "map"
@@ -300,7 +311,7 @@ def test_an_odometry_frame_change_clears_the_buffer(
 
 
 def test_without_any_odometry_the_sensor_frame_is_still_used(tracker: InputNode) -> None:
-    odometry = OdometryInput(tracker)
+    odometry = OdometryInput(perception_node(tracker))
     located = odometry.pose_at(100.0, "lidar")
     assert located is not None and located[1] == "lidar"
     assert tracker.drops.counts[ODOM_STALE] == 0
@@ -326,13 +337,13 @@ def test_intensity_is_scaled_and_out_of_range_clouds_are_counted(
     try:
         pipeline = _pipeline()
         for _ in range(2):
-            points = node.points_of(_cloud(255.0), pipeline)
+            points = perception_node(node).points_of(_cloud(255.0), pipeline)
             assert points[:, 3].min() >= 0.0 and points[:, 3].max() <= 1.0
         assert points[-1, 3] == pytest.approx(1.0)
         assert node.counters[INTENSITY_OUT_OF_RANGE] == 2 * out_of_range
         warned = [w for w in node.warnings if "points.intensity_scale" in w]
         assert len(warned) == out_of_range  # once, however many clouds
-        assert node.points_of(_cloud(1.0), pipeline)[-1, 3] == pytest.approx(scale)
+        assert perception_node(node).points_of(_cloud(1.0), pipeline)[-1, 3] == pytest.approx(scale)
     finally:
         node.destroy_node()
 

@@ -24,7 +24,7 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[dict[str, PerceptionNode]]:
-    overrides = {
+    overrides: dict[str, bool | int | float | str] = {
         "jit.mode": "off",
         "points.sectors_per_revolution": SECTORS,
         "tiers.shed_expired": False,

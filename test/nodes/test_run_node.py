@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 import rclpy
 
-from dynshape_perception.nodes import base
 from dynshape_perception.nodes.base import run_node
 
 pytestmark = pytest.mark.ros
@@ -37,7 +36,7 @@ def spin_failing_fault_injector(node: Any) -> None:
 
 def test_a_signal_racing_the_executor_is_a_clean_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     node = ClosingNode()
-    monkeypatch.setattr(base.rclpy, "spin", spin_racing_shutdown_fault_injector)
+    monkeypatch.setattr(rclpy, "spin", spin_racing_shutdown_fault_injector)
     assert run_node(lambda: node, args=[]) == 0  # type: ignore[arg-type, return-value]
     assert node.closed, "the node still stops its compile workers"
 
@@ -46,7 +45,7 @@ def test_an_executor_fault_with_the_context_valid_is_raised(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     node = ClosingNode()
-    monkeypatch.setattr(base.rclpy, "spin", spin_failing_fault_injector)
+    monkeypatch.setattr(rclpy, "spin", spin_failing_fault_injector)
     with pytest.raises(RuntimeError, match="real executor fault"):
         run_node(lambda: node, args=[])  # type: ignore[arg-type, return-value]
     assert node.closed

@@ -273,10 +273,12 @@ def test_a_period_reports_only_what_happened_in_it() -> None:
 
 def test_drop_counter_counts_from_many_threads() -> None:
     drops = DropCounter(["a"], lambda _: None, throttle_s=60.0)
-    threads = [
-        threading.Thread(target=lambda: [drops.drop("a", "x") for _ in range(2000)])
-        for _ in range(8)
-    ]
+
+    def drop_many() -> None:
+        for _ in range(2000):
+            drops.drop("a", "x")
+
+    threads = [threading.Thread(target=drop_many) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:

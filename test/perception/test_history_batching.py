@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,14 @@ def test_timings_stay_bounded_and_recalibration_alternates(cache_root: Path) -> 
     assert min(stats.timed.values()) >= 2 + (60 // 5 - 2) // 2
 
 
-def test_bad_histories_and_settings_are_package_errors(cache_root: Path) -> None:
+def always(layout: str) -> Callable[[np.ndarray], str]:
+    """A layout choice that is ``layout`` whatever the lengths."""
+    return lambda lengths: layout
+
+
+def test_bad_histories_and_settings_are_package_errors(
+    cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = model_definition("predictor")
     weights = init_weights(parameter_shapes(model), seed=2)
     artefact = ArtefactCache(cache_root).get_or_build(model, weights, load_profile("x86_64"))
@@ -72,7 +80,7 @@ def test_bad_histories_and_settings_are_package_errors(cache_root: Path) -> None
         batcher.encode([np.zeros((3, 2), np.float32), np.zeros((0, 2), np.float32)])
     # Either layout: padding would broadcast a 1-D history into rows of one sample.
     for layout in ("pad", "pack"):
-        batcher.layout_for = lambda lengths, chosen=layout: chosen  # type: ignore[method-assign]
+        monkeypatch.setattr(batcher, "layout_for", always(layout))
         for bad in (
             [np.asarray([0.5, 1.5], np.float32), np.zeros((3, 2), np.float32)],
             [np.zeros((2, 3), np.float32), np.zeros((3, 3), np.float32)],

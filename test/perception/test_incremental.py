@@ -9,6 +9,7 @@ import pytest
 
 from dynshape_perception.errors import InputValueError
 from dynshape_perception.perception.prediction.incremental import (
+    HistoryFn,
     IncrementalEncoder,
     IncrementalPredictor,
     full_recompute,
@@ -37,6 +38,11 @@ def synthetic_world(seed: int, agents: int, ticks: int) -> tuple[np.ndarray, np.
         if a % 5 == 1 and end - start > 4:
             visible[a, start + (end - start) // 2] = False
     return walk, visible
+
+
+def through(walk: np.ndarray, tick: int) -> HistoryFn:
+    """Each agent's walk up to and including ``tick``."""
+    return lambda agent: walk[agent, : tick + 1]
 
 
 def run_world(
@@ -174,7 +180,7 @@ def test_a_tick_skipped_by_the_caller_re_encodes_from_the_history(engine: Engine
     predictor = IncrementalPredictor(engine["predictor"])
     ids = np.arange(6)
     for tick in (0, 1, 2, 5, 6, 9):
-        got = predictor.observe(tick, ids, walk[:, tick], lambda a, t=tick: walk[a, : t + 1])
+        got = predictor.observe(tick, ids, walk[:, tick], through(walk, tick))
         want = full_recompute(engine["predictor"], ids, [walk[a, : tick + 1] for a in ids])
         np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(got.probs, want.probs, rtol=RTOL, atol=ATOL)
@@ -191,7 +197,7 @@ def test_a_frame_of_continuing_tracks_costs_one_call(engine: Engine) -> None:
     counters = predictor.encoder.counters
     for tick in range(1, 40):
         before = counters.calls
-        got = predictor.observe(tick, ids, walk[:, tick], lambda a, t=tick: walk[a, : t + 1])
+        got = predictor.observe(tick, ids, walk[:, tick], through(walk, tick))
         assert counters.calls == before + 1
     want = full_recompute(engine["predictor"], ids, [walk[a] for a in ids])
     np.testing.assert_allclose(got.traj, want.traj, rtol=RTOL, atol=ATOL)
@@ -203,7 +209,7 @@ def test_evicting_some_tracks_keeps_the_others(engine: Engine) -> None:
     predictor = IncrementalPredictor(engine["predictor"])
     ids = np.arange(6)
     for tick in range(3):
-        predictor.observe(tick, ids, walk[:, tick], lambda a, t=tick: walk[a, : t + 1])
+        predictor.observe(tick, ids, walk[:, tick], through(walk, tick))
     assert predictor.encoder.evict([1, 4, 99]) == 2
     assert predictor.encoder.ids() == [0, 2, 3, 5]
     keep = np.array([0, 2, 3, 5])

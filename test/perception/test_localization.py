@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -80,9 +81,14 @@ def test_missing_odometry_pose_is_none() -> None:
     assert loc.locate("base_link", 1.0) is None
 
 
+class FrameNames(TypedDict, total=False):
+    base_frame: str
+    fixed_frame: str
+
+
 @pytest.mark.parametrize(
     "kwargs", [{"base_frame": ""}, {"fixed_frame": "/odom"}, {"base_frame": "odom"}]
 )
-def test_bad_frame_names(kwargs: dict[str, str]) -> None:
+def test_bad_frame_names(kwargs: FrameNames) -> None:
     with pytest.raises(ConfigError):
         FrameParams(**kwargs)

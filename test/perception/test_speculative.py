@@ -150,12 +150,14 @@ def test_bad_observations_are_refused_before_snapping(engine: Engine) -> None:
     good = np.array([[1.0, 2.0], [0.0, 0.5]], np.float32)
     histories = {1: good[:1], 2: good[1:]}
     with pytest.raises(InputValueError, match="NaN or Inf"):
-        spec.observe(0, ids, np.array([[1.0, 2.0], [np.nan, 0.5]], np.float32), histories.get)
+        spec.observe(
+            0, ids, np.array([[1.0, 2.0], [np.nan, 0.5]], np.float32), histories.__getitem__
+        )
     with pytest.raises(ShapeError, match="integer"):
-        spec.observe(0, np.array([1.7, 2.9]), good, histories.get)
+        spec.observe(0, np.array([1.7, 2.9]), good, histories.__getitem__)
     bad_history = {1: good[:1], 2: np.array([[np.inf, 0.0], [0.0, 0.5]], np.float32)}
     with pytest.raises(InputValueError, match="history of track 2"):
-        spec.observe(0, ids, good, bad_history.get)
+        spec.observe(0, ids, good, bad_history.__getitem__)
     # Refused ticks leave no trace: the same tick is then accepted.
-    assert spec.observe(0, ids, good, histories.get).ids.tolist() == [1, 2]
+    assert spec.observe(0, ids, good, histories.__getitem__).ids.tolist() == [1, 2]
     assert spec.stats.frames == 1

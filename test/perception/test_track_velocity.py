@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict, Unpack
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,11 @@ def _walk(tracker: Tracker, xs: list[float], ys: list[float]) -> np.ndarray:
     return tracks
 
 
-def _tracker(**params: float) -> Tracker:
+class Tuning(TypedDict, total=False):
+    max_acceleration_mps2: float
+
+
+def _tracker(**params: Unpack[Tuning]) -> Tracker:
     return Tracker(reference_affinity, TrackerParams(min_hits_to_confirm=1, **params))
 
 

@@ -40,7 +40,7 @@ from dynshape_perception.runtime.compile_workers import (
 )
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import InterferenceMeter, JitConfig
-from dynshape_perception.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.runtime.shapes import Padding, Signature, sample_inputs
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.testing.faults import (
     STALL_S,
@@ -227,13 +227,13 @@ def test_the_worker_times_a_specialisation_as_a_hit_runs_it(
         weak_edges={"N": (4,), "M": (4,)},
         sample=sample,
     )
-    real_pad = validation.Padding.pad
+    real_pad = Padding.pad
 
     def slow_padding_fault_injector(*args: Any) -> list[np.ndarray]:
         time.sleep(0.002)
         return real_pad(*args)
 
-    monkeypatch.setattr(validation.Padding, "pad", slow_padding_fault_injector)
+    monkeypatch.setattr(Padding, "pad", slow_padding_fault_injector)
     # The generic build serves the padded key too: only the padding tells the two apart.
     assert validation.validate(ASSOC, generic, generic, checked) > 5.0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dynshape_perception.errors import ConfigError
@@ -57,9 +59,15 @@ def test_bad_jit_settings_are_rejected() -> None:
         JitConfig.from_mapping({"hotnes_threshold": 3})
     # NaN passes every comparison it is put to: each float setting is checked finite.
     for name in ("accept_ratio", "prior_speedup", "validate_rtol", "min_benefit_ms"):
+        setting: dict[str, Any] = {name: float("nan")}
         with pytest.raises(ConfigError, match=f"{name} must be finite"):
-            JitConfig(**{name: float("nan")})
-    for bad in ({"accept_ratio": 0.0}, {"prior_speedup": -0.5}, {"prior_compile_s": -1.0}):
+            JitConfig(**setting)
+    not_positive: tuple[dict[str, Any], ...] = (
+        {"accept_ratio": 0.0},
+        {"prior_speedup": -0.5},
+        {"prior_compile_s": -1.0},
+    )
+    for bad in not_positive:
         with pytest.raises(ConfigError, match="accept_ratio and prior_speedup must be > 0"):
             JitConfig(**bad)
     with pytest.raises(ConfigError, match="validate_rtol, validate_atol"):

@@ -98,7 +98,9 @@ def test_a_padding_plan_pads_and_crops_every_call_of_its_signature_alike(
         np.testing.assert_array_equal(lens, np.pad(lengths, (0, extra_a), constant_values=1))
         assert hist.dtype == np.float32 and lens.dtype == np.int32
         outputs = [
-            rng.standard_normal(tuple(target.get(d, d) for d in shape)).astype(np.float32)
+            rng.standard_normal(
+                tuple(target[d] if isinstance(d, str) else d for d in shape)
+            ).astype(np.float32)
             for shape in spec.outputs
         ]
         for got, full, shape in zip(plan.crop(outputs), outputs, spec.outputs, strict=True):
@@ -164,7 +166,9 @@ def test_crop_undoes_pad_and_returns_dense_arrays(a: int, t: int, extra_a: int, 
     spec = PRED.spec.function("encode")
     padded_dims = {"A": a + extra_a, "T": t}
     outputs = [
-        rng.standard_normal(tuple(padded_dims.get(d, d) for d in shape)).astype(np.float32)
+        rng.standard_normal(
+            tuple(padded_dims[d] if isinstance(d, str) else d for d in shape)
+        ).astype(np.float32)
         for shape in spec.outputs
     ]
     got = Padding(spec, {"A": a, "T": t}, padded_dims).crop(outputs)

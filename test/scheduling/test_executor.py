@@ -48,6 +48,11 @@ def slow_stage_fault_injector(
     return stage
 
 
+def returning(value: int) -> Callable[[], int]:
+    """A stage that returns ``value``."""
+    return lambda: value
+
+
 class BlockingStageFaultInjector:
     """Fault injector: a stage that, once started, holds its lane until released."""
 
@@ -71,7 +76,8 @@ def drops(ex: TieredExecutor | FifoExecutor, tier: str) -> dict[str, int]:
 
 
 def test_strict_priority_across_tiers_and_edf_within_one() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     early = ex.arrive("other")
     clock.advance_ms(1)
@@ -86,7 +92,8 @@ def test_strict_priority_across_tiers_and_edf_within_one() -> None:
 
 
 def test_reserved_lane_serves_tier_one_only() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t2"), 2)
     assert not ex.run_one("reserved")
@@ -97,7 +104,8 @@ def test_reserved_lane_serves_tier_one_only() -> None:
 
 
 def test_newest_frame_wins_per_stream_and_stale_frames_are_counted() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     old = ex.submit(
         slow_stage_fault_injector(clock, 1, log, "old"), 2, arrival=ex.arrive("points"), name="seg"
@@ -123,7 +131,8 @@ def test_newest_frame_wins_per_stream_and_stale_frames_are_counted() -> None:
 
 
 def test_queue_depth_is_enforced_for_lower_tiers_only() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock, max_queue_depth=2)
     for k in range(3):
         ex.submit(slow_stage_fault_injector(clock, 1, log, f"q{k}"), 3)
@@ -135,7 +144,8 @@ def test_queue_depth_is_enforced_for_lower_tiers_only() -> None:
 
 def test_work_longer_than_its_whole_budget_still_runs_and_misses() -> None:
     """Shedding it for time would lock it out for good: its estimate could never improve."""
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     ex.set_estimate("plan", 150.0)
     future = ex.submit(slow_stage_fault_injector(clock, 120, log, "late"), 2, name="plan")
@@ -149,7 +159,8 @@ def test_work_longer_than_its_whole_budget_still_runs_and_misses() -> None:
 
 def test_costs_are_estimated_per_input_size() -> None:
     """A large scan's cost must not be judged by a small one's: estimates per size bucket."""
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     for size, ms in ((1000, 4.0), (120_000, 60.0)):
         ex.submit(slow_stage_fault_injector(clock, ms, log, "cloud"), 2, name="cloud", size=size)
@@ -171,7 +182,8 @@ def test_costs_are_estimated_per_input_size() -> None:
 
 
 def test_backlog_ahead_makes_later_work_infeasible() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     ex.submit(slow_stage_fault_injector(clock, 60, log, "a"), 2, est_ms=60.0)
     ex.submit(slow_stage_fault_injector(clock, 60, log, "b"), 2, est_ms=60.0)
@@ -184,7 +196,8 @@ def test_backlog_ahead_makes_later_work_infeasible() -> None:
 
 
 def test_work_that_can_no_longer_meet_its_deadline_is_shed_at_dispatch() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     late = ex.submit(slow_stage_fault_injector(clock, 1, log, "late"), 2)
     clock.advance_ms(101)
@@ -195,7 +208,8 @@ def test_work_that_can_no_longer_meet_its_deadline_is_shed_at_dispatch() -> None
 
 
 def test_tier_one_runs_late_and_the_miss_is_counted() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     ex.submit(slow_stage_fault_injector(clock, 25, log, "slow"), 1)
     ex.submit(slow_stage_fault_injector(clock, 4, log, "fast"), 1)
@@ -207,7 +221,8 @@ def test_tier_one_runs_late_and_the_miss_is_counted() -> None:
 
 
 def test_chunked_work_yields_to_higher_tiers_between_chunks() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
 
     def comfort() -> Generator[None, None, str]:
@@ -255,7 +270,8 @@ def test_a_newer_frame_replaces_a_waiting_unit_but_not_a_started_one() -> None:
 
 
 def test_degraded_mode_skips_speculation_and_subsamples_the_far_field() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(
         clock, degrade_enter_backlog_ms=50.0, degrade_exit_backlog_ms=10.0, degrade_hold_s=0.5
     )
@@ -291,7 +307,8 @@ def test_a_shed_holds_degraded_mode_for_the_hold_time() -> None:
 
 
 def test_compiles_pause_around_tier_one_only() -> None:
-    clock, log, pool = FakeClock(), [], RecordingPool()
+    clock, pool = FakeClock(), RecordingPool()
+    log: list[str] = []
     ex = TieredExecutor(pools=[pool, None], clock=clock, start=False)
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t2"), 2)
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t1"), 1)
@@ -353,7 +370,8 @@ def test_a_non_finite_arrival_is_refused() -> None:
 
 
 def test_a_cancelled_future_is_not_run_and_is_counted() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = tiered(clock)
     future = ex.submit(slow_stage_fault_injector(clock, 1, log, "x"), 3)
     assert future.cancel()
@@ -362,7 +380,8 @@ def test_a_cancelled_future_is_not_run_and_is_counted() -> None:
 
 
 def test_fifo_ignores_tiers_drops_at_the_tail_and_runs_units_whole() -> None:
-    clock, log = FakeClock(), []
+    clock = FakeClock()
+    log: list[str] = []
     ex = FifoExecutor(TierConfig(max_queue_depth=3), clock=clock, start=False)
 
     def chunked() -> Generator[None, None, str]:
@@ -511,7 +530,7 @@ def test_close_drops_queued_work_joins_workers_and_refuses_more() -> None:
 
 def test_drain_waits_for_queued_and_running_work() -> None:
     with TieredExecutor() as ex:
-        futures = [ex.submit(lambda k=k: k, 1 + k % 4) for k in range(20)]
+        futures = [ex.submit(returning(k), 1 + k % 4) for k in range(20)]
         assert ex.drain(WAIT_S)
         assert [f.result(timeout=0) for f in futures] == list(range(20))
 

@@ -533,7 +533,7 @@ def crowd_scene(
 
 def sensor_sectors(
     points: np.ndarray,
-    num_sectors: int,
+    num_sectors: int | np.integer,
     start_azimuth_rad: float = np.pi,
     clockwise: bool = True,
 ) -> list[np.ndarray]:

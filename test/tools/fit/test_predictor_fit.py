@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 torch = pytest.importorskip("torch", reason="fitting needs PyTorch (requirements-fit.txt)")
 
@@ -21,7 +25,7 @@ from dynshape_perception.tools.fit.predictor import (  # noqa: E402
 HISTORY, HORIZON = 6, 12
 
 
-def _turning_windows() -> tuple[torch.Tensor, torch.Tensor]:
+def _turning_windows() -> tuple[Tensor, Tensor]:
     """Two windows of a walker on a quarter circle, seen through 4 and 6 steps."""
     angle = np.linspace(0.0, math.pi / 2, HISTORY + HORIZON)
     path = np.c_[5.0 * np.cos(angle), 5.0 * np.sin(angle)] + [2.0, -1.0]

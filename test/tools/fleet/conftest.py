@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -26,7 +27,7 @@ START_TIMEOUT_S = 180.0
 _names = itertools.count()
 
 
-def _required(why: str) -> None:
+def _required(why: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{why}; CI=true requires it (make test installs it)")
     pytest.skip(why)

@@ -38,7 +38,7 @@ def _tables(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return out
 
 
-def _write(path: Path, storage: str, seed: int = 0) -> dict[str, object]:
+def _write(path: Path, storage: str, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     points = rng.normal(size=(1234, 4)).astype(np.float32)
     tables = _tables(rng)

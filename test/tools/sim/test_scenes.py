@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import pytest
 
@@ -237,6 +239,14 @@ def test_sectors_reject_bad_input() -> None:
         sensor_sectors(np.zeros(5), 2)
 
 
+class SceneSizes(TypedDict, total=False):
+    range_noise_m: float
+    ground_noise_m: float
+    max_slope: float
+    sensor_height_m: float
+    azimuth_step_deg: float
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -248,7 +258,7 @@ def test_sectors_reject_bad_input() -> None:
         {"azimuth_step_deg": float("inf")},
     ],
 )
-def test_non_finite_or_negative_scene_sizes_are_config_errors(change: dict[str, float]) -> None:
+def test_non_finite_or_negative_scene_sizes_are_config_errors(change: SceneSizes) -> None:
     with pytest.raises(ConfigError, match=next(iter(change))):
         driving_scene(seed=1, **change)
 
