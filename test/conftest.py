@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,21 @@ _plain_loggers()
 @pytest.fixture(autouse=True)
 def plain_loggers() -> None:
     _plain_loggers()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def stop_signal_dispositions() -> Iterator[None]:
+    """A node's main run in this process ends by ignoring SIGINT and SIGTERM
+    (interrupts.shutting_down). Ignored signals are inherited across exec: every process a
+    later test started would then ignore Ctrl-C, and each stop would wait out its timeout."""
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -54,3 +56,18 @@ def test_once_started_a_signal_is_left_to_rclpy(handlers: None) -> None:
     with uninterrupted():
         os.kill(os.getpid(), signal.SIGINT)
     assert interrupts.requested() is None
+
+
+def test_a_node_that_shuts_down_ignores_further_stop_signals() -> None:
+    interrupts.shutting_down()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+def test_a_later_test_and_its_children_get_the_stop_signals_back() -> None:
+    """The suite puts them back after each test (test/conftest.py): a child inherits an
+    ignored signal across exec, and would ignore the Ctrl-C a test sends it."""
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    child = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr

@@ -146,6 +146,21 @@ def test_kitti_scan_through_all_stages(session: NodeSession, kitti_points: np.nd
     _standard_messages(got, [t.stamp_ns for t in timings], tracks.table)
 
 
+def mapped_libraries(pid: int) -> set[str]:
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return {Path(line.split()[-1]).name for line in maps.splitlines() if ".so" in line}
+
+
+def test_the_nodes_load_tvm_and_never_pytorch(session: NodeSession) -> None:
+    """tvm_ffi imports PyTorch whenever it is installed; the nodes keep it out."""
+    pytest.importorskip("torch", reason="only where PyTorch is installed can it be kept out")
+    for proc in session.processes:
+        assert proc.alive(), f"{proc.name} is not running"
+        libraries = mapped_libraries(proc.pid)
+        assert any(name.startswith("libtvm") for name in libraries), proc.name
+        assert not any(name.startswith("libtorch") for name in libraries), proc.name
+
+
 def _standard_messages(got: dict[str, Any], stamps: list[int], tracks: np.ndarray) -> None:
     """The same frames as DetectedObjects, TrackedObjects and PredictedObjects."""
     last = stamps[-1]
@@ -518,17 +533,3 @@ def test_sigint_and_sigterm_exit_0_and_stop_compile_workers(
     ]
     for pids in children.values():
         assert wait_gone(pids, COUNTER_TIMEOUT_S) == []
-
-
-def mapped_libraries(pid: int) -> set[str]:
-    maps = Path(f"/proc/{pid}/maps").read_text()
-    return {Path(line.split()[-1]).name for line in maps.splitlines() if ".so" in line}
-
-
-def test_the_nodes_load_tvm_and_never_pytorch(session: NodeSession) -> None:
-    """tvm_ffi imports PyTorch whenever it is installed; the nodes keep it out."""
-    pytest.importorskip("torch", reason="only where PyTorch is installed can it be kept out")
-    for proc in session.processes:
-        libraries = mapped_libraries(proc.pid)
-        assert any(name.startswith("libtvm") for name in libraries), proc.name
-        assert not any(name.startswith("libtorch") for name in libraries), proc.name

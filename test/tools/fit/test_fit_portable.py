@@ -25,7 +25,7 @@ from dynshape_perception.tools.fit.torch_models import exact_sqrt  # noqa: E402
 
 QEMU = "qemu-x86_64-static"
 EMULATED_CPU = "EPYC-Rome"
-# Emulation runs the three short fits in about 2.5 minutes on one idle core.
+# Emulation runs the three short fits in about 1.5 minutes on one idle core.
 EMULATED_TIMEOUT_S = 1200
 
 PROBE = """
@@ -38,11 +38,11 @@ from dynshape_perception.models.weights import weights_checksum
 
 fits = {
     "associator": lambda model: associator.fit_associator(model, ("synthetic",), 0,
-        associator.AssociatorFitConfig(scenes=2, pairs_per_scene=500, steps=40, batch_size=256)),
+        associator.AssociatorFitConfig(scenes=2, pairs_per_scene=500, steps=16, batch_size=256)),
     "segmenter": lambda model: segmenter.fit_segmenter(model, ("synthetic",), 0,
-        segmenter.SegmenterFitConfig(scenes=1, steps=40, batch_size=512)),
+        segmenter.SegmenterFitConfig(scenes=1, steps=16, batch_size=512)),
     "predictor": lambda model: predictor.fit_predictor(model, ("synthetic",), 0,
-        predictor.PredictorFitConfig(steps=40, batch_size=64, relax_steps=10, long_share=0.5,
+        predictor.PredictorFitConfig(steps=16, batch_size=64, relax_steps=4, long_share=0.5,
                                      synthetic=SyntheticPedestrians(scenes=1, agents=8),
                                      crowds=GeneratedCrowds(scenes=1, agents=(8, 8)))),
 }
