@@ -143,6 +143,31 @@ class ModelSpec:
                 raise InputValueError(f"{spec.name} holds NaN or Inf values")
         return values
 
+    def check_values(
+        self, function: str, arrays: list[np.ndarray], dims: Mapping[str, int]
+    ) -> None:
+        """The value rules the inputs' specs state (``count_of``, ``sums_to``), on arrays whose
+        shapes ``bind_dims`` bound to ``dims``."""
+        for arr, spec in zip(arrays, self.function(function).inputs, strict=True):
+            if not arr.size:
+                continue
+            if spec.count_of is not None:
+                top = dims[spec.count_of]
+                low, high = int(arr.min()), int(arr.max())
+                if low < 1 or high > top:
+                    raise InputValueError(
+                        f"{spec.name} must lie in [1, {spec.count_of}={top}], got [{low}, {high}]"
+                    )
+            if spec.sums_to is not None:
+                if int(arr.min()) < 1:
+                    raise InputValueError(f"packed {spec.name} must be >= 1, got {int(arr.min())}")
+                total = int(arr.astype(np.int64).sum())
+                if total != dims[spec.sums_to]:
+                    raise InputValueError(
+                        f"packed {spec.name} sum to {total}, but the rows are "
+                        f"{spec.sums_to}={dims[spec.sums_to]}"
+                    )
+
 
 @functools.cache
 def _shape_text(shape: tuple[Dim, ...]) -> str:

@@ -10,7 +10,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from dynshape_perception.config import Bounds
-from dynshape_perception.errors import ConfigError, InputValueError
+from dynshape_perception.errors import ConfigError
 from dynshape_perception.models import tir_kernels
 from dynshape_perception.models.common import (
     Dense,
@@ -220,24 +220,6 @@ def reference(
     if function == "forward":
         return decode_ref(w, cfg, *encode_ref(w, inputs[0], inputs[1], cfg.hidden))
     raise KeyError(function)
-
-
-def check_packed(points: np.ndarray, lengths: np.ndarray) -> None:
-    """Packed lengths are positive and account for every row of ``points``."""
-    if lengths.size and lengths.min() < 1:
-        raise InputValueError(f"packed lengths must be >= 1, got {int(lengths.min())}")
-    total = int(lengths.astype(np.int64).sum())
-    if total != points.shape[0]:
-        raise InputValueError(f"packed lengths sum to {total}, but points has S={points.shape[0]}")
-
-
-def check_lengths(history: np.ndarray, lengths: np.ndarray) -> None:
-    """Every agent needs between 1 and T observations."""
-    if lengths.size and (lengths.min() < 1 or lengths.max() > history.shape[1]):
-        raise InputValueError(
-            f"lengths must lie in [1, T={history.shape[1]}], got "
-            f"[{int(lengths.min())}, {int(lengths.max())}]"
-        )
 
 
 def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:

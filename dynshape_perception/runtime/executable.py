@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,19 +12,6 @@ import numpy as np
 from dynshape_perception.compiler import tvm_adapter as tvmx
 from dynshape_perception.errors import ShapeError
 from dynshape_perception.models.common import ModelDef
-from dynshape_perception.models.predictor import check_lengths, check_packed
-
-ValueCheck = Callable[[str, list[np.ndarray]], None]
-
-
-def _predictor_check(function: str, arrays: list[np.ndarray]) -> None:
-    if function in ("forward", "encode"):
-        check_lengths(arrays[0], arrays[1])
-    elif function == "encode_packed":
-        check_packed(arrays[0], arrays[1])
-
-
-VALUE_CHECKS: Mapping[str, ValueCheck] = {"predictor": _predictor_check}
 
 
 class LoadedModel:
@@ -48,14 +35,12 @@ class LoadedModel:
         self._functions = {name: tvmx.vm_function(self._vm, name) for name in names}
         # The Relax VM keeps per-call state; calls on one VM must not interleave.
         self._lock = threading.Lock()
-        self._check = VALUE_CHECKS.get(model.name)
 
     def validate(self, function: str, arrays: list[np.ndarray]) -> dict[str, int]:
         if function not in self._functions:
             raise ShapeError(f"{self.model.name} has no function {function!r}")
         dims = self.model.spec.bind_dims(function, arrays)
-        if self._check is not None:
-            self._check(function, arrays)
+        self.model.spec.check_values(function, arrays, dims)
         return dims
 
     def __call__(self, function: str, *arrays: np.ndarray) -> list[np.ndarray]:

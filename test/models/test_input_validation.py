@@ -7,7 +7,6 @@ import pytest
 
 from dynshape_perception.errors import DynshapeError, InputValueError, ShapeError
 from dynshape_perception.models import model_definition
-from dynshape_perception.runtime.executable import _predictor_check
 
 SEG = model_definition("segmenter").spec
 ASSOC = model_definition("associator").spec
@@ -71,9 +70,41 @@ def test_wrong_tensor_count() -> None:
 
 @pytest.mark.parametrize("lengths", [[0, 3], [3, 6]])
 def test_predictor_lengths_outside_history(lengths: list[int]) -> None:
-    hist = np.zeros((2, 5, 2), np.float32)
+    arrays = [np.zeros((2, 5, 2), np.float32), np.asarray(lengths, np.int32)]
+    dims = PRED.bind_dims("forward", arrays)
     with pytest.raises(InputValueError, match=r"lengths must lie in \[1, T=5\]"):
-        _predictor_check("forward", [hist, np.asarray(lengths, np.int32)])
+        PRED.check_values("forward", arrays, dims)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "match"),
+    [
+        ([2, 0, 4], "packed lengths must be >= 1, got 0"),
+        ([2, 2, 2], "sum to 6, but the rows are S=7"),
+    ],
+)
+def test_packed_lengths_must_cover_every_row(lengths: list[int], match: str) -> None:
+    arrays = [np.zeros((7, 2), np.float32), np.asarray(lengths, np.int32)]
+    dims = PRED.bind_dims("encode_packed", arrays)
+    with pytest.raises(InputValueError, match=match):
+        PRED.check_values("encode_packed", arrays, dims)
+    PRED.check_values("encode_packed", [arrays[0], np.asarray([2, 1, 4], np.int32)], dims)
+
+
+def test_every_count_and_packed_input_of_any_model_is_checked() -> None:
+    """The rules live in the specs, so no model is checked by name."""
+    ruled = {
+        (name, fn.name, t.name)
+        for name in ("segmenter", "associator", "predictor")
+        for fn in model_definition(name).spec.functions
+        for t in fn.inputs
+        if t.count_of or t.sums_to
+    }
+    assert ruled == {
+        ("predictor", "forward", "lengths"),
+        ("predictor", "encode", "lengths"),
+        ("predictor", "encode_packed", "lengths"),
+    }
 
 
 def test_errors_share_the_package_base() -> None:
