@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dynshape_perception.testing.imports import imported_names
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "dynshape_perception"
 # Bottom to top. A module may import its own layer and those before it, never one after it.
@@ -91,16 +93,8 @@ def _named(path: Path, module: str) -> Iterator[str]:
     under TYPE_CHECKING, and the targets of ``importlib.import_module``."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join([*base, node.module] if node.module else base)
-            else:
-                source = node.module or ""
-            yield source
-            yield from (f"{source}.{alias.name}" for alias in node.names)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield from imported_names(node, package)
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute | ast.Name)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from dynshape_perception.testing.imports import imported_names
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "dynshape_perception"
 # What a module that starts ROS imports; launch and launch_ros load rclpy themselves.
@@ -44,16 +46,8 @@ def imports_on_load(path: Path) -> set[str]:
     parts = path.relative_to(ROOT).with_suffix("").parts if path.is_relative_to(ROOT) else ()
     package = ".".join(parts[:-1])
     for node in _top_level(tree.body):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                source = ".".join([*base, node.module] if node.module else base)
-            else:
-                source = node.module or ""
-            found.add(source)
-            found.update(f"{source}.{alias.name}" for alias in node.names)
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.update(imported_names(node, package))
     return found
 
 
