@@ -63,8 +63,8 @@ def test_seeds_must_be_non_negative_integers(seed: object) -> None:
 @pytest.mark.parametrize(
     ("section", "match"),
     [
-        ("segmenter:\n  hidden: 64\n", "two widths"),
-        ("segmenter:\n  hidden: [64, 128, 256]\n", "two widths"),
+        ("segmenter:\n  hidden: 64\n", "segmenter.hidden must be a list of 2 values, got 64"),
+        ("segmenter:\n  hidden: [64, 128, 256]\n", "segmenter.hidden must be a list of 2 values"),
         ("segmenter:\n  hidden: [64, 2.5]\n", "segmenter.hidden must be an integer"),
         ("predictor:\n  K: six\n", "predictor.K must be an integer"),
         ("predictor:\n  K: 6.9\n", "predictor.K must be an integer"),

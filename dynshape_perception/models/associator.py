@@ -21,6 +21,7 @@ from dynshape_perception.models.common import (
     relu,
     sigmoid,
 )
+from dynshape_perception.models.registry import ModelKind, register
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,6 @@ def definition(bounds: Bounds, config: AssociatorConfig | None = None) -> ModelD
         reference=reference,
         config=cfg,
     )
+
+
+MODEL = register(ModelKind("associator", AssociatorConfig, definition))

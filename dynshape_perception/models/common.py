@@ -1,4 +1,4 @@
-"""Shared model pieces: the symbolic-dim spec, a pre-transposed dense layer, the model registry."""
+"""Shared model pieces: the symbolic-dim spec, a pre-transposed dense layer, the definition."""
 
 from __future__ import annotations
 

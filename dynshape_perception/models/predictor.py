@@ -22,6 +22,7 @@ from dynshape_perception.models.common import (
     relu,
     sigmoid,
 )
+from dynshape_perception.models.registry import ModelKind, register
 from dynshape_perception.models.tir_kernels import (
     HEADING_EPS_M,
     RESIDUAL_FLOOR_M,
@@ -268,3 +269,14 @@ def definition(bounds: Bounds, config: PredictorConfig | None = None) -> ModelDe
         reference=lambda fn, w, x: reference(fn, w, x, cfg),
         config=cfg,
     )
+
+
+MODEL = register(
+    ModelKind(
+        "predictor",
+        PredictorConfig,
+        definition,
+        yaml_keys={"hypotheses": "K", "horizon": "H"},
+        other_keys=("history_steps",),
+    )
+)

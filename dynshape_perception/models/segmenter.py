@@ -22,6 +22,7 @@ from dynshape_perception.models.common import (
     relu,
     sigmoid,
 )
+from dynshape_perception.models.registry import ModelKind, register
 from dynshape_perception.models.tir_kernels import FEATURES, GROUND_WIDTH, POINT_WIDTH
 
 
@@ -121,3 +122,6 @@ def definition(bounds: Bounds, config: SegmenterConfig | None = None) -> ModelDe
         reference=lambda fn, w, x: reference(fn, w, x, cfg),
         config=cfg,
     )
+
+
+MODEL = register(ModelKind("segmenter", SegmenterConfig, definition))
