@@ -54,6 +54,9 @@ class ModelSpec:
     dims: tuple[str, ...]
     functions: tuple[FunctionSpec, ...]
     bounds: Mapping[str, int] = field(default_factory=dict)
+    # How calls batch: a dim named here is padded up to its next edge, so one specialisation
+    # serves every count up to it; other dims specialise exactly. The JIT config may override.
+    bucket_edges: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def function(self, name: str) -> FunctionSpec:
         for fn in self.functions:

@@ -244,6 +244,13 @@ def spec(bounds: Bounds, cfg: PredictorConfig) -> ModelSpec:
         dims=("A", "T", "S"),
         # S counts the rows of packed histories: at most every agent's full history.
         bounds={"A": bounds.A, "T": bounds.T, "S": bounds.A * bounds.T},
+        # Agents are independent rows, so A pads exactly; small counts keep exact edges, where
+        # padding one agent would cost a large share of a call. Short histories, the most
+        # common, stay exact too: padded to the next edge, a short call costs more than generic.
+        bucket_edges={
+            "A": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+            "T": (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 48, 64, 96, 128),
+        },
         functions=(
             FunctionSpec("forward", history, hypotheses),
             FunctionSpec("encode", history, state_shapes),

@@ -97,11 +97,33 @@ def reference(
     return [sigmoid(dense_ref(f2, weights, "score"))[:, 0].astype(np.float32)]
 
 
+# Point counts never repeat, so P is bucketed.
+P_EDGES = (
+    2048,
+    4096,
+    8192,
+    12288,
+    16384,
+    20480,
+    24576,
+    32768,
+    40960,
+    49152,
+    65536,
+    81920,
+    98304,
+    114688,
+    131072,
+    150000,
+)
+
+
 def spec(bounds: Bounds) -> ModelSpec:
     return ModelSpec(
         model="segmenter",
         dims=("P",),
         bounds={"P": bounds.P},
+        bucket_edges={"P": P_EDGES},
         functions=(
             FunctionSpec(
                 "forward",

@@ -82,7 +82,7 @@ class SegmentingNode(PerceptionNode):
             pipeline,
             parameters.near_field(self.values),
             self.scheduler,
-            self.engine.jit.weak_edges[SEGMENTER]["P"],
+            self.engine.jit.dim_policy(self.engine[SEGMENTER].model.spec).weak_edges["P"],
         )
 
     def apply_parameters(self, changed: set[str]) -> None:

@@ -91,7 +91,7 @@ class Dispatcher:
         self.config = config
         self.metrics = metrics
         self.pool = pool
-        policy = config.dim_policy(model.name).within(model.spec.bounds)
+        policy = config.dim_policy(model.spec).within(model.spec.bounds)
         self._dims = {fn.name: policy.for_function(fn) for fn in model.spec.functions}
         self._specs = {fn.name: fn for fn in model.spec.functions}
         self.cache = SpecialisationCache(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.models.common import ModelSpec
 from dynshape_perception.runtime.shapes import DimPolicy, Signature
 from dynshape_perception.runtime.specialisations import KeyState
 
@@ -26,48 +27,14 @@ IN_PLACE_MIN = 3
 # apart, would otherwise extrapolate to millions over the horizon.
 MIN_RATE_SPAN_S = 1.0
 
-# Bucket edges of the weak dims: point counts never repeat, so P is bucketed; the others
-# repeat often and are cheap to specialise exactly.
-DEFAULT_WEAK_EDGES: dict[str, dict[str, tuple[int, ...]]] = {
-    "segmenter": {
-        "P": (
-            2048,
-            4096,
-            8192,
-            12288,
-            16384,
-            20480,
-            24576,
-            32768,
-            40960,
-            49152,
-            65536,
-            81920,
-            98304,
-            114688,
-            131072,
-            150000,
-        ),
-    },
-    "associator": {},
-    # Agents are independent rows, so A pads exactly; small counts keep exact edges, where
-    # padding one agent would cost a large share of a call. Short histories, the most common,
-    # stay exact too: padded to the next edge, a short call costs more than generic.
-    "predictor": {
-        "A": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
-        "T": (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 32, 48, 64, 96, 128),
-    },
-}
-
 
 @dataclass(frozen=True)
 class JitConfig:
     mode: str = "adaptive"
     hotness_threshold: int = 8
     inference_profile: bool = False
-    weak_edges: Mapping[str, Mapping[str, tuple[int, ...]]] = field(
-        default_factory=lambda: DEFAULT_WEAK_EDGES
-    )
+    # Bucket edges per model and dim, in place of those its spec declares.
+    weak_edges: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
     max_entries: int = 1024
     max_bytes: int = 512 * 1024 * 1024
     # The artefact cache root on disk, every model and process sharing it: a long drive
@@ -151,8 +118,10 @@ class JitConfig:
         """Calls before a shape is hot: 3 in an inference profile, where shapes are known."""
         return min(3, self.hotness_threshold) if self.inference_profile else self.hotness_threshold
 
-    def dim_policy(self, model: str) -> DimPolicy:
-        return DimPolicy({k: tuple(v) for k, v in self.weak_edges.get(model, {}).items()})
+    def dim_policy(self, spec: ModelSpec) -> DimPolicy:
+        """The bucket edges the model declares, or this config's for it."""
+        edges = self.weak_edges.get(spec.model, spec.bucket_edges)
+        return DimPolicy({k: tuple(v) for k, v in edges.items()})
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> JitConfig:

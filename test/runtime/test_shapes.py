@@ -137,7 +137,7 @@ def test_edge_padded_clouds_are_aligned_for_the_vm(points: int) -> None:
 def test_short_histories_and_few_agents_specialise_exactly_by_default() -> None:
     """Padding one agent or a few history steps costs a small call more than a
     specialisation saves, so the default edges keep them exact."""
-    policy = JitConfig().dim_policy("predictor")
+    policy = JitConfig().dim_policy(PRED.spec)
     for a in (1, 2, 3, 4):
         for t in range(1, 9):
             sig = Signature.of("forward", {"A": a, "T": t})

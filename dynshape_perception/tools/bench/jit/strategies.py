@@ -25,7 +25,7 @@ from dynshape_perception.models.registry import committed_weights
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.executable import LoadedModel
 from dynshape_perception.runtime.metrics import CompileEvent
-from dynshape_perception.runtime.policy import DEFAULT_WEAK_EDGES, JitConfig
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.runtime.shapes import DimPolicy, Padding, Signature
 from dynshape_perception.tools.bench.jit.probes import (
     WARM_UP_WAIT_S,
@@ -212,10 +212,13 @@ def _run(
         plans: dict[tuple[str, Signature], Padding] = {}
         compile_s = [0.0]
         compile_by_model: dict[str, float] = {}
-        dims_policy = {m: JitConfig().dim_policy(m) if policy else DimPolicy() for m in models}
+        dims_policy = {
+            m: JitConfig().dim_policy(spec.spec) if policy else DimPolicy()
+            for m, (spec, _) in models.items()
+        }
         if policy:
             dims_policy["predictor"] = DimPolicy(
-                {**DEFAULT_WEAK_EDGES["predictor"], "A": (4, 8, 16, 32, 64)}
+                {**models["predictor"][0].spec.bucket_edges, "A": (4, 8, 16, 32, 64)}
             )
 
         def static_run(
