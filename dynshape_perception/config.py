@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from dynshape_perception.errors import BoundError, ConfigError
+from dynshape_perception.errors import BoundError, ConfigError, DynshapeError
 from dynshape_perception.resources import config_path
 
 DIM_MEANINGS = {
@@ -76,12 +76,24 @@ class ModelsConfig:
         return value
 
 
+def read_yaml(path: Path, what: str, error: type[DynshapeError] = ConfigError) -> Any:
+    """The document in the YAML file ``path``; a file that cannot be read or parsed raises
+    ``error``, naming ``what`` it should hold and why it failed."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"cannot read {what} {path}: {err}") from err
+    try:
+        return yaml.safe_load(text)
+    # ValueError: a scalar YAML types but cannot build, such as the date 2024-13-45.
+    # RecursionError: nesting deeper than the parser's stack.
+    except (ValueError, RecursionError, yaml.YAMLError) as err:
+        raise error(f"cannot read {what} {path}: not valid YAML: {err}") from err
+
+
 def load_models_config(path: Path | None = None) -> ModelsConfig:
     path = path or config_path("models.yaml")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read {path}: {err}") from err
+    raw = read_yaml(path, "models configuration")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must hold a mapping")
     try:

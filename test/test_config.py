@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dynshape_perception import resources
-from dynshape_perception.config import check_seed, default_config, load_models_config
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.config import check_seed, default_config, load_models_config, read_yaml
+from dynshape_perception.errors import ConfigError, WeightsError
 from dynshape_perception.models import model_definition
 
 
@@ -100,3 +100,33 @@ def test_an_installed_package_finds_its_share_folder(
         assert resources.config_path("models.yaml").is_file()
     finally:
         resources.share_dir.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "cannot read search space .*missing.yaml: .*No such file"),
+        (b"\xff\xfe not utf-8", "cannot read search space .*: 'utf-8' codec"),
+        (b"a: [1, 2\n", "cannot read search space .*: not valid YAML: while parsing"),
+        (b"when: 2024-13-45\n", "cannot read search space .*: not valid YAML: month must be"),
+        (b"[" * 5000 + b"]" * 5000, "cannot read search space .*: not valid YAML"),
+    ],
+)
+def test_an_unreadable_yaml_file_is_an_error_of_the_callers_type(
+    tmp_path: Path, content: bytes | None, match: str
+) -> None:
+    path = tmp_path / ("missing.yaml" if content is None else "space.yaml")
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=match):
+        read_yaml(path, "search space")
+    with pytest.raises(WeightsError, match=match.replace("search space", "weights manifest")):
+        read_yaml(path, "weights manifest", WeightsError)
+
+
+def test_a_readable_yaml_file_gives_its_document(tmp_path: Path) -> None:
+    path = tmp_path / "doc.yaml"
+    path.write_text("a: [1, 2]\n")
+    assert read_yaml(path, "document") == {"a": [1, 2]}
+    path.write_text("")
+    assert read_yaml(path, "document") is None

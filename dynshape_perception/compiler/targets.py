@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dynshape_perception.compiler import tvm_adapter as tvmx
+from dynshape_perception.config import read_yaml
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.resources import config_path
 
@@ -78,13 +77,13 @@ def load_profile(name: str) -> TargetProfile:
             f"unknown target profile {name!r}; available: {', '.join(available_profiles())}"
         )
     path = targets_dir() / f"{name}.yaml"
+    raw = read_yaml(path, "target profile")
     try:
-        raw = yaml.safe_load(path.read_text())
         return TargetProfile(
             name=str(raw["name"]),
             target_spec=dict(raw["target"]),
             cross_compiler=raw.get("cross_compiler"),
             cuda_arch=raw.get("cuda_arch"),
         )
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         raise ConfigError(f"invalid target profile {path}: {err}") from err

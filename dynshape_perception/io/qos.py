@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosReliability
 
+from dynshape_perception.config import read_yaml
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io import bags
 from dynshape_perception.io.topics import absolute_name
@@ -120,13 +120,7 @@ def parse_overrides(document: Any, origin: str = "QoS overrides") -> dict[str, d
 
 
 def load_overrides(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        document = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise ConfigError(f"cannot read QoS overrides {path}: {err}") from err
-    except yaml.YAMLError as err:
-        raise ConfigError(f"QoS overrides {path} are not valid YAML: {err}") from err
-    return parse_overrides(document, str(path))
+    return parse_overrides(read_yaml(path, "QoS overrides"), str(path))
 
 
 def topic_qos(

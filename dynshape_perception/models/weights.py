@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from dynshape_perception.config import read_yaml
 from dynshape_perception.errors import WeightsError
 from dynshape_perception.fsutil import atomic_write
 from dynshape_perception.resources import models_dir
@@ -32,10 +33,7 @@ def read_manifest(directory: Path | None = None) -> dict[str, Any]:
     path = (directory or models_dir()) / MANIFEST
     if not path.is_file():
         return {"models": {}}
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise WeightsError(f"{path} is not valid YAML: {err}") from err
+    raw = read_yaml(path, "weights manifest", WeightsError) or {}
     if not isinstance(raw, dict):
         raise WeightsError(f"{path} must hold a mapping")
     models = raw.setdefault("models", {})

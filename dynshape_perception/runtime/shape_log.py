@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from dynshape_perception.config import read_yaml
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import atomic_write_text
 from dynshape_perception.runtime.shapes import Signature
@@ -33,11 +34,7 @@ def dump_shape_log(counts: Mapping[str, Counter[Signature]], path: Path) -> None
 def load_shape_log(path: Path) -> dict[str, Counter[Signature]]:
     """The shape log at ``path``; anything but the layout ``dump_shape_log`` writes, with integer
     dims and call counts, is a ``ConfigError``."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    # ValueError: a scalar YAML types but cannot build, such as the date 2024-13-45.
-    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read shape log {path}: {err}") from err
+    doc = read_yaml(path, "shape log")
     if not isinstance(doc, dict) or doc.get("version") != SHAPE_LOG_VERSION:
         raise ConfigError(f"{path} is not a version-{SHAPE_LOG_VERSION} shape log")
     out: dict[str, Counter[Signature]] = {}

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dynshape_perception.config import read_yaml
 from dynshape_perception.errors import ConfigError
 
 BAG_METADATA = "metadata.yaml"
@@ -97,10 +96,7 @@ def _entry(manifest: Path, index: int, raw: Any, golden_root: Path | None) -> Ba
 
 def load_manifest(path: Path, golden_root: Path | None = None) -> list[BagEntry]:
     """Bags listed in a manifest; relative paths are relative to the manifest's folder."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read corpus manifest {path}: {err}") from err
+    raw = read_yaml(path, "corpus manifest")
     if not isinstance(raw, dict) or not isinstance(raw.get("bags"), list):
         raise ConfigError(f"{path}: a corpus manifest needs a 'bags' list")
     unknown = set(raw) - MANIFEST_KEYS

@@ -11,6 +11,7 @@ import numpy as np
 import yaml
 from scipy.optimize import linear_sum_assignment
 
+from dynshape_perception.config import read_yaml
 from dynshape_perception.errors import ConfigError, DataError, DynshapeError
 from dynshape_perception.fsutil import StagedDir, atomic_write_text
 from dynshape_perception.io import bags
@@ -75,10 +76,7 @@ class Tolerances:
 
     @classmethod
     def load(cls, path: Path) -> Tolerances:
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
-            raise ConfigError(f"cannot read tolerances {path}: {err}") from err
+        raw = read_yaml(path, "tolerances") or {}
         known = {f.name for f in fields(cls)}
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: tolerances must be a mapping of {sorted(known)}")

@@ -14,9 +14,8 @@ from typing import Any
 
 import optuna
 import sqlalchemy.exc
-import yaml
 
-from dynshape_perception.config import check_seed
+from dynshape_perception.config import check_seed, read_yaml
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.fsutil import atomic_write_text
 from dynshape_perception.io.bags import BagReader
@@ -173,10 +172,7 @@ def _startup_trials(path: Path, sampler: object) -> int:
 
 
 def load_space(path: Path) -> Space:
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, ValueError, RecursionError, yaml.YAMLError) as err:
-        raise ConfigError(f"cannot read search space {path}: {err}") from err
+    raw = read_yaml(path, "search space")
     if not isinstance(raw, dict) or not isinstance(raw.get("parameters"), dict):
         raise ConfigError(f"{path} needs a 'parameters' mapping of ranges")
     unknown = set(raw) - SPACE_KEYS
