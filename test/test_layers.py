@@ -233,11 +233,10 @@ def test_no_two_modules_import_each_other(tree: Tree) -> None:
     assert cycles(tree) == []
 
 
-def test_scheduling_holds_only_the_executor_and_its_wiring(tree: Tree) -> None:
-    """Each scheduling module is the executor, a part of it, or wiring that uses it; an
-    algorithm that runs without the executor belongs in ``perception/``."""
+def apart_from_the_executor(tree: Tree) -> list[str]:
+    """Scheduling modules that neither the executor imports nor import the executor."""
     executor = f"{PACKAGE}.scheduling.executor"
-    apart = [
+    return [
         module
         for module in tree.modules
         if tree.layer(module) == "scheduling"
@@ -245,7 +244,12 @@ def test_scheduling_holds_only_the_executor_and_its_wiring(tree: Tree) -> None:
         and module not in tree.closure(executor)
         and executor not in tree.closure(module)
     ]
-    assert apart == []
+
+
+def test_scheduling_holds_only_the_executor_and_its_wiring(tree: Tree) -> None:
+    """Each scheduling module is the executor, a part of it, or wiring that uses it; an
+    algorithm that runs without the executor belongs in ``perception/``."""
+    assert apart_from_the_executor(tree) == []
 
 
 def _fake_package(tmp_path: Path, files: dict[str, str]) -> Tree:
@@ -312,6 +316,22 @@ def test_each_kind_of_breach_is_caught(
 ) -> None:
     tree = _fake_package(tmp_path, files)
     assert expected in violations(tree, rule)
+
+
+def test_an_algorithm_in_scheduling_that_never_uses_the_executor_is_caught(
+    tmp_path: Path,
+) -> None:
+    tree = _fake_package(
+        tmp_path,
+        {
+            "scheduling/__init__.py": "",
+            "scheduling/executor.py": "from dynshape_perception.scheduling import lanes\n",
+            "scheduling/lanes.py": "",
+            "scheduling/wiring.py": "from dynshape_perception.scheduling.executor import run\n",
+            "scheduling/sectors.py": "import numpy\n",
+        },
+    )
+    assert apart_from_the_executor(tree) == [f"{PACKAGE}.scheduling.sectors"]
 
 
 def test_a_ros_import_below_the_nodes_is_caught(tmp_path: Path) -> None:

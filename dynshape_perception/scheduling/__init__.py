@@ -1,1 +1,1 @@
-"""Tiers, the deadline executor, incremental, streaming and speculative computation."""
+"""The tiered executor and the work wired to it: tiers, lanes, lidar and prediction units."""
