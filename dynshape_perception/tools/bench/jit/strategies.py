@@ -213,8 +213,8 @@ def _run(
         compile_s = [0.0]
         compile_by_model: dict[str, float] = {}
         dims_policy = {
-            m: JitConfig().dim_policy(spec.spec) if policy else DimPolicy()
-            for m, (spec, _) in models.items()
+            m: JitConfig().dim_policy(model.spec) if policy else DimPolicy()
+            for m, (model, _) in models.items()
         }
         if policy:
             dims_policy["predictor"] = DimPolicy(
