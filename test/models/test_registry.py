@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
 
 from dynshape_perception.compiler.build import compile_model
 from dynshape_perception.compiler.targets import load_profile
 from dynshape_perception.config import Bounds, load_models_config
-from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.models import MODEL_NAMES, model_definition, registry
 from dynshape_perception.models.common import (
     Dense,
@@ -41,24 +42,33 @@ class Toy(nn.Module):
         self.config = config
         self.out = Dense(config.width, config.outputs)
 
-    def forward(self, rows: nn.Tensor) -> nn.Tensor:
-        return self.out(rows) * self.config.gain
+    def forward(self, rows: nn.Tensor, picks: nn.Tensor) -> nn.Tensor:
+        rows_of = op.subtract(picks, op.ones(picks.shape, "int32"))
+        return op.take(self.out(rows) * self.config.gain, rows_of, axis=0)
 
 
 def toy_reference(
     function: str, weights: Mapping[str, np.ndarray], inputs: list[np.ndarray], cfg: ToyConfig
 ) -> list[np.ndarray]:
-    return [(dense_ref(inputs[0], weights, "out") * np.float32(cfg.gain)).astype(np.float32)]
+    rows, picks = inputs
+    scaled = dense_ref(rows, weights, "out") * np.float32(cfg.gain)
+    return [scaled[picks.astype(np.int64) - 1].astype(np.float32)]
 
 
 def toy_definition(bounds: Bounds, config: ToyConfig) -> ModelDef:
     spec = ModelSpec(
         model="toy",
-        dims=("N",),
-        bounds={"N": bounds.N},
+        dims=("N", "M"),
+        bounds={"N": bounds.N, "M": bounds.M},
         functions=(
             FunctionSpec(
-                "forward", (TensorSpec("rows", ("N", config.width)),), (("N", config.outputs),)
+                "forward",
+                (
+                    TensorSpec("rows", ("N", config.width)),
+                    # 1-based row numbers: the runtime checks them from this rule alone.
+                    TensorSpec("picks", ("M",), "int32", count_of="N"),
+                ),
+                (("M", config.outputs),),
             ),
         ),
     )
@@ -92,13 +102,17 @@ def test_a_new_model_is_one_module_and_one_yaml_section(tmp_path: Path) -> None:
     weights = init_weights(parameter_shapes(model), seed=1)
     runner = LoadedModel(model, compile_model(model, weights, load_profile("x86_64")).executable)
     rng = np.random.default_rng(0)
-    for count in (0, 1, 16):
+    for count in (1, 2, 16):
         rows = rng.standard_normal((count, 3)).astype(np.float32)
-        got = runner("forward", rows)[0]
-        assert got.shape == (count, 4)
-        np.testing.assert_allclose(got, model.reference("forward", weights, [rows])[0], rtol=1e-5)
+        picks = rng.integers(1, count + 1, size=5).astype(np.int32)
+        got = runner("forward", rows, picks)[0]
+        assert got.shape == (5, 4)
+        want = model.reference("forward", weights, [rows, picks])[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5)
     with pytest.raises(ShapeError, match="above its bound 16"):
-        runner("forward", np.zeros((17, 3), np.float32))
+        runner("forward", np.zeros((17, 3), np.float32), np.ones(1, np.int32))
+    with pytest.raises(InputValueError, match=r"picks must lie in \[1, N=2\], got \[1, 3\]"):
+        runner("forward", np.zeros((2, 3), np.float32), np.asarray([1, 3], np.int32))
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
