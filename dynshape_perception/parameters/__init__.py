@@ -24,7 +24,6 @@ from dynshape_perception.parameters.readers import (
     tracker_params,
     validate,
 )
-from dynshape_perception.parameters.spec import ParamSpec, Value
 from dynshape_perception.parameters.table import (
     BUILTIN_PARAMETERS,
     GROUPS,
@@ -35,6 +34,7 @@ from dynshape_perception.parameters.table import (
     node_specs,
     uses_executor,
 )
+from dynshape_perception.paramspec import ParamSpec, Value
 
 __all__ = [
     "BUILTIN_PARAMETERS",

@@ -21,7 +21,7 @@ from dynshape_perception.parameters.limits import (
     NEAR,
     OFF,
 )
-from dynshape_perception.parameters.spec import ParamSpec
+from dynshape_perception.paramspec import ParamSpec
 from dynshape_perception.runtime.policy import COMPILE_MODES, MODES
 from dynshape_perception.scheduling.tiers import TierConfig
 
@@ -69,7 +69,9 @@ def engine_group() -> tuple[ParamSpec, ...]:
 
 def jit_group() -> tuple[ParamSpec, ...]:
     return (
-        ParamSpec("jit.mode", JIT.mode, "JIT mode: off, frozen, adaptive", True, choices=MODES),
+        ParamSpec(
+            "jit.mode", JIT.mode, "JIT mode: off, frozen, adaptive", read_only=True, choices=MODES
+        ),
         ParamSpec(
             "jit.hotness_threshold",
             JIT.hotness_threshold,
@@ -96,26 +98,31 @@ def jit_group() -> tuple[ParamSpec, ...]:
             JIT.disk_max_bytes,
             "bytes of the artefact cache on disk, shared by every model and process using "
             "model_cache_dir: least recently used specialisations go first, generic builds last",
-            True,
+            read_only=True,
             low=1,
             high=MAX_BYTES,
         ),
         ParamSpec(
-            "jit.pool_size", JIT.pool_size, "background compile workers", True, low=1, high=64
+            "jit.pool_size",
+            JIT.pool_size,
+            "background compile workers",
+            read_only=True,
+            low=1,
+            high=64,
         ),
         ParamSpec(
             "jit.compile_mode",
             JIT.compile_mode,
             "compile workers: process (isolated), thread, or auto (picked by the measured "
             "slowdown of live calls)",
-            True,
+            read_only=True,
             choices=COMPILE_MODES,
         ),
         ParamSpec(
             "jit.compile_timeout_s",
             JIT.compile_timeout_s,
             "seconds before a background compile is abandoned",
-            True,
+            read_only=True,
             low=1.0,
             high=3600.0,
         ),
@@ -124,7 +131,7 @@ def jit_group() -> tuple[ParamSpec, ...]:
             JIT.worker_idle_s,
             "seconds a compile worker may idle before it exits (0: it stays); workers start "
             "with the first compile the JIT decides on",
-            True,
+            read_only=True,
             low=0.0,
             high=86400.0,
         ),
@@ -150,7 +157,7 @@ def io_group() -> tuple[ParamSpec, ...]:
             "qos.input_depth",
             5,
             "queue depth of the sensor-data (best-effort) subscriptions",
-            True,
+            read_only=True,
             low=1,
             high=MAX_QOS_DEPTH,
         ),
@@ -158,7 +165,7 @@ def io_group() -> tuple[ParamSpec, ...]:
             "qos.output_depth",
             10,
             "queue depth of the (reliable) publishers",
-            True,
+            read_only=True,
             low=1,
             high=MAX_QOS_DEPTH,
         ),
@@ -184,7 +191,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             "executor.reserved_workers",
             1,
             "lanes that run tier-1 (collision) work only",
-            True,
+            read_only=True,
             low=0,
             high=MAX_LANES,
         ),
@@ -192,7 +199,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             "executor.shared_workers",
             1,
             "lanes that run every tier, tier 1 first",
-            True,
+            read_only=True,
             low=1,
             high=MAX_LANES,
         ),
@@ -201,7 +208,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             10,
             "SCHED_FIFO priority of the reserved lanes (needs CAP_SYS_NICE or an rtprio "
             "limit, else a warning); 0: normal scheduling",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_RT_PRIORITY,
         ),
@@ -210,7 +217,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             5,
             "SCHED_FIFO priority the shared lanes take while tier-1 work waits, below "
             "reserved_rt_priority; 0: never boosted",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_RT_PRIORITY,
         ),
@@ -219,7 +226,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             0.1,
             "GIL switch interval while the executor runs, so that lower-tier Python code "
             "holds tier 1 up briefly; 0: the interpreter's",
-            True,
+            read_only=True,
             low=float(OFF),
             high=MAX_SWITCH_INTERVAL_MS,
         ),
@@ -228,7 +235,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             1,
             "threads of NumPy's OpenBLAS while the executor runs: with more, a lane's BLAS "
             "call waits on BLAS workers that other lanes pre-empt; 0: left as it is",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_LANES,
         ),
@@ -237,7 +244,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             1,
             "threads of OpenCV (the clustering) while the executor runs: with more, a call "
             "waits on OpenCV workers that take a core from the other lanes; 0: left as it is",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_LANES,
         ),
@@ -307,7 +314,7 @@ def tables_group() -> tuple[ParamSpec, ...]:
             False,
             "also publish the PointCloud2 tables (near_obstacles, obstacles, tracks, "
             "predictions) laid out in docs/interfaces.md",
-            True,
+            read_only=True,
         ),
         ParamSpec(
             "debug.publish_processing_time",
@@ -325,7 +332,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             5.0,
             "input and output topics below this rate (less diagnostics.rate_tolerance) are "
             "reported as WARN; no message in a window as ERROR",
-            True,
+            read_only=True,
             low=0.0,
             high=MAX_RATE_HZ,
         ),
@@ -334,7 +341,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             30.0,
             "input and output topics above this rate (plus diagnostics.rate_tolerance) are "
             "reported as WARN",
-            True,
+            read_only=True,
             low=0.0,
             high=MAX_RATE_HZ,
         ),
@@ -342,7 +349,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.rate_tolerance",
             0.1,
             "relative slack of the rate bounds",
-            True,
+            read_only=True,
             low=0.0,
             high=1.0,
         ),
@@ -350,7 +357,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.rate_window",
             5,
             "diagnostics periods the topic rates are measured over",
-            True,
+            read_only=True,
             low=1,
             high=MAX_WINDOW,
         ),
@@ -358,7 +365,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.max_stamp_delay_s",
             1.0,
             "a message stamped further than this before the node's clock is late (ERROR)",
-            True,
+            read_only=True,
             low=0.0,
             high=MAX_STAMP_TOLERANCE_S,
         ),
@@ -366,7 +373,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.min_stamp_delay_s",
             -0.1,
             "a message stamped further than -this ahead of the node's clock is early (ERROR)",
-            True,
+            read_only=True,
             low=-MAX_STAMP_TOLERANCE_S,
             high=0.0,
         ),

@@ -18,7 +18,7 @@ from dynshape_perception.parameters.limits import (
     STAGE,
     TRACKER,
 )
-from dynshape_perception.parameters.spec import ParamSpec
+from dynshape_perception.paramspec import ParamSpec
 from dynshape_perception.perception.prediction.stage import MODES as MODES_OF_PREDICTION
 
 TRACKER_INPUT_OBJECTS = "detected_objects"
@@ -135,7 +135,7 @@ def tracker_input_group() -> tuple[ParamSpec, ...]:
             "detections input: autoware_perception_msgs/DetectedObjects on 'detected_objects', "
             "vision_msgs/Detection3DArray on 'detections', or the obstacle table (PointCloud2) "
             "on 'obstacles'",
-            True,
+            read_only=True,
             choices=(TRACKER_INPUT_OBJECTS, TRACKER_INPUT_VISION, TRACKER_INPUT_TABLE),
         ),
     )
@@ -159,7 +159,7 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             OFF,
             "history samples (at the predictor's step) fed to the predictor; 0: "
             "predictor.history_steps of config/models.yaml; at most bounds.max_history_steps",
-            True,
+            read_only=True,
             low=OFF,
             high=BOUNDS.T,
         ),
@@ -172,7 +172,7 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             "cycle from history_steps - stride + 1 up to history_steps steps, and a track is "
             "encoded once per stride; 0: half of history_steps; at most history_steps - "
             "min_history_steps + 1",
-            True,
+            read_only=True,
             low=OFF,
             high=BOUNDS.T,
         ),
@@ -197,7 +197,7 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             STAGE.phases,
             "grid points per predictor step: the track rate times the predictor step "
             "(10 Hz x 0.4 s = 4); each frame advances the state of its grid point",
-            True,
+            read_only=True,
             low=1,
             high=MAX_PHASES,
         ),
@@ -205,7 +205,7 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             "prediction.position_quantum_m",
             STAGE.quantum_m,
             "track positions are snapped to this grid in every mode (speculation verifies on it)",
-            True,
+            read_only=True,
             low=MIN_QUANTUM_M,
             high=MAX_QUANTUM_M,
         ),
@@ -214,7 +214,7 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             STAGE.speculation_radius_cells,
             "speculated cells (of position_quantum_m) around each hypothesis' first step, "
             "either side",
-            True,
+            read_only=True,
             low=0,
             high=MAX_RADIUS_CELLS,
         ),
@@ -222,7 +222,7 @@ def prediction_group() -> tuple[ParamSpec, ...]:
             "prediction.speculation_hypotheses",
             STAGE.speculation_hypotheses,
             "likeliest hypotheses whose first step is speculated",
-            True,
+            read_only=True,
             low=1,
             high=MAX_HYPOTHESES,
         ),
@@ -236,7 +236,7 @@ def markers_group() -> tuple[ParamSpec, ...]:
             True,
             "publish RViz markers (track boxes, ids, predicted paths) on 'markers', built "
             "only while something subscribes",
-            True,
+            read_only=True,
         ),
         ParamSpec("markers.box_alpha", 0.5, "opacity of the track boxes", low=0.0, high=1.0),
         ParamSpec("markers.text_size_m", 1.0, "height of the track id labels", low=0.01, high=10.0),

@@ -29,7 +29,7 @@ from dynshape_perception.parameters.limits import (
     STAMPS,
     TRACKER,
 )
-from dynshape_perception.parameters.spec import ParamSpec, Value
+from dynshape_perception.paramspec import ParamSpec, Value
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams

@@ -21,7 +21,7 @@ from dynshape_perception.parameters.limits import (
     PIPELINE,
     STAMPS,
 )
-from dynshape_perception.parameters.spec import ParamSpec
+from dynshape_perception.paramspec import ParamSpec
 from dynshape_perception.perception.scan import SURROUND_ROI
 
 
@@ -46,7 +46,7 @@ def points_group() -> tuple[ParamSpec, ...]:
             1,
             "clouds per sensor revolution: 1 whole scans; N > 1 sector clouds (tier 1 runs "
             "per sector, the full cloud once per revolution); 0 detect from azimuth coverage",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_SECTORS,
         ),
@@ -59,7 +59,7 @@ def odometry_group() -> tuple[ParamSpec, ...]:
             "odometry.buffer_size",
             200,
             "odometry messages kept for interpolating the pose at a cloud's stamp",
-            True,
+            read_only=True,
             low=2,
             high=MAX_COUNT,
         ),
@@ -124,7 +124,7 @@ def base_frame_group() -> tuple[ParamSpec, ...]:
             FRAMES.base_frame,
             "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
             "segmentation; region of interest, ego crop and collision corridor lie in it",
-            True,
+            read_only=True,
         ),
     )
 
@@ -137,7 +137,7 @@ def mount_group() -> tuple[ParamSpec, ...]:
                 f"frames.mount_{axis}_m",
                 0.0,
                 f"sensor position along {axis} in frames.base_frame, {fallback}",
-                True,
+                read_only=True,
                 low=-MAX_MOUNT_M,
                 high=MAX_MOUNT_M,
             )
@@ -147,7 +147,7 @@ def mount_group() -> tuple[ParamSpec, ...]:
             "frames.mount_yaw_rad",
             0.0,
             f"sensor yaw in frames.base_frame, {fallback}",
-            True,
+            read_only=True,
             low=-math.pi,
             high=math.pi,
         ),
@@ -162,7 +162,7 @@ def fixed_frame_group() -> tuple[ParamSpec, ...]:
             "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
             "each input's stamp, else from odometry on 'odom'; without either the vehicle "
             "stands still in the input's frame",
-            True,
+            read_only=True,
         ),
     )
 
