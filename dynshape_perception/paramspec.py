@@ -142,9 +142,9 @@ def check_fields(obj: Any) -> None:
         spec.check(value, strict=False, name=name)
 
 
-def read(cls: type[D], values: Mapping[str, Value], prefix: str, base: D | None = None) -> D:
-    """``base`` (else the defaults) with the ``<prefix>.<key>`` entries of a flat parameter
-    mapping (ROS parameters, a YAML's ros__parameters) applied; other names are not its."""
+def read_values(cls: type, values: Mapping[str, Value], prefix: str) -> dict[str, Any]:
+    """Field name → value of the ``<prefix>.<key>`` entries of a flat parameter mapping (ROS
+    parameters, a YAML's ros__parameters); other names are not the dataclass'."""
     picked: dict[str, Any] = {}
     for name, spec in declarations(cls).items():
         full = f"{prefix}.{spec.name}"
@@ -157,6 +157,11 @@ def read(cls: type[D], values: Mapping[str, Value], prefix: str, base: D | None 
         if spec.off_is_none and value == OFF and type(value) is type(spec.default):
             value = None
         picked[name] = value
+    return picked
+
+
+def read(cls: type[D], values: Mapping[str, Value], prefix: str, base: D | None = None) -> D:
+    """``base`` (else the defaults) with the parameters of ``cls`` among ``values`` applied."""
     start: Any = base if base is not None else cls()
-    out: D = dataclasses.replace(start, **picked)
+    out: D = dataclasses.replace(start, **read_values(cls, values, prefix))
     return out

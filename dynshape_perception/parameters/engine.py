@@ -21,8 +21,9 @@ from dynshape_perception.parameters.limits import (
     NEAR,
     OFF,
 )
-from dynshape_perception.paramspec import ParamSpec
+from dynshape_perception.paramspec import ParamSpec, declared
 from dynshape_perception.runtime.policy import COMPILE_MODES, MODES
+from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
 
@@ -173,16 +174,7 @@ def io_group() -> tuple[ParamSpec, ...]:
 
 
 def tiers_group() -> tuple[ParamSpec, ...]:
-    return tuple(
-        ParamSpec(
-            f"tiers.{spec.name}",
-            spec.default,
-            f"{spec.description} (live; the tiers are checked together)",
-            low=spec.minimum,
-            high=spec.maximum,
-        )
-        for spec in TierConfig.parameter_specs()
-    )
+    return declared(TierConfig, TIERS_PREFIX, "live; the tiers are checked together")
 
 
 def executor_group() -> tuple[ParamSpec, ...]:

@@ -6,21 +6,25 @@ from dynshape_perception.parameters.limits import (
     BOUNDS,
     CLUSTER,
     MAX_COUNT,
-    MAX_HYPOTHESES,
-    MAX_PHASES,
-    MAX_QUANTUM_M,
-    MAX_RADIUS_CELLS,
     MAX_STD,
-    MIN_QUANTUM_M,
     OBJECTS,
     OFF,
-    PIPELINE,
-    STAGE,
     TRACKER,
 )
-from dynshape_perception.paramspec import ParamSpec
-from dynshape_perception.perception.prediction.stage import MODES as MODES_OF_PREDICTION
+from dynshape_perception.paramspec import ParamSpec, declared
+from dynshape_perception.perception.prediction.stage import PredictionSettings
 
+PREDICTION = "prediction"
+# Not a field of PredictionSettings: its 0 stands for the fitted window (readers.history_steps).
+HISTORY_STEPS = ParamSpec(
+    f"{PREDICTION}.history_steps",
+    OFF,
+    "history samples (at the predictor's step) fed to the predictor; 0: "
+    "predictor.history_steps of config/models.yaml; at most bounds.max_history_steps",
+    read_only=True,
+    low=OFF,
+    high=BOUNDS.T,
+)
 TRACKER_INPUT_OBJECTS = "detected_objects"
 TRACKER_INPUT_TABLE = "table"
 TRACKER_INPUT_VISION = "vision_msgs"
@@ -142,91 +146,8 @@ def tracker_input_group() -> tuple[ParamSpec, ...]:
 
 
 def prediction_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "prediction.min_history_steps",
-            PIPELINE.min_history_steps,
-            "history samples (at the predictor's step) an agent needs to be predicted; at "
-            "most the predictor's history steps (predictor.history_steps of "
-            "config/models.yaml, capped by bounds.max_history_steps), checked on set",
-            low=1,
-            # Not the predictor's steps: the on-set check then gives the reason, where
-            # rclpy's range check would only say "out of range".
-            high=BOUNDS.T,
-        ),
-        ParamSpec(
-            "prediction.history_steps",
-            OFF,
-            "history samples (at the predictor's step) fed to the predictor; 0: "
-            "predictor.history_steps of config/models.yaml; at most bounds.max_history_steps",
-            read_only=True,
-            low=OFF,
-            high=BOUNDS.T,
-        ),
-        ParamSpec(
-            "prediction.history_stride",
-            STAGE.history_stride,
-            "steps a history's start jumps forward by when it would pass history_steps, in "
-            "every mode: a window sliding one step per frame would cost a forward call over "
-            "it each frame (a recurrent state cannot forget a step), so histories past it "
-            "cycle from history_steps - stride + 1 up to history_steps steps, and a track is "
-            "encoded once per stride; 0: half of history_steps; at most history_steps - "
-            "min_history_steps + 1",
-            read_only=True,
-            low=OFF,
-            high=BOUNDS.T,
-        ),
-        ParamSpec(
-            "prediction.mode",
-            STAGE.mode,
-            "incremental: each track keeps its GRU state and a frame costs one step_decode "
-            "call whatever its history length, plus one encode of the tracks whose history "
-            "restarts (history_stride); full: forward over every history each frame (the "
-            "same histories, the same outputs within the parity tolerance); a change "
-            "restarts the tracks",
-            choices=MODES_OF_PREDICTION,
-        ),
-        ParamSpec(
-            "prediction.speculation",
-            STAGE.speculation,
-            "in idle time (tier 4), precompute the next frame's likeliest observations; used "
-            "only when an observation verifies exactly, so no output changes",
-        ),
-        ParamSpec(
-            "prediction.grid_phases",
-            STAGE.phases,
-            "grid points per predictor step: the track rate times the predictor step "
-            "(10 Hz x 0.4 s = 4); each frame advances the state of its grid point",
-            read_only=True,
-            low=1,
-            high=MAX_PHASES,
-        ),
-        ParamSpec(
-            "prediction.position_quantum_m",
-            STAGE.quantum_m,
-            "track positions are snapped to this grid in every mode (speculation verifies on it)",
-            read_only=True,
-            low=MIN_QUANTUM_M,
-            high=MAX_QUANTUM_M,
-        ),
-        ParamSpec(
-            "prediction.speculation_radius_cells",
-            STAGE.speculation_radius_cells,
-            "speculated cells (of position_quantum_m) around each hypothesis' first step, "
-            "either side",
-            read_only=True,
-            low=0,
-            high=MAX_RADIUS_CELLS,
-        ),
-        ParamSpec(
-            "prediction.speculation_hypotheses",
-            STAGE.speculation_hypotheses,
-            "likeliest hypotheses whose first step is speculated",
-            read_only=True,
-            low=1,
-            high=MAX_HYPOTHESES,
-        ),
-    )
+    first, *rest = declared(PredictionSettings, PREDICTION)
+    return (first, HISTORY_STEPS, *rest)
 
 
 def markers_group() -> tuple[ParamSpec, ...]:

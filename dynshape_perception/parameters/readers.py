@@ -29,7 +29,8 @@ from dynshape_perception.parameters.limits import (
     STAMPS,
     TRACKER,
 )
-from dynshape_perception.paramspec import ParamSpec, Value
+from dynshape_perception.parameters.perception import PREDICTION
+from dynshape_perception.paramspec import ParamSpec, Value, read, read_values
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
@@ -42,6 +43,7 @@ from dynshape_perception.perception.tracking import TrackerParams
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
+from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
 
@@ -153,18 +155,7 @@ def prediction_settings(values: Mapping[str, Value]) -> PredictionSettings:
         "max_agents": bounds.A,
         "step_s": float(default_config().section("predictor").get("step_s", STAGE.step_s)),
     }
-    for name, field_name in (
-        ("min_history_steps", "min_history_steps"),
-        ("history_stride", "history_stride"),
-        ("mode", "mode"),
-        ("speculation", "speculation"),
-        ("grid_phases", "phases"),
-        ("position_quantum_m", "quantum_m"),
-        ("speculation_radius_cells", "speculation_radius_cells"),
-        ("speculation_hypotheses", "speculation_hypotheses"),
-    ):
-        if f"prediction.{name}" in values:
-            picked[field_name] = values[f"prediction.{name}"]
+    picked.update(read_values(PredictionSettings, values, PREDICTION))
     return replace(STAGE, **picked)
 
 
@@ -199,9 +190,7 @@ def stamp_policy(values: Mapping[str, Value]) -> StampPolicy:
 
 def tier_config(values: Mapping[str, Value]) -> TierConfig:
     """The ``tiers.*`` values as one checked config (raises ConfigError with the reason)."""
-    return TierConfig.from_mapping(
-        {name.removeprefix("tiers."): v for name, v in values.items() if name.startswith("tiers.")}
-    )
+    return read(TierConfig, values, TIERS_PREFIX)
 
 
 def _or_none(value: Value) -> Any:
