@@ -6,6 +6,7 @@ from dynshape_perception.parameters.perception import (
     TRACKER_INPUT_VISION,
 )
 from dynshape_perception.parameters.readers import (
+    DATACLASS_READERS,
     bounds_from,
     cluster_params,
     executor_options,
@@ -38,6 +39,7 @@ from dynshape_perception.paramspec import ParamSpec, Value
 
 __all__ = [
     "BUILTIN_PARAMETERS",
+    "DATACLASS_READERS",
     "GROUPS",
     "LIBRARY_PARAMETERS",
     "NODE_GROUPS",

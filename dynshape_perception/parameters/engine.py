@@ -7,21 +7,15 @@ from dynshape_perception.parameters.limits import (
     BOUNDS,
     JIT,
     MAX_BYTES,
-    MAX_COUNT,
-    MAX_GROUND_BAND_M,
     MAX_LANES,
     MAX_QOS_DEPTH,
-    MAX_RANGE_M,
     MAX_RATE_HZ,
     MAX_RT_PRIORITY,
-    MAX_STAMP_TOLERANCE_S,
     MAX_SWITCH_INTERVAL_MS,
     MAX_WINDOW,
-    MIN_CORRIDOR_M,
-    NEAR,
-    OFF,
 )
-from dynshape_perception.paramspec import ParamSpec, declared
+from dynshape_perception.paramspec import MAX_COUNT, MAX_STAMP_TOLERANCE_S, OFF, ParamSpec, declared
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.runtime.policy import COMPILE_MODES, MODES
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
@@ -244,59 +238,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
 
 
 def near_field_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "near_field.ahead_m",
-            NEAR.ahead_m,
-            "tier-1 collision corridor (frames.base_frame): its length ahead (+x)",
-            low=MIN_CORRIDOR_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.half_width_m",
-            NEAR.half_width_m,
-            "tier-1 collision corridor: its half width (|y|)",
-            low=MIN_CORRIDOR_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.behind_m",
-            NEAR.behind_m,
-            "tier-1 collision corridor (frames.base_frame): its length behind (-x)",
-            low=0.0,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.min_z_m",
-            NEAR.min_z_m,
-            "tier-1 collision corridor: lowest point height in frames.base_frame",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.max_z_m",
-            NEAR.max_z_m,
-            "tier-1 collision corridor: highest point height in frames.base_frame",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.max_points",
-            NEAR.max_points,
-            "nearest corridor points segmented at tier 1 (bounds its cost); the rest are "
-            "left to the full cloud",
-            low=1,
-            high=BOUNDS.P,
-        ),
-        ParamSpec(
-            "near_field.ground_band_m",
-            NEAR.ground_band_m,
-            "corridor points this close to the last ground plane are road and left out; 0 "
-            "keeps them",
-            low=0.0,
-            high=MAX_GROUND_BAND_M,
-        ),
-    )
+    return declared(NearField, "near_field")
 
 
 def tables_group() -> tuple[ParamSpec, ...]:

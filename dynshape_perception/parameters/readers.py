@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,14 +23,13 @@ from dynshape_perception.parameters.limits import (
     JIT,
     NEAR,
     OBJECTS,
-    OFF,
     PIPELINE,
     STAGE,
     STAMPS,
     TRACKER,
 )
 from dynshape_perception.parameters.perception import PREDICTION
-from dynshape_perception.paramspec import ParamSpec, Value, read, read_values
+from dynshape_perception.paramspec import OFF, ParamSpec, Value, read, read_values
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
@@ -60,28 +59,11 @@ def bounds_from(values: Mapping[str, Value]) -> Bounds:
 
 
 def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
-    names = (
-        "score_threshold",
-        "cell_size_m",
-        "min_points",
-        "closing_cells",
-        "max_height_m",
-        "fragment_gap_rad",
-    )
-    return replace(base, **_pick(values, "segmentation", names))
+    return read(ClusterParams, values, "segmentation", base)
 
 
 def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -> TrackerParams:
-    names = (
-        "gate_distance_m",
-        "min_affinity",
-        "max_missed_frames",
-        "min_hits_to_confirm",
-        "velocity_smoothing",
-        "max_acceleration_mps2",
-        "publish_coasting",
-    )
-    return replace(base, **_pick(values, "tracking", names))
+    return read(TrackerParams, values, "tracking", base)
 
 
 def _interval(values: Mapping[str, Value], prefix: str, axis: str) -> tuple[float, float]:
@@ -102,8 +84,7 @@ def scan_params(values: Mapping[str, Value]) -> ScanParams | None:
 
 
 def object_params(values: Mapping[str, Value]) -> ObjectParams:
-    names = ("position_std_m", "height_std_m", "yaw_std_rad", "velocity_std_mps")
-    return replace(OBJECTS, **_pick(values, "objects", (*names, "stationary_speed_mps")))
+    return read(ObjectParams, values, "objects", OBJECTS)
 
 
 def frame_params(values: Mapping[str, Value]) -> FrameParams:
@@ -179,13 +160,7 @@ def jit_config(values: Mapping[str, Value]) -> JitConfig:
 
 
 def stamp_policy(values: Mapping[str, Value]) -> StampPolicy:
-    names = (
-        "future_tolerance_s",
-        "jump_back_tolerance_s",
-        "jump_ahead_tolerance_s",
-        "jump_confirm_frames",
-    )
-    return replace(STAMPS, **_pick(values, "stamps", names))
+    return read(StampPolicy, values, "stamps", STAMPS)
 
 
 def tier_config(values: Mapping[str, Value]) -> TierConfig:
@@ -224,16 +199,7 @@ def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
 
 
 def near_field(values: Mapping[str, Value]) -> NearField:
-    names = (
-        "ahead_m",
-        "half_width_m",
-        "behind_m",
-        "min_z_m",
-        "max_z_m",
-        "max_points",
-        "ground_band_m",
-    )
-    return replace(NEAR, **_pick(values, "near_field", names))
+    return read(NearField, values, "near_field", NEAR)
 
 
 def optional_path(value: Value) -> Path | None:
@@ -264,3 +230,15 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
                 "agent could ever be predicted"
             )
         prediction_settings(values)
+
+
+# Each prefix whose parameters are the fields of one core dataclass, and its reader.
+DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] = {
+    "segmentation": (ClusterParams, cluster_params),
+    "tracking": (TrackerParams, tracker_params),
+    "objects": (ObjectParams, object_params),
+    "stamps": (StampPolicy, stamp_policy),
+    "near_field": (NearField, near_field),
+    TIERS_PREFIX: (TierConfig, tier_config),
+    PREDICTION: (PredictionSettings, prediction_settings),
+}

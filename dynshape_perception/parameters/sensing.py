@@ -8,21 +8,22 @@ from dynshape_perception.parameters.limits import (
     AXES,
     EGO_BOX_M,
     FRAMES,
-    MAX_CONFIRM_FRAMES,
-    MAX_COUNT,
     MAX_INTENSITY_SCALE,
     MAX_MOUNT_M,
-    MAX_RANGE_M,
     MAX_SECTORS,
-    MAX_STAMP_TOLERANCE_S,
     MIN_INTENSITY_SCALE,
-    MIN_STAMP_TOLERANCE_S,
-    OFF,
     PIPELINE,
-    STAMPS,
 )
-from dynshape_perception.paramspec import ParamSpec
+from dynshape_perception.paramspec import (
+    MAX_COUNT,
+    MAX_RANGE_M,
+    MAX_STAMP_TOLERANCE_S,
+    OFF,
+    ParamSpec,
+    declared,
+)
 from dynshape_perception.perception.scan import SURROUND_ROI
+from dynshape_perception.perception.stamps import StampPolicy
 
 
 def points_group() -> tuple[ParamSpec, ...]:
@@ -76,45 +77,7 @@ def odometry_group() -> tuple[ParamSpec, ...]:
 
 
 def stamps_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "stamps.future_tolerance_s",
-            STAMPS.future_tolerance_s,
-            "an input stamped further than this ahead of the node's clock is dropped "
-            "(future_stamp) and never advances the node's state",
-            low=MIN_STAMP_TOLERANCE_S,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
-        ParamSpec(
-            "stamps.jump_back_tolerance_s",
-            STAMPS.jump_back_tolerance_s,
-            "an input stamped further than this before the newest one jumps back in time (a "
-            "looped bag, a clock reset): dropped as outlier_stamp until "
-            "stamps.jump_confirm_frames in a row follow it, then tracks and odometry "
-            "restart (time_jump_reset); a smaller step back is dropped as stale",
-            low=MIN_STAMP_TOLERANCE_S,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
-        ParamSpec(
-            "stamps.jump_ahead_tolerance_s",
-            STAMPS.jump_ahead_tolerance_s,
-            "an input stamped further than this after the newest one, beyond how far the "
-            "node's clock ran meanwhile, jumps ahead: dropped as outlier_stamp until "
-            "stamps.jump_confirm_frames in a row follow it, so that one stray stamp cannot "
-            "make the inputs after it stale (a pause of the input, the clock running on, is "
-            "no jump)",
-            low=MIN_STAMP_TOLERANCE_S,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
-        ParamSpec(
-            "stamps.jump_confirm_frames",
-            STAMPS.jump_confirm_frames,
-            "inputs in a row, each after the one before, that make a time jump a new "
-            "timeline; 1 takes every jump at once",
-            low=1,
-            high=MAX_CONFIRM_FRAMES,
-        ),
-    )
+    return declared(StampPolicy, "stamps")
 
 
 def base_frame_group() -> tuple[ParamSpec, ...]:
