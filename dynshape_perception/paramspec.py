@@ -133,13 +133,14 @@ def undeclared(cls: type) -> list[str]:
     ]
 
 
-def check_fields(obj: Any) -> None:
-    """The one check of a dataclass' declared fields, run by its ``__post_init__``."""
+def check_fields(obj: Any, label: str = "") -> None:
+    """The one check of a dataclass' declared fields, run by its ``__post_init__``;
+    ``label`` starts each field's name in a message."""
     for name, spec in declarations(type(obj)).items():
         value = getattr(obj, name)
         if spec.off_is_none and value is None:
             continue
-        spec.check(value, strict=False, name=name)
+        spec.check(value, strict=False, name=label + name)
 
 
 def read_values(cls: type, values: Mapping[str, Value], prefix: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from dynshape_perception.parameters.perception import (
 )
 from dynshape_perception.parameters.readers import (
     DATACLASS_READERS,
+    NOT_IN_DATACLASS,
     bounds_from,
     cluster_params,
     executor_options,
@@ -43,6 +44,7 @@ __all__ = [
     "GROUPS",
     "LIBRARY_PARAMETERS",
     "NODE_GROUPS",
+    "NOT_IN_DATACLASS",
     "TRACKER_INPUT_OBJECTS",
     "TRACKER_INPUT_TABLE",
     "TRACKER_INPUT_VISION",

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dynshape_perception.parameters.limits import (
     BOUND_NAMES,
     BOUNDS,
-    JIT,
-    MAX_BYTES,
     MAX_LANES,
     MAX_QOS_DEPTH,
     MAX_RATE_HZ,
@@ -14,9 +12,9 @@ from dynshape_perception.parameters.limits import (
     MAX_SWITCH_INTERVAL_MS,
     MAX_WINDOW,
 )
-from dynshape_perception.paramspec import MAX_COUNT, MAX_STAMP_TOLERANCE_S, OFF, ParamSpec, declared
+from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, OFF, ParamSpec, declared
 from dynshape_perception.perception.streaming import NearField
-from dynshape_perception.runtime.policy import COMPILE_MODES, MODES
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
@@ -64,72 +62,7 @@ def engine_group() -> tuple[ParamSpec, ...]:
 
 def jit_group() -> tuple[ParamSpec, ...]:
     return (
-        ParamSpec(
-            "jit.mode", JIT.mode, "JIT mode: off, frozen, adaptive", read_only=True, choices=MODES
-        ),
-        ParamSpec(
-            "jit.hotness_threshold",
-            JIT.hotness_threshold,
-            "calls of one shape before it may be specialised",
-            low=1,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "jit.max_entries",
-            JIT.max_entries,
-            "specialisations kept per model (LRU)",
-            low=1,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "jit.max_bytes",
-            JIT.max_bytes,
-            "library bytes of specialisations kept per model (LRU)",
-            low=1,
-            high=MAX_BYTES,
-        ),
-        ParamSpec(
-            "jit.disk_max_bytes",
-            JIT.disk_max_bytes,
-            "bytes of the artefact cache on disk, shared by every model and process using "
-            "model_cache_dir: least recently used specialisations go first, generic builds last",
-            read_only=True,
-            low=1,
-            high=MAX_BYTES,
-        ),
-        ParamSpec(
-            "jit.pool_size",
-            JIT.pool_size,
-            "background compile workers",
-            read_only=True,
-            low=1,
-            high=64,
-        ),
-        ParamSpec(
-            "jit.compile_mode",
-            JIT.compile_mode,
-            "compile workers: process (isolated), thread, or auto (picked by the measured "
-            "slowdown of live calls)",
-            read_only=True,
-            choices=COMPILE_MODES,
-        ),
-        ParamSpec(
-            "jit.compile_timeout_s",
-            JIT.compile_timeout_s,
-            "seconds before a background compile is abandoned",
-            read_only=True,
-            low=1.0,
-            high=3600.0,
-        ),
-        ParamSpec(
-            "jit.worker_idle_s",
-            JIT.worker_idle_s,
-            "seconds a compile worker may idle before it exits (0: it stays); workers start "
-            "with the first compile the JIT decides on",
-            read_only=True,
-            low=0.0,
-            high=86400.0,
-        ),
+        *declared(JitConfig, "jit"),
         ParamSpec(
             "jit.warm_up_shapes",
             "",

@@ -27,7 +27,6 @@ BOUND_NAMES = {
     "T": "bounds.max_history_steps",
 }
 MAX_QOS_DEPTH = 1000
-MAX_BYTES = 1 << 40
 NEAR = NearField()
 MAX_LANES = 16
 MAX_RT_PRIORITY = 99

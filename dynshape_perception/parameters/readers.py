@@ -145,18 +145,7 @@ def sectors_per_revolution(values: Mapping[str, Value]) -> int:
 
 
 def jit_config(values: Mapping[str, Value]) -> JitConfig:
-    names = (
-        "mode",
-        "hotness_threshold",
-        "max_entries",
-        "max_bytes",
-        "disk_max_bytes",
-        "pool_size",
-        "compile_mode",
-        "compile_timeout_s",
-        "worker_idle_s",
-    )
-    return replace(JIT, **_pick(values, "jit", names))
+    return read(JitConfig, values, "jit", JIT)
 
 
 def stamp_policy(values: Mapping[str, Value]) -> StampPolicy:
@@ -239,6 +228,11 @@ DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] 
     "objects": (ObjectParams, object_params),
     "stamps": (StampPolicy, stamp_policy),
     "near_field": (NearField, near_field),
+    "jit": (JitConfig, jit_config),
     TIERS_PREFIX: (TierConfig, tier_config),
     PREDICTION: (PredictionSettings, prediction_settings),
+}
+# Parameters under one of those prefixes that are no field of its dataclass, and why.
+NOT_IN_DATACLASS: dict[str, str] = {
+    "jit.warm_up_shapes": "a shape log the node loads at start (optional_path)",
 }
