@@ -39,8 +39,6 @@ class ParamSpec:
     low: float | None = None
     high: float | None = None
     choices: tuple[str, ...] = ()
-    # 0 in the parameter is None in the dataclass field (see OFF).
-    off_is_none: bool = False
 
     def check(self, value: Any, *, strict: bool = True, name: str | None = None) -> None:
         """Raise ConfigError unless ``value`` fits.
@@ -81,22 +79,13 @@ def param(
     high: float | None = None,
     choices: tuple[str, ...] = (),
     key: str = "",
-    off_is_none: bool = False,
 ) -> Any:
     """A dataclass field that is a node parameter; ``key`` names it where the field's own
     name would not read well in the YAML (the default: the field's name)."""
     spec = ParamSpec(
-        key,
-        default,
-        description,
-        read_only=read_only,
-        low=low,
-        high=high,
-        choices=choices,
-        off_is_none=off_is_none,
+        key, default, description, read_only=read_only, low=low, high=high, choices=choices
     )
-    field_default = None if off_is_none and default == OFF else default
-    return dataclasses.field(default=field_default, metadata={PARAM: spec})
+    return dataclasses.field(default=default, metadata={PARAM: spec})
 
 
 def derived(source: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
@@ -137,10 +126,7 @@ def check_fields(obj: Any, label: str = "") -> None:
     """The one check of a dataclass' declared fields, run by its ``__post_init__``;
     ``label`` starts each field's name in a message."""
     for name, spec in declarations(type(obj)).items():
-        value = getattr(obj, name)
-        if spec.off_is_none and value is None:
-            continue
-        spec.check(value, strict=False, name=label + name)
+        spec.check(getattr(obj, name), strict=False, name=label + name)
 
 
 def read_values(cls: type, values: Mapping[str, Value], prefix: str) -> dict[str, Any]:
@@ -155,8 +141,6 @@ def read_values(cls: type, values: Mapping[str, Value], prefix: str) -> dict[str
         # YAML hands over 10 for 10.0; an int where a float is declared is that float.
         if isinstance(spec.default, float) and type(value) is int:
             value = float(value)
-        if spec.off_is_none and value == OFF and type(value) is type(spec.default):
-            value = None
         picked[name] = value
     return picked
 
