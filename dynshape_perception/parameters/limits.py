@@ -7,7 +7,7 @@ from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
-from dynshape_perception.perception.prediction.stage import PredictionSettings
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams

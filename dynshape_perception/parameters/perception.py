@@ -8,7 +8,7 @@ from dynshape_perception.parameters.limits import (
 from dynshape_perception.paramspec import OFF, ParamSpec, declared
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.objects import ObjectParams
-from dynshape_perception.perception.prediction.stage import PredictionSettings
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.tracking import TrackerParams
 
 PREDICTION = "prediction"

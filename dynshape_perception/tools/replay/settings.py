@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from dynshape_perception.config import Bounds, default_bounds
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.pipeline import PipelineParams
-from dynshape_perception.perception.prediction.stage import PredictionSettings
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.tools.replay.params import (
     DEFAULT_DEADLINES_MS,
