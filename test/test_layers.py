@@ -24,6 +24,7 @@ LAYERS: tuple[str, ...] = (
     "stats",
     "interrupts",
     "config",
+    "paramspec",
     "models",
     "compiler",
     "runtime",

@@ -6,6 +6,8 @@ from dynshape_perception.parameters.perception import (
     TRACKER_INPUT_VISION,
 )
 from dynshape_perception.parameters.readers import (
+    DATACLASS_READERS,
+    NOT_IN_DATACLASS,
     bounds_from,
     cluster_params,
     executor_options,
@@ -24,7 +26,6 @@ from dynshape_perception.parameters.readers import (
     tracker_params,
     validate,
 )
-from dynshape_perception.parameters.spec import ParamSpec, Value
 from dynshape_perception.parameters.table import (
     BUILTIN_PARAMETERS,
     GROUPS,
@@ -35,12 +36,15 @@ from dynshape_perception.parameters.table import (
     node_specs,
     uses_executor,
 )
+from dynshape_perception.paramspec import ParamSpec, Value
 
 __all__ = [
     "BUILTIN_PARAMETERS",
+    "DATACLASS_READERS",
     "GROUPS",
     "LIBRARY_PARAMETERS",
     "NODE_GROUPS",
+    "NOT_IN_DATACLASS",
     "TRACKER_INPUT_OBJECTS",
     "TRACKER_INPUT_TABLE",
     "TRACKER_INPUT_VISION",

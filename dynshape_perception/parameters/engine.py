@@ -5,24 +5,17 @@ from __future__ import annotations
 from dynshape_perception.parameters.limits import (
     BOUND_NAMES,
     BOUNDS,
-    JIT,
-    MAX_BYTES,
-    MAX_COUNT,
-    MAX_GROUND_BAND_M,
     MAX_LANES,
     MAX_QOS_DEPTH,
-    MAX_RANGE_M,
     MAX_RATE_HZ,
     MAX_RT_PRIORITY,
-    MAX_STAMP_TOLERANCE_S,
     MAX_SWITCH_INTERVAL_MS,
     MAX_WINDOW,
-    MIN_CORRIDOR_M,
-    NEAR,
-    OFF,
 )
-from dynshape_perception.parameters.spec import ParamSpec
-from dynshape_perception.runtime.policy import COMPILE_MODES, MODES
+from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, OFF, ParamSpec, declared
+from dynshape_perception.perception.streaming import NearField
+from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
 
@@ -69,65 +62,7 @@ def engine_group() -> tuple[ParamSpec, ...]:
 
 def jit_group() -> tuple[ParamSpec, ...]:
     return (
-        ParamSpec("jit.mode", JIT.mode, "JIT mode: off, frozen, adaptive", True, choices=MODES),
-        ParamSpec(
-            "jit.hotness_threshold",
-            JIT.hotness_threshold,
-            "calls of one shape before it may be specialised",
-            low=1,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "jit.max_entries",
-            JIT.max_entries,
-            "specialisations kept per model (LRU)",
-            low=1,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "jit.max_bytes",
-            JIT.max_bytes,
-            "library bytes of specialisations kept per model (LRU)",
-            low=1,
-            high=MAX_BYTES,
-        ),
-        ParamSpec(
-            "jit.disk_max_bytes",
-            JIT.disk_max_bytes,
-            "bytes of the artefact cache on disk, shared by every model and process using "
-            "model_cache_dir: least recently used specialisations go first, generic builds last",
-            True,
-            low=1,
-            high=MAX_BYTES,
-        ),
-        ParamSpec(
-            "jit.pool_size", JIT.pool_size, "background compile workers", True, low=1, high=64
-        ),
-        ParamSpec(
-            "jit.compile_mode",
-            JIT.compile_mode,
-            "compile workers: process (isolated), thread, or auto (picked by the measured "
-            "slowdown of live calls)",
-            True,
-            choices=COMPILE_MODES,
-        ),
-        ParamSpec(
-            "jit.compile_timeout_s",
-            JIT.compile_timeout_s,
-            "seconds before a background compile is abandoned",
-            True,
-            low=1.0,
-            high=3600.0,
-        ),
-        ParamSpec(
-            "jit.worker_idle_s",
-            JIT.worker_idle_s,
-            "seconds a compile worker may idle before it exits (0: it stays); workers start "
-            "with the first compile the JIT decides on",
-            True,
-            low=0.0,
-            high=86400.0,
-        ),
+        *declared(JitConfig, "jit"),
         ParamSpec(
             "jit.warm_up_shapes",
             "",
@@ -150,7 +85,7 @@ def io_group() -> tuple[ParamSpec, ...]:
             "qos.input_depth",
             5,
             "queue depth of the sensor-data (best-effort) subscriptions",
-            True,
+            read_only=True,
             low=1,
             high=MAX_QOS_DEPTH,
         ),
@@ -158,7 +93,7 @@ def io_group() -> tuple[ParamSpec, ...]:
             "qos.output_depth",
             10,
             "queue depth of the (reliable) publishers",
-            True,
+            read_only=True,
             low=1,
             high=MAX_QOS_DEPTH,
         ),
@@ -166,16 +101,7 @@ def io_group() -> tuple[ParamSpec, ...]:
 
 
 def tiers_group() -> tuple[ParamSpec, ...]:
-    return tuple(
-        ParamSpec(
-            f"tiers.{spec.name}",
-            spec.default,
-            f"{spec.description} (live; the tiers are checked together)",
-            low=spec.minimum,
-            high=spec.maximum,
-        )
-        for spec in TierConfig.parameter_specs()
-    )
+    return declared(TierConfig, TIERS_PREFIX, "live; the tiers are checked together")
 
 
 def executor_group() -> tuple[ParamSpec, ...]:
@@ -184,7 +110,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             "executor.reserved_workers",
             1,
             "lanes that run tier-1 (collision) work only",
-            True,
+            read_only=True,
             low=0,
             high=MAX_LANES,
         ),
@@ -192,7 +118,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             "executor.shared_workers",
             1,
             "lanes that run every tier, tier 1 first",
-            True,
+            read_only=True,
             low=1,
             high=MAX_LANES,
         ),
@@ -201,7 +127,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             10,
             "SCHED_FIFO priority of the reserved lanes (needs CAP_SYS_NICE or an rtprio "
             "limit, else a warning); 0: normal scheduling",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_RT_PRIORITY,
         ),
@@ -210,7 +136,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             5,
             "SCHED_FIFO priority the shared lanes take while tier-1 work waits, below "
             "reserved_rt_priority; 0: never boosted",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_RT_PRIORITY,
         ),
@@ -219,7 +145,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             0.1,
             "GIL switch interval while the executor runs, so that lower-tier Python code "
             "holds tier 1 up briefly; 0: the interpreter's",
-            True,
+            read_only=True,
             low=float(OFF),
             high=MAX_SWITCH_INTERVAL_MS,
         ),
@@ -228,7 +154,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             1,
             "threads of NumPy's OpenBLAS while the executor runs: with more, a lane's BLAS "
             "call waits on BLAS workers that other lanes pre-empt; 0: left as it is",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_LANES,
         ),
@@ -237,7 +163,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
             1,
             "threads of OpenCV (the clustering) while the executor runs: with more, a call "
             "waits on OpenCV workers that take a core from the other lanes; 0: left as it is",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_LANES,
         ),
@@ -245,59 +171,7 @@ def executor_group() -> tuple[ParamSpec, ...]:
 
 
 def near_field_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "near_field.ahead_m",
-            NEAR.ahead_m,
-            "tier-1 collision corridor (frames.base_frame): its length ahead (+x)",
-            low=MIN_CORRIDOR_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.half_width_m",
-            NEAR.half_width_m,
-            "tier-1 collision corridor: its half width (|y|)",
-            low=MIN_CORRIDOR_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.behind_m",
-            NEAR.behind_m,
-            "tier-1 collision corridor (frames.base_frame): its length behind (-x)",
-            low=0.0,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.min_z_m",
-            NEAR.min_z_m,
-            "tier-1 collision corridor: lowest point height in frames.base_frame",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.max_z_m",
-            NEAR.max_z_m,
-            "tier-1 collision corridor: highest point height in frames.base_frame",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        ),
-        ParamSpec(
-            "near_field.max_points",
-            NEAR.max_points,
-            "nearest corridor points segmented at tier 1 (bounds its cost); the rest are "
-            "left to the full cloud",
-            low=1,
-            high=BOUNDS.P,
-        ),
-        ParamSpec(
-            "near_field.ground_band_m",
-            NEAR.ground_band_m,
-            "corridor points this close to the last ground plane are road and left out; 0 "
-            "keeps them",
-            low=0.0,
-            high=MAX_GROUND_BAND_M,
-        ),
-    )
+    return declared(NearField, "near_field")
 
 
 def tables_group() -> tuple[ParamSpec, ...]:
@@ -307,7 +181,7 @@ def tables_group() -> tuple[ParamSpec, ...]:
             False,
             "also publish the PointCloud2 tables (near_obstacles, obstacles, tracks, "
             "predictions) laid out in docs/interfaces.md",
-            True,
+            read_only=True,
         ),
         ParamSpec(
             "debug.publish_processing_time",
@@ -325,7 +199,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             5.0,
             "input and output topics below this rate (less diagnostics.rate_tolerance) are "
             "reported as WARN; no message in a window as ERROR",
-            True,
+            read_only=True,
             low=0.0,
             high=MAX_RATE_HZ,
         ),
@@ -334,7 +208,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             30.0,
             "input and output topics above this rate (plus diagnostics.rate_tolerance) are "
             "reported as WARN",
-            True,
+            read_only=True,
             low=0.0,
             high=MAX_RATE_HZ,
         ),
@@ -342,7 +216,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.rate_tolerance",
             0.1,
             "relative slack of the rate bounds",
-            True,
+            read_only=True,
             low=0.0,
             high=1.0,
         ),
@@ -350,7 +224,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.rate_window",
             5,
             "diagnostics periods the topic rates are measured over",
-            True,
+            read_only=True,
             low=1,
             high=MAX_WINDOW,
         ),
@@ -358,7 +232,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.max_stamp_delay_s",
             1.0,
             "a message stamped further than this before the node's clock is late (ERROR)",
-            True,
+            read_only=True,
             low=0.0,
             high=MAX_STAMP_TOLERANCE_S,
         ),
@@ -366,7 +240,7 @@ def diagnostics_group() -> tuple[ParamSpec, ...]:
             "diagnostics.min_stamp_delay_s",
             -0.1,
             "a message stamped further than -this ahead of the node's clock is early (ERROR)",
-            True,
+            read_only=True,
             low=-MAX_STAMP_TOLERANCE_S,
             high=0.0,
         ),

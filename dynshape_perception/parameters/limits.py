@@ -7,7 +7,7 @@ from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
-from dynshape_perception.perception.prediction.stage import PredictionSettings
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams
@@ -16,7 +16,6 @@ from dynshape_perception.runtime.policy import JitConfig
 CLUSTER = ClusterParams()
 TRACKER = TrackerParams()
 STAMPS = StampPolicy()
-MAX_CONFIRM_FRAMES = 1000
 PIPELINE = PipelineParams()
 JIT = JitConfig()
 BOUNDS = default_bounds()
@@ -28,36 +27,20 @@ BOUND_NAMES = {
     "T": "bounds.max_history_steps",
 }
 MAX_QOS_DEPTH = 1000
-MAX_BYTES = 1 << 40
-MAX_COUNT = 1_000_000
 NEAR = NearField()
 MAX_LANES = 16
 MAX_RT_PRIORITY = 99
 MAX_SWITCH_INTERVAL_MS = 100.0
-MAX_RANGE_M = 500.0
-MIN_CORRIDOR_M = 0.1
-MAX_GROUND_BAND_M = 10.0
-MAX_STAMP_TOLERANCE_S = 3600.0
-MIN_STAMP_TOLERANCE_S = 0.01
 # Intensity scale: 1/65535 (16-bit drivers) must fit, with room on both sides.
 MIN_INTENSITY_SCALE = 1e-9
 MAX_INTENSITY_SCALE = 1e9
-# Executor options that take None (leave the thread or interpreter as it is) are 0 here:
-# a ROS parameter has one fixed type.
-OFF = 0
 FRAMES = FrameParams()
 OBJECTS = ObjectParams()
 MAX_MOUNT_M = 100.0
-MAX_STD = 100.0
 MAX_RATE_HZ = 10_000.0
 MAX_WINDOW = 1000
 # A passenger car around base_link (rear axle on the ground), for the ego crop.
 EGO_BOX_M = {"x": (-1.0, 4.0), "y": (-1.0, 1.0), "z": (-0.5, 2.0)}
 AXES = ("x", "y", "z")
 STAGE = PredictionSettings()
-MAX_PHASES = 64
-MIN_QUANTUM_M = 1e-4
-MAX_QUANTUM_M = 1.0
-MAX_RADIUS_CELLS = 100
-MAX_HYPOTHESES = 64
 MAX_SECTORS = 4096

@@ -4,127 +4,35 @@ from __future__ import annotations
 
 from dynshape_perception.parameters.limits import (
     BOUNDS,
-    CLUSTER,
-    MAX_COUNT,
-    MAX_HYPOTHESES,
-    MAX_PHASES,
-    MAX_QUANTUM_M,
-    MAX_RADIUS_CELLS,
-    MAX_STD,
-    MIN_QUANTUM_M,
-    OBJECTS,
-    OFF,
-    PIPELINE,
-    STAGE,
-    TRACKER,
 )
-from dynshape_perception.parameters.spec import ParamSpec
-from dynshape_perception.perception.prediction.stage import MODES as MODES_OF_PREDICTION
+from dynshape_perception.paramspec import OFF, ParamSpec, declared
+from dynshape_perception.perception.clustering import ClusterParams
+from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.prediction.settings import PredictionSettings
+from dynshape_perception.perception.tracking import TrackerParams
 
+PREDICTION = "prediction"
+# Not a field of PredictionSettings: its 0 stands for the fitted window (readers.history_steps).
+HISTORY_STEPS = ParamSpec(
+    f"{PREDICTION}.history_steps",
+    OFF,
+    "history samples (at the predictor's step) fed to the predictor; 0: "
+    "predictor.history_steps of config/models.yaml; at most bounds.max_history_steps",
+    read_only=True,
+    low=OFF,
+    high=BOUNDS.T,
+)
 TRACKER_INPUT_OBJECTS = "detected_objects"
 TRACKER_INPUT_TABLE = "table"
 TRACKER_INPUT_VISION = "vision_msgs"
 
 
 def segmentation_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "segmentation.score_threshold",
-            CLUSTER.score_threshold,
-            "obstacle score above which a point joins a cluster",
-            low=0.0,
-            high=1.0,
-        ),
-        ParamSpec(
-            "segmentation.cell_size_m",
-            CLUSTER.cell_size_m,
-            "bird's-eye-view cell size of the clustering",
-            low=0.02,
-            high=2.0,
-        ),
-        ParamSpec(
-            "segmentation.min_points",
-            CLUSTER.min_points,
-            "points a cluster needs to become an obstacle",
-            low=1,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "segmentation.closing_cells",
-            CLUSTER.closing_cells,
-            "radius of the morphological closing in cells; 0 disables it",
-            low=0,
-            high=16,
-        ),
-        ParamSpec(
-            "segmentation.max_height_m",
-            CLUSTER.max_height_m,
-            "points higher above the ground are left out of clusters",
-            low=0.1,
-            high=50.0,
-        ),
-        ParamSpec(
-            "segmentation.fragment_gap_rad",
-            CLUSTER.fragment_gap_rad,
-            "a cluster of a cell or two joins its nearest cluster within this angle times its "
-            "range (far objects fall apart into lidar columns); 0 disables it",
-            low=0.0,
-            high=0.2,
-        ),
-    )
+    return declared(ClusterParams, "segmentation")
 
 
 def tracking_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "tracking.gate_distance_m",
-            TRACKER.gate_distance_m,
-            "largest distance between a detection and the track it may join",
-            low=0.01,
-            high=100.0,
-        ),
-        ParamSpec(
-            "tracking.min_affinity",
-            TRACKER.min_affinity,
-            "smallest associator affinity of a match, in [0, 1)",
-            low=0.0,
-            high=0.999,
-        ),
-        ParamSpec(
-            "tracking.max_missed_frames",
-            TRACKER.max_missed_frames,
-            "frames a track survives without a detection",
-            low=0,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "tracking.min_hits_to_confirm",
-            TRACKER.min_hits_to_confirm,
-            "detections before a track is published",
-            low=1,
-            high=MAX_COUNT,
-        ),
-        ParamSpec(
-            "tracking.velocity_smoothing",
-            TRACKER.velocity_smoothing,
-            "weight of the newest velocity estimate, in (0, 1]",
-            low=0.01,
-            high=1.0,
-        ),
-        ParamSpec(
-            "tracking.max_acceleration_mps2",
-            TRACKER.max_acceleration_mps2,
-            "largest change of a track's velocity estimate per second since its last "
-            "measurement: a jumping cluster centre cannot throw the velocity off",
-            low=0.1,
-            high=1000.0,
-        ),
-        ParamSpec(
-            "tracking.publish_coasting",
-            TRACKER.publish_coasting,
-            "also publish tracks that missed their detection this frame",
-        ),
-    )
+    return declared(TrackerParams, "tracking")
 
 
 def tracker_input_group() -> tuple[ParamSpec, ...]:
@@ -135,98 +43,15 @@ def tracker_input_group() -> tuple[ParamSpec, ...]:
             "detections input: autoware_perception_msgs/DetectedObjects on 'detected_objects', "
             "vision_msgs/Detection3DArray on 'detections', or the obstacle table (PointCloud2) "
             "on 'obstacles'",
-            True,
+            read_only=True,
             choices=(TRACKER_INPUT_OBJECTS, TRACKER_INPUT_VISION, TRACKER_INPUT_TABLE),
         ),
     )
 
 
 def prediction_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "prediction.min_history_steps",
-            PIPELINE.min_history_steps,
-            "history samples (at the predictor's step) an agent needs to be predicted; at "
-            "most the predictor's history steps (predictor.history_steps of "
-            "config/models.yaml, capped by bounds.max_history_steps), checked on set",
-            low=1,
-            # Not the predictor's steps: the on-set check then gives the reason, where
-            # rclpy's range check would only say "out of range".
-            high=BOUNDS.T,
-        ),
-        ParamSpec(
-            "prediction.history_steps",
-            OFF,
-            "history samples (at the predictor's step) fed to the predictor; 0: "
-            "predictor.history_steps of config/models.yaml; at most bounds.max_history_steps",
-            True,
-            low=OFF,
-            high=BOUNDS.T,
-        ),
-        ParamSpec(
-            "prediction.history_stride",
-            STAGE.history_stride,
-            "steps a history's start jumps forward by when it would pass history_steps, in "
-            "every mode: a window sliding one step per frame would cost a forward call over "
-            "it each frame (a recurrent state cannot forget a step), so histories past it "
-            "cycle from history_steps - stride + 1 up to history_steps steps, and a track is "
-            "encoded once per stride; 0: half of history_steps; at most history_steps - "
-            "min_history_steps + 1",
-            True,
-            low=OFF,
-            high=BOUNDS.T,
-        ),
-        ParamSpec(
-            "prediction.mode",
-            STAGE.mode,
-            "incremental: each track keeps its GRU state and a frame costs one step_decode "
-            "call whatever its history length, plus one encode of the tracks whose history "
-            "restarts (history_stride); full: forward over every history each frame (the "
-            "same histories, the same outputs within the parity tolerance); a change "
-            "restarts the tracks",
-            choices=MODES_OF_PREDICTION,
-        ),
-        ParamSpec(
-            "prediction.speculation",
-            STAGE.speculation,
-            "in idle time (tier 4), precompute the next frame's likeliest observations; used "
-            "only when an observation verifies exactly, so no output changes",
-        ),
-        ParamSpec(
-            "prediction.grid_phases",
-            STAGE.phases,
-            "grid points per predictor step: the track rate times the predictor step "
-            "(10 Hz x 0.4 s = 4); each frame advances the state of its grid point",
-            True,
-            low=1,
-            high=MAX_PHASES,
-        ),
-        ParamSpec(
-            "prediction.position_quantum_m",
-            STAGE.quantum_m,
-            "track positions are snapped to this grid in every mode (speculation verifies on it)",
-            True,
-            low=MIN_QUANTUM_M,
-            high=MAX_QUANTUM_M,
-        ),
-        ParamSpec(
-            "prediction.speculation_radius_cells",
-            STAGE.speculation_radius_cells,
-            "speculated cells (of position_quantum_m) around each hypothesis' first step, "
-            "either side",
-            True,
-            low=0,
-            high=MAX_RADIUS_CELLS,
-        ),
-        ParamSpec(
-            "prediction.speculation_hypotheses",
-            STAGE.speculation_hypotheses,
-            "likeliest hypotheses whose first step is speculated",
-            True,
-            low=1,
-            high=MAX_HYPOTHESES,
-        ),
-    )
+    first, *rest = declared(PredictionSettings, PREDICTION)
+    return (first, HISTORY_STEPS, *rest)
 
 
 def markers_group() -> tuple[ParamSpec, ...]:
@@ -236,7 +61,7 @@ def markers_group() -> tuple[ParamSpec, ...]:
             True,
             "publish RViz markers (track boxes, ids, predicted paths) on 'markers', built "
             "only while something subscribes",
-            True,
+            read_only=True,
         ),
         ParamSpec("markers.box_alpha", 0.5, "opacity of the track boxes", low=0.0, high=1.0),
         ParamSpec("markers.text_size_m", 1.0, "height of the track id labels", low=0.01, high=10.0),
@@ -251,29 +76,4 @@ def markers_group() -> tuple[ParamSpec, ...]:
 
 
 def objects_group() -> tuple[ParamSpec, ...]:
-    what = {
-        "position_std_m": "standard deviation of a track's position (x, y)",
-        "height_std_m": "standard deviation of a track's height (z)",
-        "yaw_std_rad": "standard deviation of a track's heading",
-        "velocity_std_mps": "standard deviation of a track's velocity (x, y)",
-    }
-    return (
-        *(
-            ParamSpec(
-                f"objects.{name}",
-                float(getattr(OBJECTS, name)),
-                f"{text} in the published covariance; it grows with each frame the track "
-                "coasts without a detection",
-                low=1e-6,
-                high=MAX_STD,
-            )
-            for name, text in what.items()
-        ),
-        ParamSpec(
-            "objects.stationary_speed_mps",
-            OBJECTS.stationary_speed_mps,
-            "tracks slower than this are published as stationary",
-            low=1e-6,
-            high=MAX_STD,
-        ),
-    )
+    return declared(ObjectParams, "objects")

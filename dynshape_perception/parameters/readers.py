@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,18 +23,18 @@ from dynshape_perception.parameters.limits import (
     JIT,
     NEAR,
     OBJECTS,
-    OFF,
     PIPELINE,
     STAGE,
     STAMPS,
     TRACKER,
 )
-from dynshape_perception.parameters.spec import ParamSpec, Value
+from dynshape_perception.parameters.perception import PREDICTION
+from dynshape_perception.paramspec import OFF, ParamSpec, Value, read, read_values
 from dynshape_perception.perception.clustering import ClusterParams
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
-from dynshape_perception.perception.prediction.stage import PredictionSettings
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.scan import Box, ScanParams
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.streaming import NearField
@@ -42,6 +42,7 @@ from dynshape_perception.perception.tracking import TrackerParams
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
+from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
 
@@ -58,28 +59,11 @@ def bounds_from(values: Mapping[str, Value]) -> Bounds:
 
 
 def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
-    names = (
-        "score_threshold",
-        "cell_size_m",
-        "min_points",
-        "closing_cells",
-        "max_height_m",
-        "fragment_gap_rad",
-    )
-    return replace(base, **_pick(values, "segmentation", names))
+    return read(ClusterParams, values, "segmentation", base)
 
 
 def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -> TrackerParams:
-    names = (
-        "gate_distance_m",
-        "min_affinity",
-        "max_missed_frames",
-        "min_hits_to_confirm",
-        "velocity_smoothing",
-        "max_acceleration_mps2",
-        "publish_coasting",
-    )
-    return replace(base, **_pick(values, "tracking", names))
+    return read(TrackerParams, values, "tracking", base)
 
 
 def _interval(values: Mapping[str, Value], prefix: str, axis: str) -> tuple[float, float]:
@@ -100,8 +84,7 @@ def scan_params(values: Mapping[str, Value]) -> ScanParams | None:
 
 
 def object_params(values: Mapping[str, Value]) -> ObjectParams:
-    names = ("position_std_m", "height_std_m", "yaw_std_rad", "velocity_std_mps")
-    return replace(OBJECTS, **_pick(values, "objects", (*names, "stationary_speed_mps")))
+    return read(ObjectParams, values, "objects", OBJECTS)
 
 
 def frame_params(values: Mapping[str, Value]) -> FrameParams:
@@ -153,18 +136,7 @@ def prediction_settings(values: Mapping[str, Value]) -> PredictionSettings:
         "max_agents": bounds.A,
         "step_s": float(default_config().section("predictor").get("step_s", STAGE.step_s)),
     }
-    for name, field_name in (
-        ("min_history_steps", "min_history_steps"),
-        ("history_stride", "history_stride"),
-        ("mode", "mode"),
-        ("speculation", "speculation"),
-        ("grid_phases", "phases"),
-        ("position_quantum_m", "quantum_m"),
-        ("speculation_radius_cells", "speculation_radius_cells"),
-        ("speculation_hypotheses", "speculation_hypotheses"),
-    ):
-        if f"prediction.{name}" in values:
-            picked[field_name] = values[f"prediction.{name}"]
+    picked.update(read_values(PredictionSettings, values, PREDICTION))
     return replace(STAGE, **picked)
 
 
@@ -173,35 +145,16 @@ def sectors_per_revolution(values: Mapping[str, Value]) -> int:
 
 
 def jit_config(values: Mapping[str, Value]) -> JitConfig:
-    names = (
-        "mode",
-        "hotness_threshold",
-        "max_entries",
-        "max_bytes",
-        "disk_max_bytes",
-        "pool_size",
-        "compile_mode",
-        "compile_timeout_s",
-        "worker_idle_s",
-    )
-    return replace(JIT, **_pick(values, "jit", names))
+    return read(JitConfig, values, "jit", JIT)
 
 
 def stamp_policy(values: Mapping[str, Value]) -> StampPolicy:
-    names = (
-        "future_tolerance_s",
-        "jump_back_tolerance_s",
-        "jump_ahead_tolerance_s",
-        "jump_confirm_frames",
-    )
-    return replace(STAMPS, **_pick(values, "stamps", names))
+    return read(StampPolicy, values, "stamps", STAMPS)
 
 
 def tier_config(values: Mapping[str, Value]) -> TierConfig:
     """The ``tiers.*`` values as one checked config (raises ConfigError with the reason)."""
-    return TierConfig.from_mapping(
-        {name.removeprefix("tiers."): v for name, v in values.items() if name.startswith("tiers.")}
-    )
+    return read(TierConfig, values, TIERS_PREFIX)
 
 
 def _or_none(value: Value) -> Any:
@@ -235,16 +188,7 @@ def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
 
 
 def near_field(values: Mapping[str, Value]) -> NearField:
-    names = (
-        "ahead_m",
-        "half_width_m",
-        "behind_m",
-        "min_z_m",
-        "max_z_m",
-        "max_points",
-        "ground_band_m",
-    )
-    return replace(NEAR, **_pick(values, "near_field", names))
+    return read(NearField, values, "near_field", NEAR)
 
 
 def optional_path(value: Value) -> Path | None:
@@ -275,3 +219,20 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
                 "agent could ever be predicted"
             )
         prediction_settings(values)
+
+
+# Each prefix whose parameters are the fields of one core dataclass, and its reader.
+DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] = {
+    "segmentation": (ClusterParams, cluster_params),
+    "tracking": (TrackerParams, tracker_params),
+    "objects": (ObjectParams, object_params),
+    "stamps": (StampPolicy, stamp_policy),
+    "near_field": (NearField, near_field),
+    "jit": (JitConfig, jit_config),
+    TIERS_PREFIX: (TierConfig, tier_config),
+    PREDICTION: (PredictionSettings, prediction_settings),
+}
+# Parameters under one of those prefixes that are no field of its dataclass, and why.
+NOT_IN_DATACLASS: dict[str, str] = {
+    "jit.warm_up_shapes": "a shape log the node loads at start (optional_path)",
+}

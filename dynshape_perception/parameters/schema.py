@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dynshape_perception.parameters.spec import ParamSpec
 from dynshape_perception.parameters.table import (
     LIBRARY_PARAMETERS,
     NODE_GROUPS,
@@ -18,6 +17,7 @@ from dynshape_perception.parameters.table import (
     all_specs,
     node_specs,
 )
+from dynshape_perception.paramspec import ParamSpec
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 PACKAGE = "dynshape_perception"

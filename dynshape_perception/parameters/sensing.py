@@ -8,21 +8,22 @@ from dynshape_perception.parameters.limits import (
     AXES,
     EGO_BOX_M,
     FRAMES,
-    MAX_CONFIRM_FRAMES,
-    MAX_COUNT,
     MAX_INTENSITY_SCALE,
     MAX_MOUNT_M,
-    MAX_RANGE_M,
     MAX_SECTORS,
-    MAX_STAMP_TOLERANCE_S,
     MIN_INTENSITY_SCALE,
-    MIN_STAMP_TOLERANCE_S,
-    OFF,
     PIPELINE,
-    STAMPS,
 )
-from dynshape_perception.parameters.spec import ParamSpec
+from dynshape_perception.paramspec import (
+    MAX_COUNT,
+    MAX_RANGE_M,
+    MAX_STAMP_TOLERANCE_S,
+    OFF,
+    ParamSpec,
+    declared,
+)
 from dynshape_perception.perception.scan import SURROUND_ROI
+from dynshape_perception.perception.stamps import StampPolicy
 
 
 def points_group() -> tuple[ParamSpec, ...]:
@@ -46,7 +47,7 @@ def points_group() -> tuple[ParamSpec, ...]:
             1,
             "clouds per sensor revolution: 1 whole scans; N > 1 sector clouds (tier 1 runs "
             "per sector, the full cloud once per revolution); 0 detect from azimuth coverage",
-            True,
+            read_only=True,
             low=OFF,
             high=MAX_SECTORS,
         ),
@@ -59,7 +60,7 @@ def odometry_group() -> tuple[ParamSpec, ...]:
             "odometry.buffer_size",
             200,
             "odometry messages kept for interpolating the pose at a cloud's stamp",
-            True,
+            read_only=True,
             low=2,
             high=MAX_COUNT,
         ),
@@ -76,45 +77,7 @@ def odometry_group() -> tuple[ParamSpec, ...]:
 
 
 def stamps_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "stamps.future_tolerance_s",
-            STAMPS.future_tolerance_s,
-            "an input stamped further than this ahead of the node's clock is dropped "
-            "(future_stamp) and never advances the node's state",
-            low=MIN_STAMP_TOLERANCE_S,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
-        ParamSpec(
-            "stamps.jump_back_tolerance_s",
-            STAMPS.jump_back_tolerance_s,
-            "an input stamped further than this before the newest one jumps back in time (a "
-            "looped bag, a clock reset): dropped as outlier_stamp until "
-            "stamps.jump_confirm_frames in a row follow it, then tracks and odometry "
-            "restart (time_jump_reset); a smaller step back is dropped as stale",
-            low=MIN_STAMP_TOLERANCE_S,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
-        ParamSpec(
-            "stamps.jump_ahead_tolerance_s",
-            STAMPS.jump_ahead_tolerance_s,
-            "an input stamped further than this after the newest one, beyond how far the "
-            "node's clock ran meanwhile, jumps ahead: dropped as outlier_stamp until "
-            "stamps.jump_confirm_frames in a row follow it, so that one stray stamp cannot "
-            "make the inputs after it stale (a pause of the input, the clock running on, is "
-            "no jump)",
-            low=MIN_STAMP_TOLERANCE_S,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
-        ParamSpec(
-            "stamps.jump_confirm_frames",
-            STAMPS.jump_confirm_frames,
-            "inputs in a row, each after the one before, that make a time jump a new "
-            "timeline; 1 takes every jump at once",
-            low=1,
-            high=MAX_CONFIRM_FRAMES,
-        ),
-    )
+    return declared(StampPolicy, "stamps")
 
 
 def base_frame_group() -> tuple[ParamSpec, ...]:
@@ -124,7 +87,7 @@ def base_frame_group() -> tuple[ParamSpec, ...]:
             FRAMES.base_frame,
             "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
             "segmentation; region of interest, ego crop and collision corridor lie in it",
-            True,
+            read_only=True,
         ),
     )
 
@@ -137,7 +100,7 @@ def mount_group() -> tuple[ParamSpec, ...]:
                 f"frames.mount_{axis}_m",
                 0.0,
                 f"sensor position along {axis} in frames.base_frame, {fallback}",
-                True,
+                read_only=True,
                 low=-MAX_MOUNT_M,
                 high=MAX_MOUNT_M,
             )
@@ -147,7 +110,7 @@ def mount_group() -> tuple[ParamSpec, ...]:
             "frames.mount_yaw_rad",
             0.0,
             f"sensor yaw in frames.base_frame, {fallback}",
-            True,
+            read_only=True,
             low=-math.pi,
             high=math.pi,
         ),
@@ -162,7 +125,7 @@ def fixed_frame_group() -> tuple[ParamSpec, ...]:
             "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
             "each input's stamp, else from odometry on 'odom'; without either the vehicle "
             "stands still in the input's frame",
-            True,
+            read_only=True,
         ),
     )
 

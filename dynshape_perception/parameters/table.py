@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dynshape_perception.parameters import engine, perception, sensing
-from dynshape_perception.parameters.spec import ParamSpec
+from dynshape_perception.paramspec import ParamSpec
 
 GROUPS: dict[str, tuple[ParamSpec, ...]] = {
     "engine": engine.engine_group(),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
 from dynshape_perception.config import Roi, default_config
 from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.paramspec import MAX_COUNT, check_fields, derived, param
 from dynshape_perception.perception.fragments import merge_fragments
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.records import (
@@ -54,33 +55,40 @@ class ClusterParams:
     split those cars. Separating objects 0.5 m apart needs ``cell_size_m <= 0.125``.
     """
 
-    cell_size_m: float = 0.15
-    score_threshold: float = 0.5
-    roi: Roi = field(default_factory=_default_roi)
-    min_points: int = 5
+    score_threshold: float = param(
+        0.5, "obstacle score above which a point joins a cluster", low=0.0, high=1.0
+    )
+    cell_size_m: float = param(
+        0.15, "bird's-eye-view cell size of the clustering", low=0.02, high=2.0
+    )
+    roi: Roi = derived("scan.roi_* (the crop's region of interest)", default_factory=_default_roi)
+    min_points: int = param(
+        5, "points a cluster needs to become an obstacle", low=1, high=MAX_COUNT
+    )
     # Radius of the square closing kernel, in cells; 0 disables the closing.
-    closing_cells: int = 1
+    closing_cells: int = param(
+        1, "radius of the morphological closing in cells; 0 disables it", low=0, high=16
+    )
     # Points higher than this above the ground (tree canopies, signs) are left out so that
     # they cannot bridge the objects beneath them; applies only when a ground is given.
-    max_height_m: float = 3.0
+    max_height_m: float = param(
+        3.0, "points higher above the ground are left out of clusters", low=0.1, high=50.0
+    )
     # A cluster of a cell or two joins its nearest cluster within this angle (radians) times
     # its range: far away, one object's lidar columns fall apart (perception/fragments.py).
     # 0 disables it.
-    fragment_gap_rad: float = 0.03
+    fragment_gap_rad: float = param(
+        0.03,
+        "a cluster of a cell or two joins its nearest cluster within this angle times its "
+        "range (far objects fall apart into lidar columns); 0 disables it",
+        low=0.0,
+        high=0.2,
+    )
 
     def __post_init__(self) -> None:
+        # Before the declared ranges: a grid too fine for memory says so, not just "< 0.02".
         if not (np.isfinite(self.cell_size_m) and self.cell_size_m > 0.0):
             raise ConfigError(f"cell_size_m must be > 0, got {self.cell_size_m!r}")
-        if not np.isfinite(self.score_threshold):
-            raise ConfigError(f"score_threshold must be finite, got {self.score_threshold!r}")
-        if not isinstance(self.min_points, int) or self.min_points < 1:
-            raise ConfigError(f"min_points must be an integer >= 1, got {self.min_points!r}")
-        if not isinstance(self.closing_cells, int) or self.closing_cells < 0:
-            raise ConfigError(f"closing_cells must be an integer >= 0, got {self.closing_cells!r}")
-        if not (np.isfinite(self.max_height_m) and self.max_height_m > 0.0):
-            raise ConfigError(f"max_height_m must be > 0, got {self.max_height_m!r}")
-        if not (np.isfinite(self.fragment_gap_rad) and 0.0 <= self.fragment_gap_rad <= 0.2):
-            raise ConfigError(f"fragment_gap_rad must be in [0, 0.2], got {self.fragment_gap_rad}")
         if not isinstance(self.roi, Roi):
             raise ConfigError(f"roi must be a Roi, got {type(self.roi).__name__}")
         rows, cols = self.grid_shape
@@ -89,6 +97,7 @@ class ClusterParams:
                 f"a {self.cell_size_m} m grid over the ROI has {rows} x {cols} cells, above "
                 f"{MAX_GRID_CELLS}: raise cell_size_m or shrink the ROI"
             )
+        check_fields(self)
 
     @property
     def grid_shape(self) -> tuple[int, int]:

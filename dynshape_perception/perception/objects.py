@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
-from dynshape_perception.errors import ConfigError, MessageError
+from dynshape_perception.errors import MessageError
+from dynshape_perception.paramspec import check_fields, param
 
 UUID_BYTES = 16
 # Row-major 6x6 covariance of (x, y, z, roll, pitch, yaw), as geometry_msgs carries it.
@@ -18,28 +18,50 @@ _X, _Y, _Z, _ROLL, _PITCH, _YAW = (i * 7 for i in range(6))
 REPLAY_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "dynshape_perception/replay")
 
 
+# Standard deviations and speeds: above 0, and no wider than a street.
+MIN_STD = 1e-6
+MAX_STD = 100.0
+
+
 @dataclass(frozen=True)
 class ObjectParams:
     """Uncertainty of the published objects (standard deviations; they grow with each frame
     a track coasts without a detection) and the speed below which a track is stationary."""
 
-    position_std_m: float = 0.3
-    height_std_m: float = 0.3
-    yaw_std_rad: float = 0.2
-    velocity_std_mps: float = 1.0
-    stationary_speed_mps: float = 0.3
+    position_std_m: float = param(
+        0.3,
+        "standard deviation of a track's position (x, y) in the published covariance; it grows "
+        "with each frame the track coasts without a detection",
+        low=MIN_STD,
+        high=MAX_STD,
+    )
+    height_std_m: float = param(
+        0.3,
+        "standard deviation of a track's height (z) in the published covariance; it grows "
+        "with each frame the track coasts without a detection",
+        low=MIN_STD,
+        high=MAX_STD,
+    )
+    yaw_std_rad: float = param(
+        0.2,
+        "standard deviation of a track's heading in the published covariance; it grows "
+        "with each frame the track coasts without a detection",
+        low=MIN_STD,
+        high=MAX_STD,
+    )
+    velocity_std_mps: float = param(
+        1.0,
+        "standard deviation of a track's velocity (x, y) in the published covariance; it grows "
+        "with each frame the track coasts without a detection",
+        low=MIN_STD,
+        high=MAX_STD,
+    )
+    stationary_speed_mps: float = param(
+        0.3, "tracks slower than this are published as stationary", low=MIN_STD, high=MAX_STD
+    )
 
     def __post_init__(self) -> None:
-        for name in (
-            "position_std_m",
-            "height_std_m",
-            "yaw_std_rad",
-            "velocity_std_mps",
-            "stationary_speed_mps",
-        ):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0.0):
-                raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
+        check_fields(self)
 
 
 def existence_probability(hits: np.ndarray, missed: np.ndarray, max_missed: int) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, check_fields, param
 
 # What ``StampScreen.check`` decides. ACCEPT: on the timeline (the caller still drops a stamp
 # not after its newest as stale); RESTART: a sustained jump back, to be taken after the
@@ -16,22 +16,50 @@ FUTURE_STAMP = "future_stamp"
 OUTLIER_STAMP = "outlier_stamp"
 
 
+MIN_STAMP_TOLERANCE_S = 0.01
+MAX_CONFIRM_FRAMES = 1000
+
+
 @dataclass(frozen=True)
 class StampPolicy:
     """How far a stamp may stray before it is held back, and what confirms a jump."""
 
-    future_tolerance_s: float = 5.0
-    jump_back_tolerance_s: float = 10.0
-    jump_ahead_tolerance_s: float = 2.0
-    jump_confirm_frames: int = 3
+    future_tolerance_s: float = param(
+        5.0,
+        "an input stamped further than this ahead of the node's clock is dropped "
+        "(future_stamp) and never advances the node's state",
+        low=MIN_STAMP_TOLERANCE_S,
+        high=MAX_STAMP_TOLERANCE_S,
+    )
+    jump_back_tolerance_s: float = param(
+        10.0,
+        "an input stamped further than this before the newest one jumps back in time (a "
+        "looped bag, a clock reset): dropped as outlier_stamp until "
+        "stamps.jump_confirm_frames in a row follow it, then tracks and odometry "
+        "restart (time_jump_reset); a smaller step back is dropped as stale",
+        low=MIN_STAMP_TOLERANCE_S,
+        high=MAX_STAMP_TOLERANCE_S,
+    )
+    jump_ahead_tolerance_s: float = param(
+        2.0,
+        "an input stamped further than this after the newest one, beyond how far the "
+        "node's clock ran meanwhile, jumps ahead: dropped as outlier_stamp until "
+        "stamps.jump_confirm_frames in a row follow it, so that one stray stamp cannot "
+        "make the inputs after it stale (a pause of the input, the clock running on, is "
+        "no jump)",
+        low=MIN_STAMP_TOLERANCE_S,
+        high=MAX_STAMP_TOLERANCE_S,
+    )
+    jump_confirm_frames: int = param(
+        3,
+        "inputs in a row, each after the one before, that make a time jump a new "
+        "timeline; 1 takes every jump at once",
+        low=1,
+        high=MAX_CONFIRM_FRAMES,
+    )
 
     def __post_init__(self) -> None:
-        for name in ("future_tolerance_s", "jump_back_tolerance_s", "jump_ahead_tolerance_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0.0):
-                raise ConfigError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-        if isinstance(self.jump_confirm_frames, bool) or self.jump_confirm_frames < 1:
-            raise ConfigError(f"jump_confirm_frames must be >= 1, got {self.jump_confirm_frames!r}")
+        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,16 @@ import numpy as np
 
 from dynshape_perception.config import Roi, check_seed, default_bounds
 from dynshape_perception.errors import ConfigError, ShapeError
+from dynshape_perception.paramspec import MAX_RANGE_M, check_fields, param
 from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
 
 ModelFn = Callable[..., list[np.ndarray]]
 GroundSource = Literal["previous", "first_sectors"]
+
+
+MIN_CORRIDOR_M = 0.1
+MAX_GROUND_BAND_M = 10.0
 
 
 @dataclass(frozen=True)
@@ -25,27 +30,56 @@ class NearField:
     holds more points, the farthest ones are left to the full-cloud pass.
     """
 
-    ahead_m: float = 20.0
-    half_width_m: float = 3.0
-    behind_m: float = 0.0
-    max_points: int = 4096
-    min_z_m: float = -3.0
-    max_z_m: float = 3.0
+    ahead_m: float = param(
+        20.0,
+        "tier-1 collision corridor (frames.base_frame): its length ahead (+x)",
+        low=MIN_CORRIDOR_M,
+        high=MAX_RANGE_M,
+    )
+    half_width_m: float = param(
+        3.0,
+        "tier-1 collision corridor: its half width (|y|)",
+        low=MIN_CORRIDOR_M,
+        high=MAX_RANGE_M,
+    )
+    behind_m: float = param(
+        0.0,
+        "tier-1 collision corridor (frames.base_frame): its length behind (-x)",
+        low=0.0,
+        high=MAX_RANGE_M,
+    )
+    min_z_m: float = param(
+        -3.0,
+        "tier-1 collision corridor: lowest point height in frames.base_frame",
+        low=-MAX_RANGE_M,
+        high=MAX_RANGE_M,
+    )
+    max_z_m: float = param(
+        3.0,
+        "tier-1 collision corridor: highest point height in frames.base_frame",
+        low=-MAX_RANGE_M,
+        high=MAX_RANGE_M,
+    )
+    max_points: int = param(
+        4096,
+        "nearest corridor points segmented at tier 1 (bounds its cost); the rest are "
+        "left to the full cloud",
+        low=1,
+        high=default_bounds().P,
+    )
     # Points within this height of the ground plane are road, not obstacles: leaving them
     # out lets the cap cover a longer corridor. 0 keeps them.
-    ground_band_m: float = 0.15
+    ground_band_m: float = param(
+        0.15,
+        "corridor points this close to the last ground plane are road and left out; 0 keeps them",
+        low=0.0,
+        high=MAX_GROUND_BAND_M,
+    )
 
     def __post_init__(self) -> None:
-        if not (self.ahead_m > 0.0 and self.half_width_m > 0.0 and self.behind_m >= 0.0):
-            raise ConfigError("near field needs ahead_m > 0, half_width_m > 0, behind_m >= 0")
-        if not isinstance(self.max_points, int) or self.max_points < 1:
-            raise ConfigError(
-                f"near field max_points must be an integer >= 1, got {self.max_points!r}"
-            )
+        check_fields(self)
         if not self.min_z_m < self.max_z_m:
             raise ConfigError("near field needs min_z_m < max_z_m")
-        if not self.ground_band_m >= 0.0:
-            raise ConfigError(f"ground_band_m must be >= 0, got {self.ground_band_m!r}")
 
     def mask(self, points: np.ndarray) -> np.ndarray:
         x, y = points[:, 0], points[:, 1]

@@ -11,6 +11,7 @@ from scipy.optimize import linear_sum_assignment
 
 from dynshape_perception.config import Bounds
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.paramspec import MAX_COUNT, check_fields, derived, param
 from dynshape_perception.perception.features import (
     ASSOC_FEATURES,
     obstacle_features,
@@ -68,41 +69,39 @@ def reference_affinity(
 class TrackerParams:
     """Tracker tuning: distances in metres, counts in frames (updates)."""
 
-    gate_distance_m: float = 2.0
-    min_affinity: float = 0.1
-    max_missed_frames: int = 5
-    min_hits_to_confirm: int = 3
-    # Weight of the newest finite-difference velocity in the exponential smoothing.
-    velocity_smoothing: float = 0.5
+    gate_distance_m: float = param(
+        2.0, "largest distance between a detection and the track it may join", low=0.01, high=100.0
+    )
+    min_affinity: float = param(
+        0.1, "smallest associator affinity of a match, in [0, 1)", low=0.0, high=0.999
+    )
+    max_missed_frames: int = param(
+        5, "frames a track survives without a detection", low=0, high=MAX_COUNT
+    )
+    min_hits_to_confirm: int = param(
+        3, "detections before a track is published", low=1, high=MAX_COUNT
+    )
+    velocity_smoothing: float = param(
+        0.5, "weight of the newest velocity estimate, in (0, 1]", low=0.01, high=1.0
+    )
     # A new velocity estimate differs from the track's by at most this times the time since
     # its last measurement: a centre that jumps (two clusters merged, one split, a box seen
     # from another side) moves the track but cannot throw its velocity off.
-    max_acceleration_mps2: float = 10.0
-    max_history_s: float = 64.0
-    max_history_points: int = 1024
-    publish_coasting: bool = True
+    max_acceleration_mps2: float = param(
+        10.0,
+        "largest change of a track's velocity estimate per second since its last "
+        "measurement: a jumping cluster centre cannot throw the velocity off",
+        low=0.1,
+        high=1000.0,
+    )
+    max_history_s: float = derived("its default: the history the tracker keeps", 64.0)
+    max_history_points: int = derived("its default: the history the tracker keeps", 1024)
+    publish_coasting: bool = param(
+        True, "also publish tracks that missed their detection this frame"
+    )
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.gate_distance_m) and self.gate_distance_m > 0.0):
-            raise ConfigError(f"gate_distance_m must be > 0, got {self.gate_distance_m!r}")
-        if not 0.0 <= self.min_affinity < 1.0:
-            raise ConfigError(f"min_affinity must be in [0, 1), got {self.min_affinity!r}")
-        if not isinstance(self.max_missed_frames, int) or self.max_missed_frames < 0:
-            raise ConfigError(
-                f"max_missed_frames must be an integer >= 0, got {self.max_missed_frames!r}"
-            )
-        if not isinstance(self.min_hits_to_confirm, int) or self.min_hits_to_confirm < 1:
-            raise ConfigError(
-                f"min_hits_to_confirm must be an integer >= 1, got {self.min_hits_to_confirm!r}"
-            )
-        if not 0.0 < self.velocity_smoothing <= 1.0:
-            raise ConfigError(
-                f"velocity_smoothing must be in (0, 1], got {self.velocity_smoothing!r}"
-            )
-        if not (np.isfinite(self.max_acceleration_mps2) and self.max_acceleration_mps2 > 0.0):
-            raise ConfigError(
-                f"max_acceleration_mps2 must be > 0, got {self.max_acceleration_mps2!r}"
-            )
+        check_fields(self)
         if not (np.isfinite(self.max_history_s) and self.max_history_s > 0.0):
             raise ConfigError(f"max_history_s must be > 0, got {self.max_history_s!r}")
         if not isinstance(self.max_history_points, int) or self.max_history_points < 2:

@@ -7,11 +7,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.models.common import ModelSpec
+from dynshape_perception.paramspec import MAX_COUNT, check_fields, derived, param
 from dynshape_perception.runtime.shapes import DimPolicy, Signature
 from dynshape_perception.runtime.specialisations import KeyState
 
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 MODES = ("off", "frozen", "adaptive")
 DEGRADE_MIN_FINISHED = 3
 COMPILE_MODES = ("auto", "process", "thread")
+# Cache bytes: a terabyte is no bound a vehicle needs.
+MAX_BYTES = 1 << 40
 # Specialisations judged where they serve before their mean replaces the workers' timing:
 # gains differ by shape, and one judged key is no estimate for a function.
 IN_PLACE_MIN = 3
@@ -30,69 +33,90 @@ MIN_RATE_SPAN_S = 1.0
 
 @dataclass(frozen=True)
 class JitConfig:
-    mode: str = "adaptive"
-    hotness_threshold: int = 8
-    inference_profile: bool = False
+    mode: str = param("adaptive", "JIT mode: off, frozen, adaptive", read_only=True, choices=MODES)
+    hotness_threshold: int = param(
+        8, "calls of one shape before it may be specialised", low=1, high=MAX_COUNT
+    )
+    inference_profile: bool = derived("set where the shapes are known: bench, verify", False)
     # Bucket edges per model and dim, in place of those its spec declares.
-    weak_edges: Mapping[str, Mapping[str, tuple[int, ...]]] = field(default_factory=dict)
-    max_entries: int = 1024
-    max_bytes: int = 512 * 1024 * 1024
+    weak_edges: Mapping[str, Mapping[str, tuple[int, ...]]] = derived(
+        "the bucket edges of each model's spec", default_factory=dict
+    )
+    max_entries: int = param(1024, "specialisations kept per model (LRU)", low=1, high=MAX_COUNT)
+    max_bytes: int = param(
+        512 * 1024 * 1024,
+        "library bytes of specialisations kept per model (LRU)",
+        low=1,
+        high=MAX_BYTES,
+    )
     # The artefact cache root on disk, every model and process sharing it: a long drive
     # compiles new keys for days, and every compiler upgrade strands the old ones.
-    disk_max_bytes: int = 2 * 1024 * 1024 * 1024
-    pool_size: int = 1
-    compile_mode: str = "auto"
-    compile_timeout_s: float = 120.0
+    disk_max_bytes: int = param(
+        2 * 1024 * 1024 * 1024,
+        "bytes of the artefact cache on disk, shared by every model and process using "
+        "model_cache_dir: least recently used specialisations go first, generic builds last",
+        read_only=True,
+        low=1,
+        high=MAX_BYTES,
+    )
+    pool_size: int = param(1, "background compile workers", read_only=True, low=1, high=64)
+    compile_mode: str = param(
+        "auto",
+        "compile workers: process (isolated), thread, or auto (picked by the measured "
+        "slowdown of live calls)",
+        read_only=True,
+        choices=COMPILE_MODES,
+    )
+    compile_timeout_s: float = param(
+        120.0,
+        "seconds before a background compile is abandoned",
+        read_only=True,
+        low=1.0,
+        high=3600.0,
+    )
     # Compile workers idle this long exit (0: they stay); the next compile starts them again.
-    worker_idle_s: float = 60.0
-    max_strikes: int = 3
-    degrade_min_misses: int = 20
-    degrade_completion_rate: float = 0.3
-    degrade_cooldown_s: float = 30.0
+    worker_idle_s: float = param(
+        60.0,
+        "seconds a compile worker may idle before it exits (0: it stays); workers start "
+        "with the first compile the JIT decides on",
+        read_only=True,
+        low=0.0,
+        high=86400.0,
+    )
+    max_strikes: int = derived("its default: a tuning constant of the JIT", 3)
+    degrade_min_misses: int = derived("its default: a tuning constant of the JIT", 20)
+    degrade_completion_rate: float = derived("its default: a tuning constant of the JIT", 0.3)
+    degrade_cooldown_s: float = derived("its default: a tuning constant of the JIT", 30.0)
     # Specialise only when the cost model's expected benefit exceeds this.
-    min_benefit_ms: float = 0.0
+    min_benefit_ms: float = derived("its default: a tuning constant of the JIT", 0.0)
     # A specialisation serves only if it runs in under this fraction of the generic time: a
     # smaller gain is within timing noise and does not pay for padding.
-    accept_ratio: float = 0.95
-    prior_speedup: float = 0.8
-    prior_compile_s: float = 1.5
+    accept_ratio: float = derived("its default: a tuning constant of the JIT", 0.95)
+    prior_speedup: float = derived("its default: a tuning constant of the JIT", 0.8)
+    prior_compile_s: float = derived("its default: a tuning constant of the JIT", 1.5)
     # Calling-path seconds per compile-second until the interference meter has measured it.
-    prior_compile_weight: float = 0.5
+    prior_compile_weight: float = derived("its default: a tuning constant of the JIT", 0.5)
     # How far ahead a key's observed call rate is trusted when amortising a compile.
-    horizon_s: float = 600.0
+    horizon_s: float = derived("its default: a tuning constant of the JIT", 600.0)
     # Calls expected to take at least this long suspend running compile processes.
-    yield_min_ms: float = 1.0
-    validate_rtol: float = 1e-4
-    validate_atol: float = 1e-5
+    yield_min_ms: float = derived("its default: a tuning constant of the JIT", 1.0)
+    validate_rtol: float = derived("its default: a tuning constant of the JIT", 1e-4)
+    validate_atol: float = derived("its default: a tuning constant of the JIT", 1e-5)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"jit mode must be one of {MODES}, got {self.mode!r}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ConfigError(f"compile_mode must be one of {COMPILE_MODES}")
-        for name in (
-            "hotness_threshold",
-            "max_entries",
-            "max_bytes",
-            "disk_max_bytes",
-            "pool_size",
-            "max_strikes",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"jit {name} must be >= 1, got {getattr(self, name)!r}")
+        check_fields(self, label="jit ")
+        if int(self.max_strikes) < 1:
+            raise ConfigError(f"jit max_strikes must be >= 1, got {self.max_strikes!r}")
         if self.prior_compile_weight < 0:
             raise ConfigError("prior_compile_weight must be >= 0")
         if not 0.0 <= self.degrade_completion_rate <= 1.0:
             raise ConfigError("degrade_completion_rate must lie in [0, 1]")
         if self.horizon_s <= 0:
             raise ConfigError(f"jit horizon_s must be > 0, got {self.horizon_s!r}")
-        if self.compile_timeout_s <= 0 or self.degrade_cooldown_s < 0:
-            raise ConfigError("compile_timeout_s must be > 0 and degrade_cooldown_s >= 0")
-        if not (math.isfinite(float(self.worker_idle_s)) and self.worker_idle_s >= 0):
-            raise ConfigError(f"jit worker_idle_s must be >= 0, got {self.worker_idle_s!r}")
+        if self.degrade_cooldown_s < 0:
+            raise ConfigError("degrade_cooldown_s must be >= 0")
         # A NaN compares false with everything, so it would pass the checks above and below.
         for name in (
-            "compile_timeout_s",
             "degrade_cooldown_s",
             "min_benefit_ms",
             "accept_ratio",
@@ -138,7 +162,7 @@ class JitConfig:
                 }
             return cls(**values)
         # A setting of the wrong type (a string threshold, edges that are not lists).
-        except (TypeError, ValueError, AttributeError) as err:
+        except (TypeError, ValueError, AttributeError, ConfigError) as err:
             raise ConfigError(f"invalid jit settings: {err}") from err
 
 

@@ -191,3 +191,15 @@ def test_input_screening_parameters_carry_units_and_ranges() -> None:
     for node in ("tracker_node", "prediction_node", "perception_pipeline"):
         assert "stamps.future_tolerance_s" in parameters.node_specs(node)
     assert "points.intensity_scale" in parameters.node_specs("pointcloud_node")
+
+
+def test_every_declaration_is_its_descriptor() -> None:
+    for name, spec in parameters.all_specs().items():
+        desc = descriptor(spec)
+        assert (desc.description, desc.read_only) == (spec.description, spec.read_only), name
+        ranges = [*desc.floating_point_range, *desc.integer_range]
+        if isinstance(spec.default, bool) or spec.low is None or spec.high is None:
+            assert not ranges, name
+        else:
+            assert [(r.from_value, r.to_value) for r in ranges] == [(spec.low, spec.high)], name
+        assert all(choice in desc.additional_constraints for choice in spec.choices), name

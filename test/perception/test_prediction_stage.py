@@ -10,9 +10,9 @@ import pytest
 
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import Pose2D
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.prediction.stage import (
     IdleSpeculation,
-    PredictionSettings,
     PredictionStage,
     StageOutput,
     speculation_summary,

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dynshape_perception.perception.pipeline import Pipeline, Pose2D
-from dynshape_perception.perception.prediction.stage import PredictionSettings, PredictionStage
+from dynshape_perception.perception.prediction.settings import PredictionSettings
+from dynshape_perception.perception.prediction.stage import PredictionStage
 from dynshape_perception.perception.sectors import SectorAssembler
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import reference_affinity

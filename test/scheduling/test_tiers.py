@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.paramspec import declarations
 from dynshape_perception.scheduling.tiers import Tier, TierConfig, as_tier
 
 
@@ -54,7 +55,7 @@ def test_a_refused_change_leaves_the_config_as_it_was() -> None:
 
 
 def test_parameter_specs_cover_every_field_with_its_default() -> None:
-    specs = {s.name: s for s in TierConfig.parameter_specs()}
+    specs = declarations(TierConfig)
     fields = {f.name: f.default for f in dataclasses.fields(TierConfig)}
     assert set(specs) == set(fields)
     for name, spec in specs.items():

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dynshape_perception.config import integer
-from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.errors import InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import ModelFn, Pose2D
 from dynshape_perception.perception.prediction.incremental import Prediction, full_recompute
 from dynshape_perception.perception.prediction.paths import PredictedPaths, prediction_table
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.prediction.speculative import (
-    SpeculationConfig,
     SpeculativePredictor,
     run_to_end,
     snap,
@@ -25,7 +24,6 @@ from dynshape_perception.perception.prediction.speculative import (
 from dynshape_perception.perception.records import PREDICTION_DTYPE
 from dynshape_perception.stats import DIGITS, median
 
-MODES = ("incremental", "full")
 # The grid is anchored this share of a grid step before the first frame: a later frame may
 # come that much early (stamp jitter) and still land on its own grid point.
 ANCHOR_LEAD = 0.25
@@ -34,82 +32,6 @@ MS_PER_S = 1000.0
 TIMING_WINDOW = 1000
 # Sample rows a track starts with (at 10 Hz, 6 s); the buffer doubles as needed.
 SAMPLES_CAPACITY = 64
-
-
-@dataclass(frozen=True)
-class PredictionSettings:
-    """How the stage predicts; ``phases`` grid points per predictor step (rate x step)."""
-
-    mode: str = "incremental"
-    speculation: bool = False
-    phases: int = 4
-    step_s: float = 0.4
-    history_steps: int = 8
-    min_history_steps: int = 2
-    # Steps a history's start jumps by when it would pass history_steps; 0: half of them.
-    history_stride: int = 0
-    max_agents: int = 64
-    quantum_m: float = 0.01
-    speculation_radius_cells: int = 3
-    speculation_hypotheses: int = 2
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"prediction mode must be one of {list(MODES)}, got {self.mode!r}")
-        if not isinstance(self.speculation, bool):
-            raise ConfigError(f"speculation must be a bool, got {self.speculation!r}")
-        for name in ("phases", "history_steps", "min_history_steps", "max_agents"):
-            if integer(name, getattr(self, name)) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.min_history_steps > self.history_steps:
-            raise ConfigError(
-                f"min_history_steps {self.min_history_steps} exceeds history_steps "
-                f"{self.history_steps}: no agent could ever be predicted"
-            )
-        if integer("history_stride", self.history_stride) < 0:
-            raise ConfigError(f"history_stride must be >= 0, got {self.history_stride}")
-        if self.history_stride > self.history_steps - self.min_history_steps + 1:
-            raise ConfigError(
-                f"history_stride {self.history_stride} restarts a history of history_steps "
-                f"{self.history_steps} below min_history_steps {self.min_history_steps}: at "
-                f"most {self.history_steps - self.min_history_steps + 1}"
-            )
-        if not (isinstance(self.step_s, (int, float)) and math.isfinite(self.step_s)):
-            raise ConfigError(f"step_s must be a finite number, got {self.step_s!r}")
-        if self.step_s <= 0.0:
-            raise ConfigError(f"step_s must be > 0, got {self.step_s}")
-        # Checked by the speculation config itself, on every mode: a typo fails at start.
-        self.speculation_config()
-
-    @property
-    def grid_s(self) -> float:
-        return self.step_s / self.phases
-
-    @property
-    def stride(self) -> int:
-        """``history_stride``, or half the window (kept above ``min_history_steps``)."""
-        if self.history_stride:
-            return self.history_stride
-        return max(1, min(self.history_steps // 2, self.history_steps - self.min_history_steps + 1))
-
-    def history_length(self, steps: int) -> int:
-        """The anchored history length of a track observed at ``steps`` predictor steps.
-
-        Up to the window it is every step; past it the history's start jumps ``stride``
-        steps forward each time the history would pass the window, so that it cycles from
-        ``history_steps - stride + 1`` up to ``history_steps`` and grows by one step per
-        predictor step in between.
-        """
-        window = self.history_steps
-        if steps <= window:
-            return steps
-        stride = self.stride
-        return window - stride + 1 + (steps - window - 1) % stride
-
-    def speculation_config(self) -> SpeculationConfig:
-        return SpeculationConfig(
-            self.quantum_m, self.speculation_radius_cells, self.speculation_hypotheses
-        )
 
 
 @dataclass(frozen=True)

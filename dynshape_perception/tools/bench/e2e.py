@@ -17,7 +17,7 @@ import numpy as np
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.pipeline import Pose2D
-from dynshape_perception.perception.prediction.stage import MODES as COST_MODES
+from dynshape_perception.perception.prediction.settings import MODES as COST_MODES
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.runtime.process_tree import PeakSampler
 from dynshape_perception.stats import DIGITS, median, percentile

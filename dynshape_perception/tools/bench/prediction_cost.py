@@ -12,11 +12,8 @@ import numpy as np
 from dynshape_perception import stats
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.perception.pipeline import ModelFn
-from dynshape_perception.perception.prediction.stage import (
-    MODES,
-    PredictionSettings,
-    PredictionStage,
-)
+from dynshape_perception.perception.prediction.settings import MODES, PredictionSettings
+from dynshape_perception.perception.prediction.stage import PredictionStage
 from dynshape_perception.perception.records import LABEL_PEDESTRIAN, TRACK_DTYPE
 from dynshape_perception.tools.sim.scenes import PEDESTRIAN_SIZE_M, pedestrian_scene
 

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.parameters.readers import tier_config
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
 
 Value = bool | int | float | str
@@ -23,10 +24,6 @@ DEFAULT_DEADLINES_MS: dict[int, float | None] = {t: TierConfig().deadline_ms(t) 
 # the nodes; speculation (tier 4) runs after the frame's last stage and is timed apart.
 REPLAY_STAGES = ("near_field", "segment", "cluster", "track", "predict")
 STAGE_TIERS = {"near_field": 1, "segment": 2, "cluster": 2, "track": 2, "predict": 3}
-# Tier settings are the scheduling TierConfig's fields, found under any prefix (the nodes
-# name them ``<prefix>.<field>``); the replay writes them under TIER_PREFIX.
-TIER_FIELDS = frozenset(TierConfig().as_dict())
-TIER_PREFIX = "tiers"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Value]:
@@ -83,21 +80,7 @@ def dump_params(values: Mapping[str, Value], comment: str = "") -> str:
     return header + body
 
 
-def is_tier_parameter(name: str) -> bool:
-    return name.rsplit(".", 1)[-1] in TIER_FIELDS
-
-
-def tier_config(values: Mapping[str, Value]) -> TierConfig:
-    """The tier settings among ``values``, validated by the scheduler's own rules."""
-    found = {name.rsplit(".", 1)[-1]: v for name, v in values.items() if is_tier_parameter(name)}
-    return TierConfig.from_mapping(found)
-
-
 def deadlines_from(values: Mapping[str, Value]) -> dict[int, float | None]:
     """Deadline of each tier (ms after the frame's arrival) from the tier parameters."""
     config = tier_config(values)
     return {t: config.deadline_ms(t) for t in TIERS}
-
-
-def tier_values(config: TierConfig) -> dict[str, Value]:
-    return {f"{TIER_PREFIX}.{name}": value for name, value in config.as_dict().items()}

@@ -8,20 +8,17 @@ from dataclasses import dataclass, field, replace
 from dynshape_perception.config import Bounds, default_bounds
 from dynshape_perception.perception.localization import FrameParams
 from dynshape_perception.perception.pipeline import PipelineParams
-from dynshape_perception.perception.prediction.stage import PredictionSettings
+from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.tools.replay.params import (
     DEFAULT_DEADLINES_MS,
     Value,
     deadlines_from,
     dump_params,
-    is_tier_parameter,
-    tier_config,
-    tier_values,
 )
 
 # Parameter groups that change what an in-process replay computes (markers, QoS and the
-# like only matter to the nodes), besides the tier deadlines.
+# like only matter to the nodes); the tier deadlines time its stages.
 REPLAY_GROUPS = (
     "segmentation.",
     "tracking.",
@@ -31,11 +28,12 @@ REPLAY_GROUPS = (
     "scan.",
     "frames.",
     "objects.",
+    "tiers.",
 )
 
 
 def is_replay_parameter(name: str) -> bool:
-    return name.startswith(REPLAY_GROUPS) or is_tier_parameter(name)
+    return name.startswith(REPLAY_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -62,9 +60,9 @@ def settings_from_values(
 ) -> ReplaySettings:
     """Replay settings from ROS parameters named as the nodes declare them.
 
-    Tier deadlines come from the scheduler's tier parameters (``*.collision_deadline_ms``
-    ...); other unknown names are reported, not fatal, so a node's full parameter file
-    can be used as it is.
+    Tier deadlines come from the ``tiers.*`` parameters, read as the nodes read them;
+    unknown names are reported, not fatal, so a node's full parameter file can be used as
+    it is.
     """
     from dynshape_perception import parameters as node_params
 
@@ -72,7 +70,7 @@ def settings_from_values(
     known = {name: value for name, value in values.items() if name in specs}
     for name, value in known.items():
         specs[name].check(value)
-    ignored = tuple(sorted(n for n in values if n not in specs and not is_tier_parameter(n)))
+    ignored = tuple(sorted(n for n in values if n not in specs))
     jit = node_params.jit_config(known)
     mode = jit_mode or ("frozen" if jit.mode == "frozen" else "off")
     # A replay crops and transforms its scans as the lidar nodes do.
@@ -97,8 +95,7 @@ def effective_values(settings: ReplaySettings) -> dict[str, Value]:
     from dynshape_perception import parameters as node_params
 
     values: dict[str, Value] = {n: s.default for n, s in node_params.all_specs().items()}
-    values.update(tier_values(tier_config(settings.values)))
-    values.update({n: v for n, v in settings.values.items() if not is_tier_parameter(n)})
+    values.update(settings.values)
     values["jit.mode"] = settings.jit.mode
     values["target_profile"] = settings.target
     return values
