@@ -495,7 +495,8 @@ class _Reader:
         base = len(ENCAPSULATION)
         every = np.frombuffer(self.data, dtype, (len(self.data) - base) // item, base)
         first = (np.array(starts, np.int64) - base) // item
-        return every[first[:, None] + np.arange(n)].reshape(len(starts), n)
+        gathered: np.ndarray = every[first[:, None] + np.arange(n)].reshape(len(starts), n)
+        return gathered
 
     def string(self) -> str:
         n = self.count(1)
