@@ -483,6 +483,21 @@ class _Reader:
         self.align(8)
         return np.frombuffer(self.data, _F64, n, self.take(8 * n))
 
+    def doubles_at(self, n: int) -> int:
+        """Skip ``n`` aligned float64s; where they start."""
+        self.align(8)
+        return self.take(8 * n)
+
+    def gather(self, dtype: Any, starts: list[int], n: int) -> np.ndarray:
+        """``[len(starts), n]`` items of ``dtype`` from each start (each already taken:
+        inside the data, and aligned as ``dtype`` is relative to the CDR start)."""
+        item = np.dtype(dtype).itemsize
+        base = len(ENCAPSULATION)
+        every = np.frombuffer(self.data, dtype, (len(self.data) - base) // item, base)
+        first = (np.array(starts, np.int64) - base) // item
+        gathered: np.ndarray = every[first[:, None] + np.arange(n)].reshape(len(starts), n)
+        return gathered
+
     def string(self) -> str:
         n = self.count(1)
         raw = self.data[self.take(n) : self.pos]
@@ -500,39 +515,61 @@ def decode(msgtype: str, data: bytes | bytearray | memoryview) -> Decoded:
     sec, nanosec = r.unpack(_I32U32)
     frame_id = r.string()
     n = r.count(_MIN_OBJECT_BYTES)
-    uuids = np.zeros((n, UUID_SIZE), np.uint8)
-    existence = np.zeros(n, np.float32)
-    labels = np.zeros(n, np.uint8)
-    kinematics = np.zeros((n, POSE_SIZE + COVARIANCE_SIZE + TWIST_SIZE + COVARIANCE_SIZE))
-    dims = np.zeros((n, 3))
-    stationary = np.zeros(n, bool)
-    paths: list[list[ReadPath]] = []
+    kinematics_size = POSE_SIZE + COVARIANCE_SIZE + TWIST_SIZE + COVARIANCE_SIZE
     pose_end = POSE_SIZE + COVARIANCE_SIZE
-    for i in range(n):
+    # Where each object's numbers lie: the loop only walks the layout, and each array is
+    # gathered at once after it (numbers copied one object at a time cost several times more).
+    uuid_at: list[int] = []
+    existence_of: list[float] = []
+    label_of: list[int] = []
+    pose_at: list[int] = []
+    twist_at: list[int] = []
+    dims_at: list[int] = []
+    stationary_of: list[bool] = []
+    paths: list[list[ReadPath]] = []
+    for _ in range(n):
         if msgtype != DETECTED_OBJECTS:
-            uuids[i] = np.frombuffer(r.data, np.uint8, UUID_SIZE, r.take(UUID_SIZE))
-        (existence[i],) = r.unpack(_F32)
-        best = -math.inf
+            uuid_at.append(r.take(UUID_SIZE))
+        existence_of.append(r.unpack(_F32)[0])
+        best, best_label = -math.inf, 0
         for _ in range(r.count(8)):
             label, probability = r.unpack(_U8F32)
             if probability > best:
-                labels[i], best = label, probability
+                best_label, best = label, probability
+        label_of.append(best_label)
         if msgtype == DETECTED_OBJECTS:
-            kinematics[i, :pose_end] = r.doubles(pose_end)
+            pose_at.append(r.doubles_at(pose_end))
             r.take(2)  # has_position_covariance, orientation_availability
-            kinematics[i, pose_end:] = r.doubles(TWIST_SIZE + COVARIANCE_SIZE)
+            twist_at.append(r.doubles_at(TWIST_SIZE + COVARIANCE_SIZE))
             r.take(2)  # has_twist, has_twist_covariance
         else:
-            kinematics[i] = r.doubles(kinematics.shape[1])
-            r.doubles(TWIST_SIZE + COVARIANCE_SIZE)  # the acceleration
+            pose_at.append(r.doubles_at(kinematics_size))
+            r.doubles_at(TWIST_SIZE + COVARIANCE_SIZE)  # the acceleration
         if msgtype == TRACKED_OBJECTS:
             r.take(1)  # orientation_availability
-            stationary[i] = bool(r.u8())
+            stationary_of.append(bool(r.u8()))
         elif msgtype == PREDICTED_OBJECTS:
             paths.append(_read_paths(r))
         r.u8()  # shape type
         r.take(12 * r.count(12))  # the footprint's Point32s
-        dims[i] = r.doubles(3)
+        dims_at.append(r.doubles_at(3))
+    uuids = (
+        r.gather(np.uint8, uuid_at, UUID_SIZE) if uuid_at else np.zeros((n, UUID_SIZE), np.uint8)
+    )
+    existence = np.array(existence_of, np.float32)
+    labels = np.array(label_of, np.uint8)
+    if msgtype == DETECTED_OBJECTS:
+        kinematics = np.concatenate(
+            [
+                r.gather(_F64, pose_at, pose_end),
+                r.gather(_F64, twist_at, TWIST_SIZE + COVARIANCE_SIZE),
+            ],
+            axis=1,
+        )
+    else:
+        kinematics = r.gather(_F64, pose_at, kinematics_size)
+    dims = r.gather(_F64, dims_at, 3)
+    stationary = np.array(stationary_of, bool) if stationary_of else np.zeros(n, bool)
     arrays = ObjectArrays(
         header=(int(sec), int(nanosec), frame_id),
         existence=existence,

@@ -13,6 +13,8 @@ LabelFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 # A cluster at most this many cells long and wide is a fragment (a lidar column or two).
 FRAGMENT_MAX_CELLS = 2.5
+# Fragments whose gaps to every box are computed at once: a block stays a few MB.
+_BLOCK_ROWS = 256
 
 
 def _corners(boxes: np.ndarray) -> np.ndarray:
@@ -23,6 +25,43 @@ def _corners(boxes: np.ndarray) -> np.ndarray:
     dv = np.stack([-hw * s, hw * c], axis=1)
     centre = np.stack([boxes["x"], boxes["y"]], axis=1)
     return np.stack([centre + du + dv, centre + du - dv, centre - du - dv, centre - du + dv], 1)
+
+
+def _nearest_in_reach(
+    centre: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    half_length: np.ndarray,
+    half_width: np.ndarray,
+    reach: np.ndarray,
+    fragment: np.ndarray,
+    gap_rad: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each fragment that has a box within reach, and the box it joins: a whole cluster
+    first, else the nearest fragment; a block of fragments at a time, each row computed as
+    one fragment's alone."""
+    frags = np.flatnonzero(fragment)
+    limit = gap_rad * np.hypot(centre[frags, 0], centre[frags, 1])
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    for lo in range(0, frags.size, _BLOCK_ROWS):
+        block = frags[lo : lo + _BLOCK_ROWS]
+        # From the fragment's centre to each footprint, less the fragment's own reach.
+        dx = centre[block, 0, None] - centre[:, 0]
+        dy = centre[block, 1, None] - centre[:, 1]
+        along = np.abs(cos * dx + sin * dy) - half_length
+        across = np.abs(-sin * dx + cos * dy) - half_width
+        gap = np.hypot(np.maximum(along, 0.0), np.maximum(across, 0.0)) - reach[block, None]
+        gap[np.arange(block.size), block] = np.inf
+        within = gap <= limit[lo : lo + _BLOCK_ROWS, None]
+        # A whole cluster in reach first: two fragments nearest to each other would else
+        # pair off beside the object they are part of.
+        whole = within & ~fragment
+        pick = np.where(whole.any(axis=1, keepdims=True), whole, within)
+        found = pick.any(axis=1)
+        rows.append(block[found])
+        cols.append(np.argmin(np.where(pick[found], gap[found], np.inf), axis=1))
+    return np.concatenate(rows), np.concatenate(cols)
 
 
 def merge_fragments(
@@ -51,36 +90,24 @@ def merge_fragments(
     cos, sin = np.cos(boxes["yaw"]), np.sin(boxes["yaw"])
     half_length = boxes["length"].astype(np.float64) / 2.0
     half_width = boxes["width"].astype(np.float64) / 2.0
-    edges: list[tuple[int, int]] = []
-    for k in np.flatnonzero(fragment):
-        # From the fragment's centre to each footprint, less the fragment's own reach.
-        d = centre[k] - centre
-        along = np.abs(cos * d[:, 0] + sin * d[:, 1]) - half_length
-        across = np.abs(-sin * d[:, 0] + cos * d[:, 1]) - half_width
-        gap = np.hypot(np.maximum(along, 0.0), np.maximum(across, 0.0)) - reach[k]
-        gap[k] = np.inf
-        within = gap <= gap_rad * float(np.hypot(*centre[k]))
-        # A whole cluster in reach first: two fragments nearest to each other would else
-        # pair off beside the object they are part of.
-        pick = within & ~fragment if (within & ~fragment).any() else within
-        if pick.any():
-            edges.append((int(k), int(np.argmin(np.where(pick, gap, np.inf)))))
-    if not edges:
+    rows, cols = _nearest_in_reach(
+        centre, cos, sin, half_length, half_width, reach, fragment, gap_rad
+    )
+    if rows.size == 0:
         return boxes
     # One edge from each fragment: a chain of k fragments has k edges, never the k + 1 that
     # would join two clusters that are no fragments.
-    rows, cols = np.array(edges).T
     graph = coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
     _, root = connected_components(graph, directed=False)
-    groups = np.unique(root)
-    first = np.array([np.flatnonzero(root == g)[0] for g in groups])
+    _, first, sizes = np.unique(root, return_index=True, return_counts=True)
     out = boxes[first].copy()
+    # Each group's members in index order, one slice each.
+    by_group = np.argsort(root, kind="stable")
+    ends = np.cumsum(sizes)
     top = boxes["z"] + boxes["height"] / 2.0
     bottom = boxes["z"] - boxes["height"] / 2.0
-    for i, g in enumerate(groups):
-        members = np.flatnonzero(root == g)
-        if members.size == 1:
-            continue
+    for i in np.flatnonzero(sizes > 1).tolist():
+        members = by_group[ends[i] - sizes[i] : ends[i]]
         rect = cv2.minAreaRect(corners[members].reshape(-1, 2).astype(np.float32))
         pts = cv2.boxPoints(rect).astype(np.float64)
         a, b = pts[1] - pts[0], pts[2] - pts[1]

@@ -40,13 +40,29 @@ class Box:
                 raise ConfigError(f"box {name} must be finite with min < max, got {(lo, hi)}")
 
     def contains(self, xyz: np.ndarray) -> np.ndarray:
-        inside = np.ones(xyz.shape[0], dtype=bool)
-        scratch = np.empty(xyz.shape[0], dtype=bool)
-        for axis, (lo, hi) in enumerate((self.x_m, self.y_m, self.z_m)):
-            column = xyz[:, axis]
+        return self.contains_columns(_columns(xyz))
+
+    def contains_columns(self, columns: Columns) -> np.ndarray:
+        """``contains`` of the points whose x, y and z are ``columns``."""
+        inside = np.ones(columns[0].shape[0], dtype=bool)
+        scratch = np.empty(columns[0].shape[0], dtype=bool)
+        for column, (lo, hi) in zip(columns, (self.x_m, self.y_m, self.z_m), strict=True):
             inside &= np.greater_equal(column, lo, out=scratch)
             inside &= np.less_equal(column, hi, out=scratch)
         return inside
+
+
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _columns(xyz: np.ndarray) -> Columns:
+    """x, y and z each as a contiguous array: comparisons and sums over a strided column of
+    a ``[P, 4]`` cloud run several times slower."""
+    return (
+        np.ascontiguousarray(xyz[:, 0]),
+        np.ascontiguousarray(xyz[:, 1]),
+        np.ascontiguousarray(xyz[:, 2]),
+    )
 
 
 @dataclass(frozen=True)
@@ -71,21 +87,30 @@ class Scan:
     removed: dict[str, int]
 
 
-def _nearer_than(xyz: np.ndarray, range_m: float) -> np.ndarray:
+def _nearer_than(xyz: np.ndarray, range_m: float, columns: Columns | None = None) -> np.ndarray:
     """Points within ``range_m`` of the origin, decided as in float64 at float32's cost.
 
     Squared ranges in float32 can fall on the wrong side of the bound only within a few
     ulps of it; those few are measured again in float64.
     """
     bound = range_m**2
-    x, y, z = xyz[:, 0], xyz[:, 1], xyz[:, 2]
-    approx = x * x + y * y + z * z
+    x, y, z = columns if columns is not None else _columns(xyz)
+    approx = x * x
+    approx += y * y
+    approx += z * z
     near: np.ndarray = approx < bound
-    close = np.flatnonzero(np.abs(approx - bound) <= _RANGE_SLACK * bound)
+    approx -= bound
+    np.abs(approx, out=approx)
+    close = np.flatnonzero(approx <= _RANGE_SLACK * bound)
     if close.size:
         exact = np.einsum("ij,ij->i", xyz[close], xyz[close], dtype=np.float64)
         near[close] = exact < bound
     return near
+
+
+def _rows(points: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``points[mask]``: np.take gathers the rows of a ``[P, 4]`` cloud several times faster."""
+    return np.take(points, np.flatnonzero(mask), axis=0)
 
 
 def prepare_scan(points: np.ndarray, mount: Matrix, params: ScanParams) -> Scan:
@@ -95,27 +120,38 @@ def prepare_scan(points: np.ndarray, mount: Matrix, params: ScanParams) -> Scan:
     the place of a beam that saw nothing; the minimum range is measured from the sensor.
     """
     xyz = points[:, :3]
-    no_return = (xyz[:, 0] == 0.0) & (xyz[:, 1] == 0.0) & (xyz[:, 2] == 0.0)
+    columns = _columns(xyz)
+    x, y, z = columns
+    no_return = x == 0.0
+    no_return &= y == 0.0
+    no_return &= z == 0.0
     keep = ~no_return
     too_near = np.zeros_like(keep)
     if params.min_range_m > 0.0:
-        too_near = keep & _nearer_than(xyz, params.min_range_m)
+        too_near = keep & _nearer_than(xyz, params.min_range_m, columns)
         keep &= ~too_near
-    moved = transform_points(mount, points if keep.all() else points[keep])
+    every = bool(keep.all())
+    moved = transform_points(mount, points if every else _rows(points, keep))
+    if moved.shape[0] and np.array_equal(mount, np.eye(4)):
+        # Unmoved: the columns already taken, less the points left out.
+        moved_columns = columns if every else (x[keep], y[keep], z[keep])
+    else:
+        moved_columns = _columns(moved)
     ego = np.zeros(moved.shape[0], dtype=bool)
     if params.ego is not None:
-        ego = params.ego.contains(moved[:, :3])
+        ego = params.ego.contains_columns(moved_columns)
     roi = params.roi
-    inside = Box(roi.x_m, roi.y_m, roi.z_m).contains(moved[:, :3])
+    inside = Box(roi.x_m, roi.y_m, roi.z_m).contains_columns(moved_columns)
     if params.ego is not None:
         inside &= ~ego
-    kept = moved if inside.all() else moved[inside]
+    kept = moved if inside.all() else _rows(moved, inside)
+    egos = int(np.count_nonzero(ego))
     return Scan(
         np.ascontiguousarray(kept, dtype=np.float32),
         {
-            "points_no_return_removed": int(no_return.sum()),
-            "points_too_near_removed": int(too_near.sum()),
-            "points_ego_removed": int(ego.sum()),
-            "points_outside_roi": int((~inside).sum() - ego.sum()),
+            "points_no_return_removed": int(np.count_nonzero(no_return)),
+            "points_too_near_removed": int(np.count_nonzero(too_near)),
+            "points_ego_removed": egos,
+            "points_outside_roi": inside.size - int(np.count_nonzero(inside)) - egos,
         },
     )

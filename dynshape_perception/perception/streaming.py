@@ -82,9 +82,11 @@ class NearField:
             raise ConfigError("near field needs min_z_m < max_z_m")
 
     def mask(self, points: np.ndarray) -> np.ndarray:
-        x, y = points[:, 0], points[:, 1]
-        ahead = (x >= -self.behind_m) & (x < self.ahead_m)
-        inside: np.ndarray = ahead & (np.abs(y) < self.half_width_m)
+        # Contiguous copies: comparisons over a strided column of a [P, 4] cloud are slower.
+        x, y = np.ascontiguousarray(points[:, 0]), np.ascontiguousarray(points[:, 1])
+        inside: np.ndarray = x >= -self.behind_m
+        inside &= x < self.ahead_m
+        inside &= np.abs(y) < self.half_width_m
         return inside
 
     def select(self, points: np.ndarray, ground: GroundPlane | None = None) -> np.ndarray:
@@ -92,10 +94,11 @@ class NearField:
 
         With a ground plane, points inside its ``ground_band_m`` are left out first.
         """
-        keep = self.mask(points)
-        if ground is not None and self.ground_band_m > 0.0:
-            keep &= np.abs(ground.height(points)) > self.ground_band_m
-        index = np.flatnonzero(keep)
+        index = np.flatnonzero(self.mask(points))
+        if ground is not None and self.ground_band_m > 0.0 and index.size:
+            # A height is its own row's dot product: only the corridor's are needed.
+            heights = ground.height(np.take(points, index, axis=0))
+            index = index[np.abs(heights) > self.ground_band_m]
         if index.size > self.max_points:
             dist = np.hypot(points[index, 0], points[index, 1])
             index = np.sort(index[np.argpartition(dist, self.max_points - 1)[: self.max_points]])

@@ -124,7 +124,7 @@ class Segmentation:
             start = time.perf_counter()
             fitted = self.plane
             ground = fitted or self.pipeline.default_ground()
-            selected = points[near.select(points, fitted)]
+            selected = np.take(points, near.select(points, fitted), axis=0)
             dropped = 0
             if selected.shape[0] == 0:
                 obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)

@@ -9,6 +9,8 @@ import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,20 @@ PRIME_ATTEMPTS = 5
 PREDICTING_NODE = {"composed": "perception_pipeline", "separate": "prediction_node"}
 PREDICTION_TASK = "prediction"
 DRIVE_POINTS = (15_000, 40_000)
+# Each node's stages, as it names them on its debug timing topics ("total": its whole frame).
+LIDAR_STAGES = ("convert", "near_field", "segment", "cluster")
+NODE_STAGES: dict[str, dict[str, tuple[str, ...]]] = {
+    "composed": {"perception_pipeline": (*LIDAR_STAGES, "track", "predict", "total")},
+    "separate": {
+        "pointcloud_node": (*LIDAR_STAGES, "total"),
+        "tracker_node": ("track", "total"),
+        "prediction_node": ("convert", "predict", "total"),
+    },
+}
+# The topics in the order a frame reaches them; a hop is from one to the next.
+HOPS = (DETECTED, TRACKED, PREDICTED)
+# Each node's time comes in just after its output: wait this long for the last of them.
+STAGE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,7 @@ def measure(
     per_revolution = counts.pop()
     overrides["points.sectors_per_revolution"] = per_revolution
     per_topic: dict[str, list[float]] = {DETECTED: [], TRACKED: [], PREDICTED: []}
+    per_frame: list[dict[str, Any]] = []
     lost = 0
     with node_session(
         setup,
@@ -167,6 +184,9 @@ def measure(
         # As on a vehicle with no RViz attached: nothing reads the markers.
         read_markers=False,
     ) as session:
+        from dynshape_perception.testing.stage_times import StageTimes
+
+        stage_times = StageTimes(session.probe, NODE_STAGES[setup])
         stamp = FIRST_STAMP_NS
         primed = False
         for k, scan in enumerate(scans):
@@ -185,7 +205,14 @@ def measure(
             )
             stamp += STAMP_STEP_NS
             arrived = timing.after_publish_ms[PREDICTED] is not None
-            if k < args.warmup or not primed:
+            # Each node publishes its times (debug.publish_processing_time) just after its
+            # output: wait for them, so that none is taken for the next frame's. While
+            # warming up, for every node (a first one may come late or be lost).
+            warming = k < args.warmup or not primed
+            timed = list(NODE_STAGES[setup]) if warming else stage_times.publishing()
+            session.probe.spin_until(partial(stage_times.complete, timed), STAGE_WAIT_S)
+            compute = stage_times.take()
+            if warming:
                 # Discovery settles and the models warm up; nothing is measured yet.
                 primed = primed or arrived
                 if k >= args.warmup + PRIME_ATTEMPTS and not primed:
@@ -197,6 +224,9 @@ def measure(
                 if ms is not None:
                     per_topic[topic].append(ms)
             lost += not arrived
+            scan_to = {t: timing.after_publish_ms[t] for t in HOPS}
+            if all(v is not None for v in scan_to.values()):
+                per_frame.append({"scan_to_ms": scan_to, "compute_ms": compute})
         session.probe.spin_for(float(STATUS_WAIT_S))
         # A loaded host may publish the diagnostics late: wait for every node's.
         session.probe.spin_until(
@@ -215,12 +245,48 @@ def measure(
         "sectors_per_revolution": per_revolution,
         **{k: v for k, v in summary(per_topic[PREDICTED]).items() if k in ("p50_ms", "p99_ms")},
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
+        "per_hop": per_hop(per_frame, NODE_STAGES[setup]),
         # What speculation saved, or why nothing (the prediction task's message).
         "prediction_message": prediction.message if prediction is not None else None,
         "node_status": {
             name: (status.values if status is not None else {}) for name, status in statuses.items()
         },
     }
+
+
+def per_hop(frames: Sequence[dict[str, Any]], stages: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """Of the frames that reached every topic: scan to each topic, each hop, and each node's
+    stage times (its debug timing topics); the frames themselves."""
+    scan_to = {t: summary([f["scan_to_ms"][t] for f in frames]) for t in HOPS}
+    hops = {
+        f"{a}->{b}": summary([f["scan_to_ms"][b] - f["scan_to_ms"][a] for f in frames])
+        for a, b in pairwise(HOPS)
+    }
+    compute = {
+        node: {
+            stage: summary(
+                [
+                    f["compute_ms"][node][stage]
+                    for f in frames
+                    if stage in f["compute_ms"].get(node, {})
+                ]
+            )
+            for stage in names
+        }
+        for node, names in stages.items()
+    }
+    return {"scan_to_ms": scan_to, "hop_ms": hops, "compute_ms": compute, "frames": list(frames)}
+
+
+def print_per_hop(name: str, hop: dict[str, Any]) -> None:
+    """Medians: scan to each topic, each hop, and each node's stages."""
+    cells = "  ".join(f"{t} {v['p50_ms']:.1f}" for t, v in hop["scan_to_ms"].items())
+    print(f"  {name}: scan to {cells} ms (p50, {len(hop['frames'])} frames)")
+    cells = "  ".join(f"{t} {v['p50_ms']:.1f}" for t, v in hop["hop_ms"].items())
+    print(f"    hops: {cells} ms")
+    for node, stages in hop["compute_ms"].items():
+        cells = "  ".join(f"{s} {v['p50_ms']:.2f}" for s, v in stages.items())
+        print(f"    {node}: {cells} ms")
 
 
 def stage_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
@@ -311,6 +377,10 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
                     f"{mode:<13}{name:<18}{r['frames']:>7}{r['lost']:>6}"
                     f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}  {r['prediction_message'] or ''}"
                 )
+        print("per hop:")
+        for mode, entry in modes.items():
+            for name, r in entry["runs"].items():
+                print_per_hop(f"{mode} {name}", r["per_hop"])
     costs = {"stage": stage_prediction_cost, "node": node_prediction_cost}
     wanted = {"both": ("stage", "node"), "none": ()}.get(
         args.prediction_cost, (args.prediction_cost,)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,51 @@ from dynshape_perception.cli.main import main
 
 SUMMARY_KEYS = {"p50_ms", "p99_ms", "mean_ms", "frames"}
 MODE_KEYS = {"p50_ms", "p99_ms", "frames", "lost", "runs"}
+TOPICS = ("detected_objects", "tracked_objects", "predicted_objects")
+LIDAR_STAGES = {"convert", "near_field", "segment", "cluster", "total"}
+
+
+def check_per_hop(
+    hop: dict[str, Any], frames: int, stages: dict[str, set[str]], whole: bool
+) -> None:
+    """The breakdown's fields, and per frame what causality makes true whatever the load:
+    each topic comes after the one before it, and the stages a node times between taking
+    its input and publishing its output fit between the scan and that output (for the lidar
+    stages only with ``whole`` scans: a sectored scan's are summed over its sectors)."""
+    assert set(hop) == {"scan_to_ms", "hop_ms", "compute_ms", "frames"}
+    assert set(hop["scan_to_ms"]) == set(TOPICS)
+    assert set(hop["hop_ms"]) == {
+        "detected_objects->tracked_objects",
+        "tracked_objects->predicted_objects",
+    }
+    assert {n: set(s) for n, s in hop["compute_ms"].items()} == stages
+    assert 1 <= len(hop["frames"]) <= frames
+    # Stages timed before the output named is published.
+    before = {
+        "detected_objects": ("convert", "segment", "cluster"),
+        "tracked_objects": ("track",),
+        "predicted_objects": ("predict",),
+    }
+    for frame in hop["frames"]:
+        scan_to = frame["scan_to_ms"]
+        detected, tracked, predicted = (scan_to[t] for t in TOPICS)
+        assert 0.0 < detected <= tracked <= predicted, scan_to
+        # Every node timed every frame (a stage on another lane may come in after it).
+        assert set(frame["compute_ms"]) == set(stages)
+        for node, times in frame["compute_ms"].items():
+            assert "total" in times and set(times) <= stages[node], (node, times)
+            assert all(ms >= 0.0 for ms in times.values()), (node, times)
+            for topic, names in before.items():
+                if topic == "detected_objects" and not whole:
+                    continue
+                if all(name in times for name in names):
+                    assert sum(times[n] for n in names) <= scan_to[topic], (node, times, scan_to)
+    for node, times in hop["compute_ms"].items():
+        for stage, summary in times.items():
+            assert 0.0 <= summary["p50_ms"] <= summary["max_ms"], (node, stage)
+    for topic in TOPICS:
+        summary = hop["scan_to_ms"][topic]
+        assert 0.0 < summary["p50_ms"] <= summary["max_ms"]
 
 
 def test_prediction_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
@@ -57,6 +103,11 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
         lost += entry["lost"]
     runs = {mode: entry["runs"]["composed/kitti"] for mode, entry in doc["modes"].items()}
     assert runs["streaming"]["sectors_per_revolution"] > 1
+    composed = {"perception_pipeline": LIDAR_STAGES | {"track", "predict"}}
+    for run in runs.values():
+        if run["lost"] < run["frames"]:
+            whole = run["sectors_per_revolution"] == 1
+            check_per_hop(run["per_hop"], run["frames"], composed, whole)
     for mode in ("baseline", "incremental", "streaming"):
         assert runs[mode]["prediction_message"] == "speculation off", mode
     assert runs["baseline"]["node_status"]["perception_pipeline"]["prediction.mode"] == "full"
@@ -78,3 +129,27 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     # Its own cost: wall time, and the peak RSS of the harness and of it with the nodes.
     assert doc["wall_s"] > 0.0
     assert 0.0 < doc["peak_harness_rss_mb"] < doc["peak_tree_rss_mb"]
+
+
+@pytest.mark.usefixtures("kitti_bin")
+def test_separate_per_hop(
+    tmp_path: Path, cache_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The three nodes: scan to each topic, the hops between them, and each node's stages,
+    in the JSON and the printed table."""
+    out = tmp_path / "e2e.json"
+    args = ["bench", "e2e", "--setups", "separate", "--inputs", "kitti", "--modes", "incremental"]
+    frames = ["--frames", "3", "--warmup", "1", "--jit", "off", "--prediction-cost", "none"]
+    main([*args, *frames, "--json", str(out), "--cache-dir", str(cache_root)])
+    run = json.loads(out.read_text())["modes"]["incremental"]["runs"]["separate/kitti"]
+    assert run["lost"] < run["frames"] == 3
+    stages = {
+        "pointcloud_node": LIDAR_STAGES,
+        "tracker_node": {"track", "total"},
+        "prediction_node": {"convert", "predict", "total"},
+    }
+    check_per_hop(run["per_hop"], 3, stages, whole=True)
+    printed = capsys.readouterr().out
+    assert "incremental separate/kitti: scan to detected_objects" in printed
+    assert "detected_objects->tracked_objects" in printed
+    assert "pointcloud_node: convert" in printed and "segment" in printed

@@ -1,0 +1,64 @@
+"""Each node's stage times per frame, read from its ``~/debug/processing_time`` topics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from dynshape_perception.nodes.debug_times import TOTAL, message_type, topic_names
+
+DEPTH = 100
+
+
+class StageTimes:
+    """Subscribes to the processing-time topics of each node's stages and keeps every value.
+
+    The topics carry no stamp: a closed-loop client takes a frame's values as those that
+    came in since its previous ``take`` (a sectored scan's stages add up per revolution).
+    """
+
+    def __init__(self, probe: Node, stages: Mapping[str, Sequence[str]]) -> None:
+        self.stages = {node: tuple(names) for node, names in stages.items()}
+        self._values: dict[tuple[str, str], list[float]] = {}
+        self._taken: dict[tuple[str, str], int] = {}
+        qos = QoSProfile(
+            history=HistoryPolicy.KEEP_LAST, depth=DEPTH, reliability=ReliabilityPolicy.RELIABLE
+        )
+        msg_type = message_type()
+        for node, names in self.stages.items():
+            for stage in names:
+                key = (node, stage)
+                self._values[key] = []
+                self._taken[key] = 0
+                topic = "/" + node + topic_names(stage)[0][1:]
+                probe.create_subscription(msg_type, topic, self._callback(key), qos)
+
+    def _callback(self, key: tuple[str, str]) -> Any:
+        values = self._values[key]
+
+        def on_time(msg: Any) -> None:
+            values.append(float(msg.data))
+
+        return on_time
+
+    def publishing(self) -> list[str]:
+        """The nodes whose whole-frame time has come in at least once."""
+        return [n for n in self.stages if self._values.get((n, TOTAL))]
+
+    def complete(self, nodes: Sequence[str]) -> bool:
+        """Whether each of ``nodes`` sent its whole-frame time since the last ``take``."""
+        return all(len(self._values[(n, TOTAL)]) > self._taken[(n, TOTAL)] for n in nodes)
+
+    def take(self) -> dict[str, dict[str, float]]:
+        """Per node and stage, the sum of the values since the last ``take``; stages with
+        none are left out."""
+        frame: dict[str, dict[str, float]] = {}
+        for (node, stage), values in self._values.items():
+            new = values[self._taken[(node, stage)] :]
+            self._taken[(node, stage)] = len(values)
+            if new:
+                frame.setdefault(node, {})[stage] = sum(new)
+        return frame
