@@ -244,3 +244,29 @@ def test_the_reader_takes_its_prefix_only_and_makes_ints_floats() -> None:
     assert got == Seeded(gain=2.0) and isinstance(got.gain, float)
     with pytest.raises(ConfigError, match=r"gain must be >= 0\.0"):
         read(Seeded, {"seeded.gain": -1.0}, "seeded")
+
+
+@dataclass(frozen=True)
+class SeededOff:
+    threads: int | None = param(2, "threads; 0: left as they are", low=0, high=8, none_if=0)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def test_a_none_if_field_is_none_in_the_library_and_its_off_value_reads_as_none() -> None:
+    assert SeededOff().threads is None
+    assert declarations(SeededOff)["threads"].default == 2
+    assert read(SeededOff, {"off.threads": 3}, "off").threads == 3
+    assert read(SeededOff, {"off.threads": 0}, "off").threads is None
+    with pytest.raises(ConfigError, match="threads must be <= 8"):
+        read(SeededOff, {"off.threads": 9}, "off")
+
+
+def test_the_executor_parameters_default_to_the_nodes_and_zero_turns_them_off() -> None:
+    specs = parameters.all_specs()
+    defaults = {name: spec.default for name, spec in specs.items()}
+    options = parameters.executor_options(defaults)
+    assert (options.reserved_rt_priority, options.switch_interval_ms) == (10, 0.1)
+    off = parameters.executor_options({**defaults, "executor.blas_threads": 0})
+    assert off.blas_threads is None and off.opencv_threads == 1

@@ -28,9 +28,6 @@ BOUND_NAMES = {
 }
 MAX_QOS_DEPTH = 1000
 NEAR = NearField()
-MAX_LANES = 16
-MAX_RT_PRIORITY = 99
-MAX_SWITCH_INTERVAL_MS = 100.0
 # Intensity scale: 1/65535 (16-bit drivers) must fit, with room on both sides.
 MIN_INTENSITY_SCALE = 1e-9
 MAX_INTENSITY_SCALE = 1e9

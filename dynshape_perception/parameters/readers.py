@@ -157,34 +157,8 @@ def tier_config(values: Mapping[str, Value]) -> TierConfig:
     return read(TierConfig, values, TIERS_PREFIX)
 
 
-def _or_none(value: Value) -> Any:
-    return None if value == OFF else value
-
-
 def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
-    picked = _pick(
-        values,
-        "executor",
-        (
-            "reserved_workers",
-            "shared_workers",
-            "reserved_rt_priority",
-            "shared_boost_rt_priority",
-            "switch_interval_ms",
-            "blas_threads",
-            "opencv_threads",
-        ),
-    )
-    for name in (
-        "reserved_rt_priority",
-        "shared_boost_rt_priority",
-        "switch_interval_ms",
-        "blas_threads",
-        "opencv_threads",
-    ):
-        if name in picked:
-            picked[name] = _or_none(picked[name])
-    return ExecutorOptions(**picked)
+    return read(ExecutorOptions, values, "executor")
 
 
 def near_field(values: Mapping[str, Value]) -> NearField:
@@ -229,6 +203,7 @@ DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] 
     "stamps": (StampPolicy, stamp_policy),
     "near_field": (NearField, near_field),
     "jit": (JitConfig, jit_config),
+    "executor": (ExecutorOptions, executor_options),
     TIERS_PREFIX: (TierConfig, tier_config),
     PREDICTION: (PredictionSettings, prediction_settings),
 }
