@@ -102,9 +102,7 @@ def frame_params(values: Mapping[str, Value]) -> FrameParams:
 
 
 def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
-    extra: dict[str, Any] = {}
-    if "points.subsample_over_bound" in values:
-        extra["subsample_over_bound"] = values["points.subsample_over_bound"]
+    extra = read_values(PipelineParams, values, "points")
     if "prediction.min_history_steps" in values:
         extra["min_history_steps"] = values["prediction.min_history_steps"]
     scan = scan_params(values)
@@ -204,10 +202,14 @@ DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] 
     "near_field": (NearField, near_field),
     "jit": (JitConfig, jit_config),
     "executor": (ExecutorOptions, executor_options),
+    "points": (PipelineParams, pipeline_params),
     TIERS_PREFIX: (TierConfig, tier_config),
     PREDICTION: (PredictionSettings, prediction_settings),
 }
 # Parameters under one of those prefixes that are no field of its dataclass, and why.
 NOT_IN_DATACLASS: dict[str, str] = {
     "jit.warm_up_shapes": "a shape log the node loads at start (optional_path)",
+    "points.intensity_scale": "the node scales each cloud's intensity as it arrives",
+    "points.sectors_per_revolution": "how the nodes gather sector clouds into a revolution "
+    "(sectors_per_revolution)",
 }

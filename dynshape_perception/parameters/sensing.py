@@ -12,7 +12,6 @@ from dynshape_perception.parameters.limits import (
     MAX_MOUNT_M,
     MAX_SECTORS,
     MIN_INTENSITY_SCALE,
-    PIPELINE,
 )
 from dynshape_perception.paramspec import (
     MAX_COUNT,
@@ -22,17 +21,14 @@ from dynshape_perception.paramspec import (
     ParamSpec,
     declared,
 )
+from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.perception.scan import SURROUND_ROI
 from dynshape_perception.perception.stamps import StampPolicy
 
 
 def points_group() -> tuple[ParamSpec, ...]:
     return (
-        ParamSpec(
-            "points.subsample_over_bound",
-            PIPELINE.subsample_over_bound,
-            "subsample a cloud above bounds.max_points (seeded) instead of dropping it",
-        ),
+        *declared(PipelineParams, "points"),
         ParamSpec(
             "points.intensity_scale",
             1.0,
