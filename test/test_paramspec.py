@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
 from dynshape_perception import parameters
+from dynshape_perception.config import Bounds, default_bounds
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.parameters.schema import shared_schema
 from dynshape_perception.paramspec import (
@@ -270,3 +271,14 @@ def test_the_executor_parameters_default_to_the_nodes_and_zero_turns_them_off() 
     assert (options.reserved_rt_priority, options.switch_interval_ms) == (10, 0.1)
     off = parameters.executor_options({**defaults, "executor.blas_threads": 0})
     assert off.blas_threads is None and off.opencv_threads == 1
+
+
+def test_the_bounds_parameters_default_to_and_stop_at_the_compiled_bounds() -> None:
+    specs = parameters.all_specs()
+    compiled = default_bounds()
+    for dim, spec in declarations(Bounds).items():
+        node = specs[f"bounds.{spec.name}"]
+        assert node.default == node.high == getattr(compiled, dim), node.name
+        assert node.description.startswith(spec.description + "; at most the compiled bound")
+    lowered = parameters.bounds_from({"bounds.max_agents": 3})
+    assert lowered == replace(compiled, A=3)

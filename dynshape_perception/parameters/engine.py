@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from dynshape_perception.config import Bounds
 from dynshape_perception.parameters.limits import (
-    BOUND_NAMES,
     BOUNDS,
+    BOUNDS_PREFIX,
     MAX_QOS_DEPTH,
     MAX_RATE_HZ,
     MAX_WINDOW,
 )
-from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, ParamSpec, declared
+from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, ParamSpec, declarations, declared
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
@@ -18,22 +21,16 @@ from dynshape_perception.scheduling.tiers import TierConfig
 
 
 def engine_group() -> tuple[ParamSpec, ...]:
+    compiled = BOUNDS.as_dict()
     bounds = tuple(
-        ParamSpec(
-            name,
-            value,
-            f"upper bound of {dim} ({what}) in this node; at most the compiled bound "
-            f"{value} of config/models.yaml",
-            read_only=True,
-            low=1,
-            high=value,
+        replace(
+            spec,
+            default=compiled[dim],
+            high=compiled[dim],
+            description=f"{spec.description}; at most the compiled bound {compiled[dim]} of "
+            "config/models.yaml",
         )
-        for (dim, name), value, what in zip(
-            BOUND_NAMES.items(),
-            BOUNDS.as_dict().values(),
-            ("points", "obstacles", "tracks", "agents", "history steps"),
-            strict=True,
-        )
+        for dim, spec in zip(declarations(Bounds), declared(Bounds, BOUNDS_PREFIX), strict=True)
     )
     return (
         ParamSpec(

@@ -19,13 +19,7 @@ STAMPS = StampPolicy()
 PIPELINE = PipelineParams()
 JIT = JitConfig()
 BOUNDS = default_bounds()
-BOUND_NAMES = {
-    "P": "bounds.max_points",
-    "N": "bounds.max_obstacles",
-    "M": "bounds.max_tracks",
-    "A": "bounds.max_agents",
-    "T": "bounds.max_history_steps",
-}
+BOUNDS_PREFIX = "bounds"
 MAX_QOS_DEPTH = 1000
 NEAR = NearField()
 # Intensity scale: 1/65535 (16-bit drivers) must fit, with room on both sides.

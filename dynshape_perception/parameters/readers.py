@@ -16,8 +16,8 @@ from dynshape_perception.config import (
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.parameters.limits import (
     AXES,
-    BOUND_NAMES,
     BOUNDS,
+    BOUNDS_PREFIX,
     CLUSTER,
     FRAMES,
     JIT,
@@ -52,10 +52,8 @@ def _pick(values: Mapping[str, Value], prefix: str, names: Iterable[str]) -> dic
 
 
 def bounds_from(values: Mapping[str, Value]) -> Bounds:
-    picked: dict[str, Any] = {
-        dim: values[name] for dim, name in BOUND_NAMES.items() if name in values
-    }
-    return replace(BOUNDS, **picked)
+    """The compiled bounds of config/models.yaml, lowered by the ``bounds.*`` values."""
+    return read(Bounds, values, BOUNDS_PREFIX, BOUNDS)
 
 
 def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
@@ -195,6 +193,7 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
 
 # Each prefix whose parameters are the fields of one core dataclass, and its reader.
 DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] = {
+    BOUNDS_PREFIX: (Bounds, bounds_from),
     "segmentation": (ClusterParams, cluster_params),
     "tracking": (TrackerParams, tracker_params),
     "objects": (ObjectParams, object_params),
