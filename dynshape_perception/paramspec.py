@@ -17,6 +17,8 @@ PARAM = "dynshape_perception.param"
 DERIVED = "dynshape_perception.derived"
 # The parameter value that stands for the field's None (a ROS parameter has no None).
 NONE_IF = "dynshape_perception.none_if"
+# A field's own prefix, where its parameter belongs to another group than its dataclass'.
+PREFIX = "dynshape_perception.prefix"
 # Upper bounds shared by many declarations: they stop absurd values, not tune anything.
 MAX_COUNT = 1_000_000
 MAX_RANGE_M = 500.0
@@ -81,10 +83,12 @@ def param(
     high: float | None = None,
     choices: tuple[str, ...] = (),
     key: str = "",
+    prefix: str = "",
     none_if: Value | None = None,
 ) -> Any:
     """A dataclass field that is a node parameter; ``key`` names it where the field's own
-    name would not read well in the YAML (the default: the field's name).
+    name would not read well in the YAML (the default: the field's name), ``prefix`` where
+    it belongs to another group than the rest of its dataclass.
 
     ``none_if``: the field is None unless set (the library leaves that setting alone), the
     node's default is ``default``, and the parameter value ``none_if`` reads as None.
@@ -92,9 +96,13 @@ def param(
     spec = ParamSpec(
         key, default, description, read_only=read_only, low=low, high=high, choices=choices
     )
+    metadata: dict[str, Any] = {PARAM: spec}
+    if prefix:
+        metadata[PREFIX] = prefix
     if none_if is None:
-        return dataclasses.field(default=default, metadata={PARAM: spec})
-    return dataclasses.field(default=None, metadata={PARAM: spec, NONE_IF: none_if})
+        return dataclasses.field(default=default, metadata=metadata)
+    metadata[NONE_IF] = none_if
+    return dataclasses.field(default=None, metadata=metadata)
 
 
 def derived(source: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
@@ -111,14 +119,26 @@ def declarations(cls: type) -> dict[str, ParamSpec]:
     }
 
 
-def declared(cls: type, prefix: str, note: str = "") -> tuple[ParamSpec, ...]:
-    """The parameters of ``cls`` as the nodes declare them: ``<prefix>.<key>``."""
+def full_names(cls: type, prefix: str) -> dict[str, str]:
+    """Field name → its parameter's name: ``<prefix>.<key>``, the field's own prefix first."""
+    return {
+        f.name: f"{f.metadata.get(PREFIX, prefix)}.{f.metadata[PARAM].name or f.name}"
+        for f in dataclasses.fields(cls)
+        if PARAM in f.metadata
+    }
+
+
+def declared(
+    cls: type, prefix: str, note: str = "", fields: tuple[str, ...] = ()
+) -> tuple[ParamSpec, ...]:
+    """The parameters of ``cls`` as the nodes declare them (those of ``fields`` alone where
+    given, for a dataclass whose parameters fall in several groups)."""
     suffix = f" ({note})" if note else ""
+    names = full_names(cls, prefix)
     return tuple(
-        dataclasses.replace(
-            spec, name=f"{prefix}.{spec.name}", description=spec.description + suffix
-        )
-        for spec in declarations(cls).values()
+        dataclasses.replace(spec, name=names[field], description=spec.description + suffix)
+        for field, spec in declarations(cls).items()
+        if not fields or field in fields
     )
 
 
@@ -150,8 +170,9 @@ def read_values(cls: type, values: Mapping[str, Value], prefix: str) -> dict[str
     parameters, a YAML's ros__parameters); other names are not the dataclass'."""
     picked: dict[str, Any] = {}
     off = _none_ifs(cls)
+    names = full_names(cls, prefix)
     for name, spec in declarations(cls).items():
-        full = f"{prefix}.{spec.name}"
+        full = names[name]
         if full not in values:
             continue
         value: Any = values[full]

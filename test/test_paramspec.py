@@ -54,8 +54,9 @@ def coverage_errors(
     """Why a declared parameter would not reach its dataclass, or a field its declaration.
 
     Every field of a read dataclass is declared (or says where its value comes from); every
-    declared field is a node parameter; and every node parameter under the dataclass' prefix,
-    set to another valid value, changes what its reader builds, but those read ``elsewhere``.
+    declared field is a node parameter; and every node parameter under the dataclass' prefix
+    or declared on it, set to another valid value, changes what its reader builds, but those
+    read ``elsewhere``.
     """
     errors: list[str] = []
     defaults: dict[str, Value] = {name: spec.default for name, spec in specs.items()}
@@ -63,11 +64,11 @@ def coverage_errors(
         errors += [
             f"{cls.__name__}.{name}: a field with no declaration" for name in undeclared(cls)
         ]
-        for spec in declarations(cls).values():
-            if f"{prefix}.{spec.name}" not in specs:
-                errors.append(f"{prefix}.{spec.name}: declared but no node parameter")
+        own = {spec.name for spec in declared(cls, prefix)}
+        errors += [f"{name}: declared but no node parameter" for name in sorted(own - set(specs))]
         base = reader(defaults)
-        for name in (n for n in specs if n.startswith(f"{prefix}.") and n not in elsewhere):
+        mine = (n for n in specs if n.startswith(f"{prefix}.") or n in own)
+        for name in (n for n in mine if n not in elsewhere):
             if not any(_reaches(reader, defaults, name, v, base) for v in _candidates(specs[name])):
                 errors.append(f"{name}: reaches no field of {cls.__name__}")
     return errors
@@ -122,7 +123,7 @@ def test_every_parameter_is_in_the_schema_as_declared() -> None:
 def test_the_groups_are_the_dataclass_declarations() -> None:
     groups = {spec.name for group in parameters.GROUPS.values() for spec in group}
     for prefix, (cls, _) in parameters.DATACLASS_READERS.items():
-        names = {f"{prefix}.{spec.name}" for spec in declarations(cls).values()}
+        names = {spec.name for spec in declared(cls, prefix)}
         assert names <= groups, cls.__name__
 
 
@@ -141,6 +142,12 @@ class Seeded:
 class SeededBare:
     gain: float = param(1.0, "a gain", low=0.0, high=2.0)
     size: int = 3
+
+
+@dataclass(frozen=True)
+class SeededPrefixed:
+    gain: float = param(1.0, "a gain", low=0.0, high=2.0)
+    lag_s: float = param(0.5, "a lag", low=0.0, high=1.0, prefix="other")
 
 
 def _read_seeded(values: Mapping[str, Value]) -> Seeded:
@@ -182,6 +189,15 @@ def _dropped() -> list[str]:
     )
 
 
+def _dropped_own_prefix() -> list[str]:
+    def reader(values: Mapping[str, Value]) -> SeededPrefixed:
+        mine = {k: v for k, v in values.items() if k.startswith("seeded.")}
+        return read(SeededPrefixed, mine, "seeded")
+
+    specs = _specs(*declared(SeededPrefixed, "seeded"))
+    return coverage_errors(specs, {"seeded": (SeededPrefixed, reader)})
+
+
 def _not_in_schema() -> list[str]:
     extra = ParamSpec("tracking.spare_m", 1.0, "x")
     return schema_errors({**parameters.all_specs(), extra.name: extra}, shared_schema())
@@ -197,6 +213,10 @@ BREACHES: dict[str, tuple[Callable[[], list[str]], str]] = {
     "a declaration with no field": (_no_field, "seeded.width_m: reaches no field of Seeded"),
     "a declared field no node declares": (_not_a_node_parameter, "seeded.gain: declared but"),
     "a reader that drops a value": (_dropped, "seeded.gain: reaches no field of Seeded"),
+    "a reader that drops a field of its own prefix": (
+        _dropped_own_prefix,
+        "other.lag_s: reaches no field of SeededPrefixed",
+    ),
     "a parameter missing from the schema": (_not_in_schema, "tracking.spare_m: not in the"),
     "a schema range other than declared": (_other_range, "tiers.max_queue_depth: the schema"),
 }
@@ -282,3 +302,14 @@ def test_the_bounds_parameters_default_to_and_stop_at_the_compiled_bounds() -> N
         assert node.description.startswith(spec.description + "; at most the compiled bound")
     lowered = parameters.bounds_from({"bounds.max_agents": 3})
     assert lowered == replace(compiled, A=3)
+
+
+def test_a_field_of_its_own_prefix_is_declared_and_read_under_it() -> None:
+    assert [s.name for s in declared(SeededPrefixed, "seeded")] == ["seeded.gain", "other.lag_s"]
+    only = declared(SeededPrefixed, "seeded", fields=("lag_s",))
+    assert [s.name for s in only] == ["other.lag_s"]
+    got = read(SeededPrefixed, {"other.lag_s": 0.25, "seeded.lag_s": 0.75}, "seeded")
+    assert got.lag_s == 0.25
+    whole = _specs(*declared(SeededPrefixed, "seeded"))
+    read_all = {"seeded": (SeededPrefixed, lambda v: read(SeededPrefixed, v, "seeded"))}
+    assert coverage_errors(whole, read_all) == []

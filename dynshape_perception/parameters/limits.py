@@ -27,7 +27,6 @@ MIN_INTENSITY_SCALE = 1e-9
 MAX_INTENSITY_SCALE = 1e9
 FRAMES = FrameParams()
 OBJECTS = ObjectParams()
-MAX_MOUNT_M = 100.0
 MAX_RATE_HZ = 10_000.0
 MAX_WINDOW = 1000
 # A passenger car around base_link (rear axle on the ground), for the ego crop.

@@ -31,7 +31,7 @@ from dynshape_perception.parameters.limits import (
 from dynshape_perception.parameters.perception import PREDICTION
 from dynshape_perception.paramspec import OFF, ParamSpec, Value, read, read_values
 from dynshape_perception.perception.clustering import ClusterParams
-from dynshape_perception.perception.localization import FrameParams
+from dynshape_perception.perception.localization import FRAMES_PREFIX, FrameParams, Mount
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.perception.prediction.settings import PredictionSettings
@@ -39,7 +39,6 @@ from dynshape_perception.perception.scan import Box, ScanParams
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams
-from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
@@ -86,17 +85,8 @@ def object_params(values: Mapping[str, Value]) -> ObjectParams:
 
 
 def frame_params(values: Mapping[str, Value]) -> FrameParams:
-    picked: dict[str, Any] = _pick(values, "frames", ("base_frame", "fixed_frame"))
-    if "odometry.max_extrapolation_s" in values:
-        picked["max_extrapolation_s"] = float(values["odometry.max_extrapolation_s"])
-    mount = _pick(values, "frames", ("mount_x_m", "mount_y_m", "mount_z_m", "mount_yaw_rad"))
-    fallback = planar(
-        float(mount.get("mount_x_m", 0.0)),
-        float(mount.get("mount_y_m", 0.0)),
-        float(mount.get("mount_yaw_rad", 0.0)),
-        float(mount.get("mount_z_m", 0.0)),
-    )
-    return replace(FRAMES, fallback_mount=fallback, **picked)
+    mount = read(Mount, values, FRAMES_PREFIX)
+    return replace(read(FrameParams, values, FRAMES_PREFIX, FRAMES), fallback_mount=mount)
 
 
 def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
@@ -191,7 +181,8 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
         prediction_settings(values)
 
 
-# Each prefix whose parameters are the fields of one core dataclass, and its reader.
+# Each prefix whose parameters are the fields of one core dataclass, and its reader; a field
+# may name its own prefix (FrameParams.max_extrapolation_s is odometry.max_extrapolation_s).
 DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] = {
     BOUNDS_PREFIX: (Bounds, bounds_from),
     "segmentation": (ClusterParams, cluster_params),
@@ -202,6 +193,7 @@ DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] 
     "jit": (JitConfig, jit_config),
     "executor": (ExecutorOptions, executor_options),
     "points": (PipelineParams, pipeline_params),
+    FRAMES_PREFIX: (FrameParams, frame_params),
     TIERS_PREFIX: (TierConfig, tier_config),
     PREDICTION: (PredictionSettings, prediction_settings),
 }

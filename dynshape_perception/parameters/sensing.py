@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
 from dynshape_perception.parameters.limits import (
     AXES,
     EGO_BOX_M,
-    FRAMES,
     MAX_INTENSITY_SCALE,
-    MAX_MOUNT_M,
     MAX_SECTORS,
     MIN_INTENSITY_SCALE,
 )
 from dynshape_perception.paramspec import (
     MAX_COUNT,
     MAX_RANGE_M,
-    MAX_STAMP_TOLERANCE_S,
     OFF,
     ParamSpec,
     declared,
 )
+from dynshape_perception.perception.localization import FRAMES_PREFIX, FrameParams, Mount
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.perception.scan import SURROUND_ROI
 from dynshape_perception.perception.stamps import StampPolicy
@@ -60,15 +56,7 @@ def odometry_group() -> tuple[ParamSpec, ...]:
             low=2,
             high=MAX_COUNT,
         ),
-        ParamSpec(
-            "odometry.max_extrapolation_s",
-            0.5,
-            "a frame stamped further than this outside the buffered odometry (odometry "
-            "stopped or lagging) is dropped as odom_stale instead of using the end pose; "
-            "likewise past the newest /tf of the fixed frame (tf_unavailable)",
-            low=0.0,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
+        *declared(FrameParams, FRAMES_PREFIX, fields=("max_extrapolation_s",)),
     )
 
 
@@ -77,53 +65,15 @@ def stamps_group() -> tuple[ParamSpec, ...]:
 
 
 def base_frame_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "frames.base_frame",
-            FRAMES.base_frame,
-            "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
-            "segmentation; region of interest, ego crop and collision corridor lie in it",
-            read_only=True,
-        ),
-    )
+    return declared(FrameParams, FRAMES_PREFIX, fields=("base_frame",))
 
 
 def mount_group() -> tuple[ParamSpec, ...]:
-    fallback = "where TF has no transform from the cloud's frame to frames.base_frame"
-    return (
-        *(
-            ParamSpec(
-                f"frames.mount_{axis}_m",
-                0.0,
-                f"sensor position along {axis} in frames.base_frame, {fallback}",
-                read_only=True,
-                low=-MAX_MOUNT_M,
-                high=MAX_MOUNT_M,
-            )
-            for axis in AXES
-        ),
-        ParamSpec(
-            "frames.mount_yaw_rad",
-            0.0,
-            f"sensor yaw in frames.base_frame, {fallback}",
-            read_only=True,
-            low=-math.pi,
-            high=math.pi,
-        ),
-    )
+    return declared(Mount, FRAMES_PREFIX)
 
 
 def fixed_frame_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "frames.fixed_frame",
-            FRAMES.fixed_frame,
-            "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
-            "each input's stamp, else from odometry on 'odom'; without either the vehicle "
-            "stands still in the input's frame",
-            read_only=True,
-        ),
-    )
+    return declared(FrameParams, FRAMES_PREFIX, fields=("fixed_frame",))
 
 
 def scan_group() -> tuple[ParamSpec, ...]:
