@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dynshape_perception import parameters
@@ -24,6 +25,8 @@ from dynshape_perception.paramspec import (
     read,
     undeclared,
 )
+from dynshape_perception.perception.scan import SURROUND_ROI, Box, ScanParams
+from dynshape_perception.perception.transforms import planar
 
 Readers = Mapping[str, tuple[type, Callable[[Mapping[str, Value]], Any]]]
 
@@ -313,3 +316,20 @@ def test_a_field_of_its_own_prefix_is_declared_and_read_under_it() -> None:
     whole = _specs(*declared(SeededPrefixed, "seeded"))
     read_all = {"seeded": (SeededPrefixed, lambda v: read(SeededPrefixed, v, "seeded"))}
     assert coverage_errors(whole, read_all) == []
+
+
+def test_the_scan_parameters_build_the_crop_of_the_pipeline() -> None:
+    defaults = {name: spec.default for name, spec in parameters.all_specs().items()}
+    crop = parameters.scan_params(defaults)
+    assert crop == ScanParams(SURROUND_ROI, None, 0.5)
+    ego = parameters.scan_params({**defaults, "scan.crop_ego": True, "scan.ego_x_max_m": 5})
+    assert ego is not None and ego.ego == Box((-1.0, 5.0), (-1.0, 1.0), (-0.5, 2.0))
+    with pytest.raises(ConfigError, match=r"roi x_m must be finite with min < max"):
+        parameters.scan_params({**defaults, "scan.roi_x_min_m": 70.0})
+
+
+def test_the_mount_parameters_are_the_fallback_mount() -> None:
+    defaults = {name: spec.default for name, spec in parameters.all_specs().items()}
+    frames = parameters.frame_params({**defaults, "frames.mount_z_m": 1.5})
+    np.testing.assert_array_equal(frames.fallback_mount.matrix(), planar(z=1.5))
+    assert parameters.frame_params({"odometry.max_extrapolation_s": 2}).max_extrapolation_s == 2.0

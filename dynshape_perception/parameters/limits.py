@@ -29,8 +29,5 @@ FRAMES = FrameParams()
 OBJECTS = ObjectParams()
 MAX_RATE_HZ = 10_000.0
 MAX_WINDOW = 1000
-# A passenger car around base_link (rear axle on the ground), for the ego crop.
-EGO_BOX_M = {"x": (-1.0, 4.0), "y": (-1.0, 1.0), "z": (-0.5, 2.0)}
-AXES = ("x", "y", "z")
 STAGE = PredictionSettings()
 MAX_SECTORS = 4096

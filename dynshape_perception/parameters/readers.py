@@ -9,13 +9,11 @@ from typing import Any
 
 from dynshape_perception.config import (
     Bounds,
-    Roi,
     default_config,
     predictor_history_steps,
 )
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.parameters.limits import (
-    AXES,
     BOUNDS,
     BOUNDS_PREFIX,
     CLUSTER,
@@ -35,7 +33,7 @@ from dynshape_perception.perception.localization import FRAMES_PREFIX, FramePara
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.perception.prediction.settings import PredictionSettings
-from dynshape_perception.perception.scan import Box, ScanParams
+from dynshape_perception.perception.scan import SCAN_PREFIX, ScanCrop, ScanParams
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams
@@ -63,21 +61,15 @@ def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -
     return read(TrackerParams, values, "tracking", base)
 
 
-def _interval(values: Mapping[str, Value], prefix: str, axis: str) -> tuple[float, float]:
-    return float(values[f"{prefix}_{axis}_min_m"]), float(values[f"{prefix}_{axis}_max_m"])
+def scan_crop(values: Mapping[str, Value]) -> ScanCrop:
+    return read(ScanCrop, values, SCAN_PREFIX)
 
 
 def scan_params(values: Mapping[str, Value]) -> ScanParams | None:
     """The crop of the lidar nodes (None where a node declares no ``scan.*``)."""
-    if "scan.min_range_m" not in values:
+    if f"{SCAN_PREFIX}.min_range_m" not in values:
         return None
-    roi = Roi(*(_interval(values, "scan.roi", axis) for axis in AXES))
-    ego = Box(*(_interval(values, "scan.ego", axis) for axis in AXES))
-    return ScanParams(
-        roi=roi,
-        ego=ego if values["scan.crop_ego"] else None,
-        min_range_m=float(values["scan.min_range_m"]),
-    )
+    return scan_crop(values).params()
 
 
 def object_params(values: Mapping[str, Value]) -> ObjectParams:
@@ -194,6 +186,7 @@ DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] 
     "executor": (ExecutorOptions, executor_options),
     "points": (PipelineParams, pipeline_params),
     FRAMES_PREFIX: (FrameParams, frame_params),
+    SCAN_PREFIX: (ScanCrop, scan_crop),
     TIERS_PREFIX: (TierConfig, tier_config),
     PREDICTION: (PredictionSettings, prediction_settings),
 }

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 from dynshape_perception.parameters.limits import (
-    AXES,
-    EGO_BOX_M,
     MAX_INTENSITY_SCALE,
     MAX_SECTORS,
     MIN_INTENSITY_SCALE,
 )
 from dynshape_perception.paramspec import (
     MAX_COUNT,
-    MAX_RANGE_M,
     OFF,
     ParamSpec,
     declared,
 )
 from dynshape_perception.perception.localization import FRAMES_PREFIX, FrameParams, Mount
 from dynshape_perception.perception.pipeline import PipelineParams
-from dynshape_perception.perception.scan import SURROUND_ROI
+from dynshape_perception.perception.scan import SCAN_PREFIX, ScanCrop
 from dynshape_perception.perception.stamps import StampPolicy
 
 
@@ -77,43 +74,4 @@ def fixed_frame_group() -> tuple[ParamSpec, ...]:
 
 
 def scan_group() -> tuple[ParamSpec, ...]:
-    roi = tuple(
-        ParamSpec(
-            f"scan.roi_{axis}_{end}_m",
-            getattr(SURROUND_ROI, f"{axis}_m")[i],
-            f"region of interest in frames.base_frame: {end}imum {axis}; points outside are "
-            "left out before segmentation (live)",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        )
-        for axis in AXES
-        for i, end in enumerate(("min", "max"))
-    )
-    ego = tuple(
-        ParamSpec(
-            f"scan.ego_{axis}_{end}_m",
-            EGO_BOX_M[axis][i],
-            f"ego crop box in frames.base_frame: {end}imum {axis} (live)",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        )
-        for axis in AXES
-        for i, end in enumerate(("min", "max"))
-    )
-    return (
-        *roi,
-        ParamSpec(
-            "scan.crop_ego",
-            False,
-            "leave out the points inside the ego crop box (the vehicle's own body)",
-        ),
-        *ego,
-        ParamSpec(
-            "scan.min_range_m",
-            0.5,
-            "points nearer the sensor than this are left out (housing, rain, dust); points "
-            "at exactly (0, 0, 0) are no-returns and always left out",
-            low=0.0,
-            high=MAX_RANGE_M,
-        ),
-    )
+    return declared(ScanCrop, SCAN_PREFIX)
