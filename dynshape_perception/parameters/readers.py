@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,11 +41,6 @@ from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
-
-
-def _pick(values: Mapping[str, Value], prefix: str, names: Iterable[str]) -> dict[str, Any]:
-    """The values under ``prefix``; their types were checked against the specs' defaults."""
-    return {name: values[f"{prefix}.{name}"] for name in names if f"{prefix}.{name}" in values}
 
 
 def bounds_from(values: Mapping[str, Value]) -> Bounds:
