@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from dynshape_perception.errors import BoundError, ConfigError, DynshapeError
+from dynshape_perception.paramspec import param
 from dynshape_perception.resources import config_path
 
 DIM_MEANINGS = {
@@ -22,13 +23,22 @@ DIM_MEANINGS = {
 }
 
 
+def _bound(dim: str, default: int, what: str, key: str) -> Any:
+    # Its default and upper limit as a node parameter are the compiled bound, which
+    # config/models.yaml sets (parameters.engine puts them in): no class default states it.
+    description = f"upper bound of {dim} ({what}) in this node"
+    return param(default, description, read_only=True, low=1, key=key)
+
+
 @dataclass(frozen=True)
 class Bounds:
-    P: int = 150_000
-    N: int = 128
-    M: int = 128
-    A: int = 64
-    T: int = 128
+    """The compiled bounds; as node parameters (``bounds.*``) each may only lower its own."""
+
+    P: int = _bound("P", 150_000, "points", "max_points")
+    N: int = _bound("N", 128, "obstacles", "max_obstacles")
+    M: int = _bound("M", 128, "tracks", "max_tracks")
+    A: int = _bound("A", 64, "agents", "max_agents")
+    T: int = _bound("T", 128, "history steps", "max_history_steps")
 
     def __post_init__(self) -> None:
         for dim in DIM_MEANINGS:

@@ -15,6 +15,10 @@ Value = bool | int | float | str
 PARAM = "dynshape_perception.param"
 # A field that is no parameter of its own says where its value comes from instead.
 DERIVED = "dynshape_perception.derived"
+# The parameter value that stands for the field's None (a ROS parameter has no None).
+NONE_IF = "dynshape_perception.none_if"
+# A field's own prefix, where its parameter belongs to another group than its dataclass'.
+PREFIX = "dynshape_perception.prefix"
 # Upper bounds shared by many declarations: they stop absurd values, not tune anything.
 MAX_COUNT = 1_000_000
 MAX_RANGE_M = 500.0
@@ -79,13 +83,26 @@ def param(
     high: float | None = None,
     choices: tuple[str, ...] = (),
     key: str = "",
+    prefix: str = "",
+    none_if: Value | None = None,
 ) -> Any:
     """A dataclass field that is a node parameter; ``key`` names it where the field's own
-    name would not read well in the YAML (the default: the field's name)."""
+    name would not read well in the YAML (the default: the field's name), ``prefix`` where
+    it belongs to another group than the rest of its dataclass.
+
+    ``none_if``: the field is None unless set (the library leaves that setting alone), the
+    node's default is ``default``, and the parameter value ``none_if`` reads as None.
+    """
     spec = ParamSpec(
         key, default, description, read_only=read_only, low=low, high=high, choices=choices
     )
-    return dataclasses.field(default=default, metadata={PARAM: spec})
+    metadata: dict[str, Any] = {PARAM: spec}
+    if prefix:
+        metadata[PREFIX] = prefix
+    if none_if is None:
+        return dataclasses.field(default=default, metadata=metadata)
+    metadata[NONE_IF] = none_if
+    return dataclasses.field(default=None, metadata=metadata)
 
 
 def derived(source: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
@@ -102,14 +119,26 @@ def declarations(cls: type) -> dict[str, ParamSpec]:
     }
 
 
-def declared(cls: type, prefix: str, note: str = "") -> tuple[ParamSpec, ...]:
-    """The parameters of ``cls`` as the nodes declare them: ``<prefix>.<key>``."""
+def full_names(cls: type, prefix: str) -> dict[str, str]:
+    """Field name → its parameter's name: ``<prefix>.<key>``, the field's own prefix first."""
+    return {
+        f.name: f"{f.metadata.get(PREFIX, prefix)}.{f.metadata[PARAM].name or f.name}"
+        for f in dataclasses.fields(cls)
+        if PARAM in f.metadata
+    }
+
+
+def declared(
+    cls: type, prefix: str, note: str = "", fields: tuple[str, ...] = ()
+) -> tuple[ParamSpec, ...]:
+    """The parameters of ``cls`` as the nodes declare them (those of ``fields`` alone where
+    given, for a dataclass whose parameters fall in several groups)."""
     suffix = f" ({note})" if note else ""
+    names = full_names(cls, prefix)
     return tuple(
-        dataclasses.replace(
-            spec, name=f"{prefix}.{spec.name}", description=spec.description + suffix
-        )
-        for spec in declarations(cls).values()
+        dataclasses.replace(spec, name=names[field], description=spec.description + suffix)
+        for field, spec in declarations(cls).items()
+        if not fields or field in fields
     )
 
 
@@ -125,23 +154,32 @@ def undeclared(cls: type) -> list[str]:
 def check_fields(obj: Any, label: str = "") -> None:
     """The one check of a dataclass' declared fields, run by its ``__post_init__``;
     ``label`` starts each field's name in a message."""
+    off = _none_ifs(type(obj))
     for name, spec in declarations(type(obj)).items():
-        spec.check(getattr(obj, name), strict=False, name=label + name)
+        value = getattr(obj, name)
+        if not (value is None and name in off):
+            spec.check(value, strict=False, name=label + name)
+
+
+def _none_ifs(cls: type) -> dict[str, Value]:
+    return {f.name: f.metadata[NONE_IF] for f in dataclasses.fields(cls) if NONE_IF in f.metadata}
 
 
 def read_values(cls: type, values: Mapping[str, Value], prefix: str) -> dict[str, Any]:
     """Field name → value of the ``<prefix>.<key>`` entries of a flat parameter mapping (ROS
     parameters, a YAML's ros__parameters); other names are not the dataclass'."""
     picked: dict[str, Any] = {}
+    off = _none_ifs(cls)
+    names = full_names(cls, prefix)
     for name, spec in declarations(cls).items():
-        full = f"{prefix}.{spec.name}"
+        full = names[name]
         if full not in values:
             continue
         value: Any = values[full]
         # YAML hands over 10 for 10.0; an int where a float is declared is that float.
         if isinstance(spec.default, float) and type(value) is int:
             value = float(value)
-        picked[name] = value
+        picked[name] = None if name in off and value == off[name] else value
     return picked
 
 

@@ -2,40 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from dynshape_perception.config import Bounds
 from dynshape_perception.parameters.limits import (
-    BOUND_NAMES,
     BOUNDS,
-    MAX_LANES,
+    BOUNDS_PREFIX,
     MAX_QOS_DEPTH,
     MAX_RATE_HZ,
-    MAX_RT_PRIORITY,
-    MAX_SWITCH_INTERVAL_MS,
     MAX_WINDOW,
 )
-from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, OFF, ParamSpec, declared
+from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, ParamSpec, declarations, declared
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
 
 def engine_group() -> tuple[ParamSpec, ...]:
+    compiled = BOUNDS.as_dict()
     bounds = tuple(
-        ParamSpec(
-            name,
-            value,
-            f"upper bound of {dim} ({what}) in this node; at most the compiled bound "
-            f"{value} of config/models.yaml",
-            read_only=True,
-            low=1,
-            high=value,
+        replace(
+            spec,
+            default=compiled[dim],
+            high=compiled[dim],
+            description=f"{spec.description}; at most the compiled bound {compiled[dim]} of "
+            "config/models.yaml",
         )
-        for (dim, name), value, what in zip(
-            BOUND_NAMES.items(),
-            BOUNDS.as_dict().values(),
-            ("points", "obstacles", "tracks", "agents", "history steps"),
-            strict=True,
-        )
+        for dim, spec in zip(declarations(Bounds), declared(Bounds, BOUNDS_PREFIX), strict=True)
     )
     return (
         ParamSpec(
@@ -105,69 +100,7 @@ def tiers_group() -> tuple[ParamSpec, ...]:
 
 
 def executor_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "executor.reserved_workers",
-            1,
-            "lanes that run tier-1 (collision) work only",
-            read_only=True,
-            low=0,
-            high=MAX_LANES,
-        ),
-        ParamSpec(
-            "executor.shared_workers",
-            1,
-            "lanes that run every tier, tier 1 first",
-            read_only=True,
-            low=1,
-            high=MAX_LANES,
-        ),
-        ParamSpec(
-            "executor.reserved_rt_priority",
-            10,
-            "SCHED_FIFO priority of the reserved lanes (needs CAP_SYS_NICE or an rtprio "
-            "limit, else a warning); 0: normal scheduling",
-            read_only=True,
-            low=OFF,
-            high=MAX_RT_PRIORITY,
-        ),
-        ParamSpec(
-            "executor.shared_boost_rt_priority",
-            5,
-            "SCHED_FIFO priority the shared lanes take while tier-1 work waits, below "
-            "reserved_rt_priority; 0: never boosted",
-            read_only=True,
-            low=OFF,
-            high=MAX_RT_PRIORITY,
-        ),
-        ParamSpec(
-            "executor.switch_interval_ms",
-            0.1,
-            "GIL switch interval while the executor runs, so that lower-tier Python code "
-            "holds tier 1 up briefly; 0: the interpreter's",
-            read_only=True,
-            low=float(OFF),
-            high=MAX_SWITCH_INTERVAL_MS,
-        ),
-        ParamSpec(
-            "executor.blas_threads",
-            1,
-            "threads of NumPy's OpenBLAS while the executor runs: with more, a lane's BLAS "
-            "call waits on BLAS workers that other lanes pre-empt; 0: left as it is",
-            read_only=True,
-            low=OFF,
-            high=MAX_LANES,
-        ),
-        ParamSpec(
-            "executor.opencv_threads",
-            1,
-            "threads of OpenCV (the clustering) while the executor runs: with more, a call "
-            "waits on OpenCV workers that take a core from the other lanes; 0: left as it is",
-            read_only=True,
-            low=OFF,
-            high=MAX_LANES,
-        ),
-    )
+    return declared(ExecutorOptions, "executor")
 
 
 def near_field_group() -> tuple[ParamSpec, ...]:

@@ -19,28 +19,15 @@ STAMPS = StampPolicy()
 PIPELINE = PipelineParams()
 JIT = JitConfig()
 BOUNDS = default_bounds()
-BOUND_NAMES = {
-    "P": "bounds.max_points",
-    "N": "bounds.max_obstacles",
-    "M": "bounds.max_tracks",
-    "A": "bounds.max_agents",
-    "T": "bounds.max_history_steps",
-}
+BOUNDS_PREFIX = "bounds"
 MAX_QOS_DEPTH = 1000
 NEAR = NearField()
-MAX_LANES = 16
-MAX_RT_PRIORITY = 99
-MAX_SWITCH_INTERVAL_MS = 100.0
 # Intensity scale: 1/65535 (16-bit drivers) must fit, with room on both sides.
 MIN_INTENSITY_SCALE = 1e-9
 MAX_INTENSITY_SCALE = 1e9
 FRAMES = FrameParams()
 OBJECTS = ObjectParams()
-MAX_MOUNT_M = 100.0
 MAX_RATE_HZ = 10_000.0
 MAX_WINDOW = 1000
-# A passenger car around base_link (rear axle on the ground), for the ego crop.
-EGO_BOX_M = {"x": (-1.0, 4.0), "y": (-1.0, 1.0), "z": (-0.5, 2.0)}
-AXES = ("x", "y", "z")
 STAGE = PredictionSettings()
 MAX_SECTORS = 4096

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dynshape_perception.config import (
     Bounds,
-    Roi,
     default_config,
     predictor_history_steps,
 )
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.parameters.limits import (
-    AXES,
-    BOUND_NAMES,
     BOUNDS,
+    BOUNDS_PREFIX,
     CLUSTER,
     FRAMES,
     JIT,
@@ -31,31 +29,23 @@ from dynshape_perception.parameters.limits import (
 from dynshape_perception.parameters.perception import PREDICTION
 from dynshape_perception.paramspec import OFF, ParamSpec, Value, read, read_values
 from dynshape_perception.perception.clustering import ClusterParams
-from dynshape_perception.perception.localization import FrameParams
+from dynshape_perception.perception.localization import FRAMES_PREFIX, FrameParams, Mount
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.pipeline import PipelineParams
 from dynshape_perception.perception.prediction.settings import PredictionSettings
-from dynshape_perception.perception.scan import Box, ScanParams
+from dynshape_perception.perception.scan import SCAN_PREFIX, ScanCrop, ScanParams
 from dynshape_perception.perception.stamps import StampPolicy
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import TrackerParams
-from dynshape_perception.perception.transforms import planar
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
 from dynshape_perception.scheduling.tiers import TierConfig
 
 
-def _pick(values: Mapping[str, Value], prefix: str, names: Iterable[str]) -> dict[str, Any]:
-    """The values under ``prefix``; their types were checked against the specs' defaults."""
-    return {name: values[f"{prefix}.{name}"] for name in names if f"{prefix}.{name}" in values}
-
-
 def bounds_from(values: Mapping[str, Value]) -> Bounds:
-    picked: dict[str, Any] = {
-        dim: values[name] for dim, name in BOUND_NAMES.items() if name in values
-    }
-    return replace(BOUNDS, **picked)
+    """The compiled bounds of config/models.yaml, lowered by the ``bounds.*`` values."""
+    return read(Bounds, values, BOUNDS_PREFIX, BOUNDS)
 
 
 def cluster_params(values: Mapping[str, Value], base: ClusterParams = CLUSTER) -> ClusterParams:
@@ -66,21 +56,15 @@ def tracker_params(values: Mapping[str, Value], base: TrackerParams = TRACKER) -
     return read(TrackerParams, values, "tracking", base)
 
 
-def _interval(values: Mapping[str, Value], prefix: str, axis: str) -> tuple[float, float]:
-    return float(values[f"{prefix}_{axis}_min_m"]), float(values[f"{prefix}_{axis}_max_m"])
+def scan_crop(values: Mapping[str, Value]) -> ScanCrop:
+    return read(ScanCrop, values, SCAN_PREFIX)
 
 
 def scan_params(values: Mapping[str, Value]) -> ScanParams | None:
     """The crop of the lidar nodes (None where a node declares no ``scan.*``)."""
-    if "scan.min_range_m" not in values:
+    if f"{SCAN_PREFIX}.min_range_m" not in values:
         return None
-    roi = Roi(*(_interval(values, "scan.roi", axis) for axis in AXES))
-    ego = Box(*(_interval(values, "scan.ego", axis) for axis in AXES))
-    return ScanParams(
-        roi=roi,
-        ego=ego if values["scan.crop_ego"] else None,
-        min_range_m=float(values["scan.min_range_m"]),
-    )
+    return scan_crop(values).params()
 
 
 def object_params(values: Mapping[str, Value]) -> ObjectParams:
@@ -88,23 +72,12 @@ def object_params(values: Mapping[str, Value]) -> ObjectParams:
 
 
 def frame_params(values: Mapping[str, Value]) -> FrameParams:
-    picked: dict[str, Any] = _pick(values, "frames", ("base_frame", "fixed_frame"))
-    if "odometry.max_extrapolation_s" in values:
-        picked["max_extrapolation_s"] = float(values["odometry.max_extrapolation_s"])
-    mount = _pick(values, "frames", ("mount_x_m", "mount_y_m", "mount_z_m", "mount_yaw_rad"))
-    fallback = planar(
-        float(mount.get("mount_x_m", 0.0)),
-        float(mount.get("mount_y_m", 0.0)),
-        float(mount.get("mount_yaw_rad", 0.0)),
-        float(mount.get("mount_z_m", 0.0)),
-    )
-    return replace(FRAMES, fallback_mount=fallback, **picked)
+    mount = read(Mount, values, FRAMES_PREFIX)
+    return replace(read(FrameParams, values, FRAMES_PREFIX, FRAMES), fallback_mount=mount)
 
 
 def pipeline_params(values: Mapping[str, Value]) -> PipelineParams:
-    extra: dict[str, Any] = {}
-    if "points.subsample_over_bound" in values:
-        extra["subsample_over_bound"] = values["points.subsample_over_bound"]
+    extra = read_values(PipelineParams, values, "points")
     if "prediction.min_history_steps" in values:
         extra["min_history_steps"] = values["prediction.min_history_steps"]
     scan = scan_params(values)
@@ -157,34 +130,8 @@ def tier_config(values: Mapping[str, Value]) -> TierConfig:
     return read(TierConfig, values, TIERS_PREFIX)
 
 
-def _or_none(value: Value) -> Any:
-    return None if value == OFF else value
-
-
 def executor_options(values: Mapping[str, Value]) -> ExecutorOptions:
-    picked = _pick(
-        values,
-        "executor",
-        (
-            "reserved_workers",
-            "shared_workers",
-            "reserved_rt_priority",
-            "shared_boost_rt_priority",
-            "switch_interval_ms",
-            "blas_threads",
-            "opencv_threads",
-        ),
-    )
-    for name in (
-        "reserved_rt_priority",
-        "shared_boost_rt_priority",
-        "switch_interval_ms",
-        "blas_threads",
-        "opencv_threads",
-    ):
-        if name in picked:
-            picked[name] = _or_none(picked[name])
-    return ExecutorOptions(**picked)
+    return read(ExecutorOptions, values, "executor")
 
 
 def near_field(values: Mapping[str, Value]) -> NearField:
@@ -221,18 +168,27 @@ def validate(values: Mapping[str, Value], specs: Mapping[str, ParamSpec]) -> Non
         prediction_settings(values)
 
 
-# Each prefix whose parameters are the fields of one core dataclass, and its reader.
+# Each prefix whose parameters are the fields of one core dataclass, and its reader; a field
+# may name its own prefix (FrameParams.max_extrapolation_s is odometry.max_extrapolation_s).
 DATACLASS_READERS: dict[str, tuple[type, Callable[[Mapping[str, Value]], Any]]] = {
+    BOUNDS_PREFIX: (Bounds, bounds_from),
     "segmentation": (ClusterParams, cluster_params),
     "tracking": (TrackerParams, tracker_params),
     "objects": (ObjectParams, object_params),
     "stamps": (StampPolicy, stamp_policy),
     "near_field": (NearField, near_field),
     "jit": (JitConfig, jit_config),
+    "executor": (ExecutorOptions, executor_options),
+    "points": (PipelineParams, pipeline_params),
+    FRAMES_PREFIX: (FrameParams, frame_params),
+    SCAN_PREFIX: (ScanCrop, scan_crop),
     TIERS_PREFIX: (TierConfig, tier_config),
     PREDICTION: (PredictionSettings, prediction_settings),
 }
 # Parameters under one of those prefixes that are no field of its dataclass, and why.
 NOT_IN_DATACLASS: dict[str, str] = {
     "jit.warm_up_shapes": "a shape log the node loads at start (optional_path)",
+    "points.intensity_scale": "the node scales each cloud's intensity as it arrives",
+    "points.sectors_per_revolution": "how the nodes gather sector clouds into a revolution "
+    "(sectors_per_revolution)",
 }

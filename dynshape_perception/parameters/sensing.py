@@ -2,37 +2,26 @@
 
 from __future__ import annotations
 
-import math
-
 from dynshape_perception.parameters.limits import (
-    AXES,
-    EGO_BOX_M,
-    FRAMES,
     MAX_INTENSITY_SCALE,
-    MAX_MOUNT_M,
     MAX_SECTORS,
     MIN_INTENSITY_SCALE,
-    PIPELINE,
 )
 from dynshape_perception.paramspec import (
     MAX_COUNT,
-    MAX_RANGE_M,
-    MAX_STAMP_TOLERANCE_S,
     OFF,
     ParamSpec,
     declared,
 )
-from dynshape_perception.perception.scan import SURROUND_ROI
+from dynshape_perception.perception.localization import FRAMES_PREFIX, FrameParams, Mount
+from dynshape_perception.perception.pipeline import PipelineParams
+from dynshape_perception.perception.scan import SCAN_PREFIX, ScanCrop
 from dynshape_perception.perception.stamps import StampPolicy
 
 
 def points_group() -> tuple[ParamSpec, ...]:
     return (
-        ParamSpec(
-            "points.subsample_over_bound",
-            PIPELINE.subsample_over_bound,
-            "subsample a cloud above bounds.max_points (seeded) instead of dropping it",
-        ),
+        *declared(PipelineParams, "points"),
         ParamSpec(
             "points.intensity_scale",
             1.0,
@@ -64,15 +53,7 @@ def odometry_group() -> tuple[ParamSpec, ...]:
             low=2,
             high=MAX_COUNT,
         ),
-        ParamSpec(
-            "odometry.max_extrapolation_s",
-            0.5,
-            "a frame stamped further than this outside the buffered odometry (odometry "
-            "stopped or lagging) is dropped as odom_stale instead of using the end pose; "
-            "likewise past the newest /tf of the fixed frame (tf_unavailable)",
-            low=0.0,
-            high=MAX_STAMP_TOLERANCE_S,
-        ),
+        *declared(FrameParams, FRAMES_PREFIX, fields=("max_extrapolation_s",)),
     )
 
 
@@ -81,93 +62,16 @@ def stamps_group() -> tuple[ParamSpec, ...]:
 
 
 def base_frame_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "frames.base_frame",
-            FRAMES.base_frame,
-            "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
-            "segmentation; region of interest, ego crop and collision corridor lie in it",
-            read_only=True,
-        ),
-    )
+    return declared(FrameParams, FRAMES_PREFIX, fields=("base_frame",))
 
 
 def mount_group() -> tuple[ParamSpec, ...]:
-    fallback = "where TF has no transform from the cloud's frame to frames.base_frame"
-    return (
-        *(
-            ParamSpec(
-                f"frames.mount_{axis}_m",
-                0.0,
-                f"sensor position along {axis} in frames.base_frame, {fallback}",
-                read_only=True,
-                low=-MAX_MOUNT_M,
-                high=MAX_MOUNT_M,
-            )
-            for axis in AXES
-        ),
-        ParamSpec(
-            "frames.mount_yaw_rad",
-            0.0,
-            f"sensor yaw in frames.base_frame, {fallback}",
-            read_only=True,
-            low=-math.pi,
-            high=math.pi,
-        ),
-    )
+    return declared(Mount, FRAMES_PREFIX)
 
 
 def fixed_frame_group() -> tuple[ParamSpec, ...]:
-    return (
-        ParamSpec(
-            "frames.fixed_frame",
-            FRAMES.fixed_frame,
-            "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
-            "each input's stamp, else from odometry on 'odom'; without either the vehicle "
-            "stands still in the input's frame",
-            read_only=True,
-        ),
-    )
+    return declared(FrameParams, FRAMES_PREFIX, fields=("fixed_frame",))
 
 
 def scan_group() -> tuple[ParamSpec, ...]:
-    roi = tuple(
-        ParamSpec(
-            f"scan.roi_{axis}_{end}_m",
-            getattr(SURROUND_ROI, f"{axis}_m")[i],
-            f"region of interest in frames.base_frame: {end}imum {axis}; points outside are "
-            "left out before segmentation (live)",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        )
-        for axis in AXES
-        for i, end in enumerate(("min", "max"))
-    )
-    ego = tuple(
-        ParamSpec(
-            f"scan.ego_{axis}_{end}_m",
-            EGO_BOX_M[axis][i],
-            f"ego crop box in frames.base_frame: {end}imum {axis} (live)",
-            low=-MAX_RANGE_M,
-            high=MAX_RANGE_M,
-        )
-        for axis in AXES
-        for i, end in enumerate(("min", "max"))
-    )
-    return (
-        *roi,
-        ParamSpec(
-            "scan.crop_ego",
-            False,
-            "leave out the points inside the ego crop box (the vehicle's own body)",
-        ),
-        *ego,
-        ParamSpec(
-            "scan.min_range_m",
-            0.5,
-            "points nearer the sensor than this are left out (housing, rain, dust); points "
-            "at exactly (0, 0, 0) are no-returns and always left out",
-            low=0.0,
-            high=MAX_RANGE_M,
-        ),
-    )
+    return declared(ScanCrop, SCAN_PREFIX)

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, TransformError
-from dynshape_perception.perception.transforms import Matrix
+from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, check_fields, derived, param
+from dynshape_perception.perception.transforms import Matrix, planar
 
 TF = "tf"
 ODOMETRY = "odometry"
 STATIC = "static"
+MAX_MOUNT_M = 100.0
+FRAMES_PREFIX = "frames"
 
 
 class TransformLookup(Protocol):
@@ -41,16 +44,73 @@ class TransformLookup(Protocol):
 OdometryPose = Callable[[float], tuple[Matrix, str] | None]
 
 
+# Where the mount parameters apply.
+_FALLBACK = "where TF has no transform from the cloud's frame to frames.base_frame"
+
+
+def _mount_offset(axis: str) -> Any:
+    return param(
+        0.0,
+        f"sensor position along {axis} in frames.base_frame, {_FALLBACK}",
+        read_only=True,
+        low=-MAX_MOUNT_M,
+        high=MAX_MOUNT_M,
+        key=f"mount_{axis}_m",
+    )
+
+
+@dataclass(frozen=True)
+class Mount:
+    """The sensor's pose on the vehicle where TF has none (``frames.mount_*``)."""
+
+    x_m: float = _mount_offset("x")
+    y_m: float = _mount_offset("y")
+    z_m: float = _mount_offset("z")
+    yaw_rad: float = param(
+        0.0,
+        f"sensor yaw in frames.base_frame, {_FALLBACK}",
+        read_only=True,
+        low=-math.pi,
+        high=math.pi,
+        key="mount_yaw_rad",
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def matrix(self) -> Matrix:
+        return planar(self.x_m, self.y_m, self.yaw_rad, self.z_m)
+
+
 @dataclass(frozen=True)
 class FrameParams:
     """The vehicle frame, the fixed frame, and the sensor mount to use where TF has none."""
 
-    base_frame: str = "base_link"
-    fixed_frame: str = "odom"
-    fallback_mount: Matrix = field(default_factory=lambda: np.eye(4))
+    base_frame: str = param(
+        "base_link",
+        "vehicle frame: clouds are transformed into it (mount from /tf_static) before "
+        "segmentation; region of interest, ego crop and collision corridor lie in it",
+        read_only=True,
+    )
+    fixed_frame: str = param(
+        "odom",
+        "frame tracks and predictions are kept in: from TF (fixed_frame -> base_frame) at "
+        "each input's stamp, else from odometry on 'odom'; without either the vehicle "
+        "stands still in the input's frame",
+        read_only=True,
+    )
+    fallback_mount: Mount = derived("frames.mount_* (Mount)", default_factory=Mount)
     # An input stamped after the newest fixed-frame transform (which often follows the
     # scan it belongs to) takes that newest one within this much.
-    max_extrapolation_s: float = 0.5
+    max_extrapolation_s: float = param(
+        0.5,
+        "a frame stamped further than this outside the buffered odometry (odometry "
+        "stopped or lagging) is dropped as odom_stale instead of using the end pose; "
+        "likewise past the newest /tf of the fixed frame (tf_unavailable)",
+        low=0.0,
+        high=MAX_STAMP_TOLERANCE_S,
+        prefix="odometry",
+    )
 
     def __post_init__(self) -> None:
         for name in ("base_frame", "fixed_frame"):
@@ -63,6 +123,7 @@ class FrameParams:
             )
         if self.base_frame == self.fixed_frame:
             raise ConfigError(f"base_frame and fixed_frame must differ, got {self.base_frame!r}")
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -100,7 +161,7 @@ class Localizer:
             m = self.tf.lookup(base, sensor_frame, stamp_s)
         except TransformError:
             self.mount_source = "parameters"
-            return self.params.fallback_mount
+            return self.params.fallback_mount.matrix()
         self.mount_source = TF
         return m
 

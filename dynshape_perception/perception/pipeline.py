@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from dynshape_perception.config import (
     predictor_history_steps,
 )
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
+from dynshape_perception.paramspec import check_fields, derived, param
 from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
 from dynshape_perception.perception.ground import (
     DEFAULT_SENSOR_HEIGHT_M,
@@ -57,17 +58,20 @@ class Pose2D:
 
 @dataclass(frozen=True)
 class PipelineParams:
-    cluster: ClusterParams = field(default_factory=ClusterParams)
-    tracker: TrackerParams = field(default_factory=TrackerParams)
+    cluster: ClusterParams = derived("segmentation.*", default_factory=ClusterParams)
+    tracker: TrackerParams = derived("tracking.*", default_factory=TrackerParams)
     # The crop of each scan; its ROI is also the clustering's (``cluster.roi``).
-    scan: ScanParams | None = None
-    objects: ObjectParams = field(default_factory=ObjectParams)
-    subsample_over_bound: bool = False
-    subsample_seed: int = 0
-    ground_seed: int = 0
-    min_history_steps: int = 2
+    scan: ScanParams | None = derived("scan.*", None)
+    objects: ObjectParams = derived("objects.*", default_factory=ObjectParams)
+    subsample_over_bound: bool = param(
+        False, "subsample a cloud above bounds.max_points (seeded) instead of dropping it"
+    )
+    subsample_seed: int = derived("the caller (no node parameter sets it)", 0)
+    ground_seed: int = derived("the caller (no node parameter sets it)", 0)
+    min_history_steps: int = derived("prediction.min_history_steps (PredictionSettings)", 2)
 
     def __post_init__(self) -> None:
+        check_fields(self)
         check_seed("subsample_seed", self.subsample_seed)
         check_seed("ground_seed", self.ground_seed)
         if isinstance(self.min_history_steps, bool) or not isinstance(self.min_history_steps, int):

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from dynshape_perception.config import Roi
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.paramspec import MAX_RANGE_M, check_fields, param
 from dynshape_perception.perception.transforms import Matrix, transform_points
 
 # Whole scans: 60 m all around the vehicle.
+SCAN_PREFIX = "scan"
+AXES = ("x", "y", "z")
+# A passenger car around base_link (rear axle on the ground), for the ego crop.
+EGO_BOX_M = {"x": (-1.0, 4.0), "y": (-1.0, 1.0), "z": (-0.5, 2.0)}
 SURROUND_ROI = Roi(x_m=(-60.0, 60.0), y_m=(-60.0, 60.0), z_m=(-3.0, 3.0))
 # Relative slack of a float32 squared range (a few ulps of 1.2e-7) beyond which its side of a
 # range bound is certain.
@@ -77,6 +83,68 @@ class ScanParams:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_range_m) and self.min_range_m >= 0.0):
             raise ConfigError(f"min_range_m must be finite and >= 0, got {self.min_range_m!r}")
+
+
+def _roi_end(axis: str, end: int) -> Any:
+    word = ("min", "max")[end]
+    return param(
+        getattr(SURROUND_ROI, f"{axis}_m")[end],
+        f"region of interest in frames.base_frame: {word}imum {axis}; points outside are "
+        "left out before segmentation (live)",
+        low=-MAX_RANGE_M,
+        high=MAX_RANGE_M,
+    )
+
+
+def _ego_end(axis: str, end: int) -> Any:
+    word = ("min", "max")[end]
+    return param(
+        EGO_BOX_M[axis][end],
+        f"ego crop box in frames.base_frame: {word}imum {axis} (live)",
+        low=-MAX_RANGE_M,
+        high=MAX_RANGE_M,
+    )
+
+
+@dataclass(frozen=True)
+class ScanCrop:
+    """The ``scan.*`` parameters, each an end of the region of interest or the ego box, or
+    the nearest range: ``params()`` makes them the ScanParams the pipeline takes."""
+
+    roi_x_min_m: float = _roi_end("x", 0)
+    roi_x_max_m: float = _roi_end("x", 1)
+    roi_y_min_m: float = _roi_end("y", 0)
+    roi_y_max_m: float = _roi_end("y", 1)
+    roi_z_min_m: float = _roi_end("z", 0)
+    roi_z_max_m: float = _roi_end("z", 1)
+    crop_ego: bool = param(
+        False, "leave out the points inside the ego crop box (the vehicle's own body)"
+    )
+    ego_x_min_m: float = _ego_end("x", 0)
+    ego_x_max_m: float = _ego_end("x", 1)
+    ego_y_min_m: float = _ego_end("y", 0)
+    ego_y_max_m: float = _ego_end("y", 1)
+    ego_z_min_m: float = _ego_end("z", 0)
+    ego_z_max_m: float = _ego_end("z", 1)
+    min_range_m: float = param(
+        0.5,
+        "points nearer the sensor than this are left out (housing, rain, dust); points "
+        "at exactly (0, 0, 0) are no-returns and always left out",
+        low=0.0,
+        high=MAX_RANGE_M,
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def _interval(self, box: str, axis: str) -> tuple[float, float]:
+        return getattr(self, f"{box}_{axis}_min_m"), getattr(self, f"{box}_{axis}_max_m")
+
+    def params(self) -> ScanParams:
+        """The crop; ConfigError where an end passes the other."""
+        roi = Roi(*(self._interval("roi", axis) for axis in AXES))
+        ego = Box(*(self._interval("ego", axis) for axis in AXES))
+        return ScanParams(roi, ego if self.crop_ego else None, self.min_range_m)
 
 
 @dataclass(frozen=True)

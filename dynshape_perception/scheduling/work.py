@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.paramspec import OFF, derived, param
 from dynshape_perception.scheduling.tiers import Tier
 
 Lane = Literal["reserved", "shared"]
@@ -22,6 +23,9 @@ DROP_REASONS = ("stale", "admission", "expired", "degraded", "shutdown", "cancel
 # Sheds that mean overload (stale replacement and skipped speculation do not).
 TROUBLE = frozenset({"admission", "expired"})
 COST_SMOOTHING = 0.2
+MAX_LANES = 16
+MAX_RT_PRIORITY = 99
+MAX_SWITCH_INTERVAL_MS = 100.0
 CostKey = tuple[str, int | None]
 
 
@@ -54,40 +58,91 @@ class Arrival:
 
 @dataclass(frozen=True)
 class ExecutorOptions:
-    """Structural settings (read-only node parameters); TierConfig holds the tunable ones."""
+    """Structural settings (read-only node parameters); TierConfig holds the tunable ones.
 
-    reserved_workers: int = 1
-    shared_workers: int = 1
+    A field that a parameter of 0 turns off is None here unless set: the library leaves
+    threads, scheduling and the interpreter as they are; the nodes' defaults are declared.
+    """
+
+    reserved_workers: int = param(
+        1,
+        "lanes that run tier-1 (collision) work only",
+        read_only=True,
+        low=0,
+        high=MAX_LANES,
+    )
+    shared_workers: int = param(
+        1,
+        "lanes that run every tier, tier 1 first",
+        read_only=True,
+        low=1,
+        high=MAX_LANES,
+    )
     # Nice value of shared lanes (-20..19; below 0 needs CAP_SYS_NICE): a low value keeps
     # other processes from preempting a shared lane that holds the GIL, without the
     # real-time throttling a busy SCHED_FIFO lane meets.
-    shared_nice: int | None = None
-    # SCHED_FIFO priority of reserved lanes (needs CAP_SYS_NICE or an rtprio limit; without,
-    # a warning and normal scheduling). A lane blocks when idle, so it cannot starve the host.
-    reserved_rt_priority: int | None = None
-    # SCHED_FIFO priority that shared lanes take while tier-1 work is queued or running (the
-    # tiered executor): priority inheritance for the GIL, so that no other process preempts
-    # a shared lane holding the GIL that tier 1 waits for. Held only that briefly, it never
-    # meets real-time throttling, which a busy SCHED_FIFO lane would (stalling tier 1).
-    shared_boost_rt_priority: int | None = None
-    # sys.setswitchinterval while the executor runs: the default 5 ms GIL slice would let a
-    # lower-tier thread's Python code hold tier-1 work up for half its budget.
-    switch_interval_ms: float | None = None
-    # OpenBLAS threads while the executor runs (NumPy's BLAS, process-wide): with more
-    # than one, a lane's BLAS call waits on BLAS worker threads that any lane pre-empts,
-    # and they spin after each call, taking a core from the lanes. None: left as it is.
-    blas_threads: int | None = None
-    # OpenCV's threads while the executor runs (process-wide), for the same reason. None:
-    # left as it is.
-    opencv_threads: int | None = None
-    latency_window: int = 100_000
+    shared_nice: int | None = derived("the caller (no node parameter sets it)", None)
+    # A lane blocks when idle, so a SCHED_FIFO reserved lane cannot starve the host.
+    reserved_rt_priority: int | None = param(
+        10,
+        "SCHED_FIFO priority of the reserved lanes (needs CAP_SYS_NICE or an rtprio "
+        "limit, else a warning); 0: normal scheduling",
+        read_only=True,
+        low=OFF,
+        high=MAX_RT_PRIORITY,
+        none_if=OFF,
+    )
+    # Priority inheritance for the GIL while tier-1 work is queued or running: no other
+    # process preempts a shared lane holding the GIL that tier 1 waits for. Held only that
+    # briefly, it never meets real-time throttling, which a busy SCHED_FIFO lane would.
+    shared_boost_rt_priority: int | None = param(
+        5,
+        "SCHED_FIFO priority the shared lanes take while tier-1 work waits, below "
+        "reserved_rt_priority; 0: never boosted",
+        read_only=True,
+        low=OFF,
+        high=MAX_RT_PRIORITY,
+        none_if=OFF,
+    )
+    # The default 5 ms GIL slice would let a lower-tier thread's Python code hold tier-1
+    # work up for half its budget.
+    switch_interval_ms: float | None = param(
+        0.1,
+        "GIL switch interval while the executor runs, so that lower-tier Python code "
+        "holds tier 1 up briefly; 0: the interpreter's",
+        read_only=True,
+        low=float(OFF),
+        high=MAX_SWITCH_INTERVAL_MS,
+        none_if=OFF,
+    )
+    # NumPy's BLAS threads are process-wide and spin after each call.
+    blas_threads: int | None = param(
+        1,
+        "threads of NumPy's OpenBLAS while the executor runs: with more, a lane's BLAS "
+        "call waits on BLAS workers that other lanes pre-empt; 0: left as it is",
+        read_only=True,
+        low=OFF,
+        high=MAX_LANES,
+        none_if=OFF,
+    )
+    opencv_threads: int | None = param(
+        1,
+        "threads of OpenCV (the clustering) while the executor runs: with more, a call "
+        "waits on OpenCV workers that take a core from the other lanes; 0: left as it is",
+        read_only=True,
+        low=OFF,
+        high=MAX_LANES,
+        none_if=OFF,
+    )
+    latency_window: int = derived("the library (no node parameter sets it)", 100_000)
 
     def __post_init__(self) -> None:
         if self.reserved_workers < 0 or self.shared_workers < 1:
             raise ConfigError("need reserved_workers >= 0 and shared_workers >= 1")
         if self.shared_nice is not None and not -20 <= self.shared_nice <= 19:
             raise ConfigError(f"shared_nice must lie in [-20, 19], got {self.shared_nice}")
-        if self.switch_interval_ms is not None and not 0.0 < self.switch_interval_ms <= 100.0:
+        switch = self.switch_interval_ms
+        if switch is not None and not 0.0 < switch <= MAX_SWITCH_INTERVAL_MS:
             raise ConfigError("switch_interval_ms must lie in (0, 100]")
         if self.latency_window < 1:
             raise ConfigError("latency_window must be >= 1")

@@ -15,6 +15,7 @@ from dynshape_perception.perception.localization import (
     TF,
     FrameParams,
     Localizer,
+    Mount,
 )
 from dynshape_perception.perception.transforms import Matrix, TransformTree, planar
 
@@ -29,7 +30,7 @@ def _odometry(x: float) -> tuple[Matrix, str]:
 def _localizer(tree: TransformTree, odometry_active: bool = False) -> Localizer:
     return Localizer(
         tree,
-        FrameParams(fallback_mount=FALLBACK),
+        FrameParams(fallback_mount=Mount(x_m=0.5, z_m=1.0)),
         lambda s: _odometry(10.0 * s),
         lambda: odometry_active,
     )
