@@ -146,8 +146,16 @@ test-kilted: venv bench-extras fleet-extras system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider test
 
 # The tests marked `ros` (test/test_ros_marker.py keeps the marks right) again, on Jazzy's rclpy.
+# JAZZY_LOG=FILE keeps the run's output there until it ends (.ci/run, where it runs beside
+# Kilted's), so the two runs' lines never mix and Kilted's progress stays live.
+JAZZY_LOG ?=
 test-jazzy: venv-jazzy system-deps
+ifeq ($(JAZZY_LOG),)
 	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test
+else
+	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test > $(JAZZY_LOG) 2>&1; \
+	  rc=$$?; sed 's/^/[jazzy] /' $(JAZZY_LOG); exit $$rc
+endif
 
 # Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
 $(BENCH_STAMP): requirements-bench.txt $(STAMP)

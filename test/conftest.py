@@ -46,6 +46,14 @@ def plain_loggers() -> None:
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# A suite started in the background of a non-interactive shell inherits SIGINT ignored: the
+# nodes and clusters its tests stop with Ctrl-C would then wait out their stop timeouts.
+for _sig, _handler in (
+    (signal.SIGINT, signal.default_int_handler),
+    (signal.SIGTERM, signal.SIG_DFL),
+):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, _handler)
 
 
 @pytest.fixture(autouse=True)

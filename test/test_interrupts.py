@@ -71,3 +71,21 @@ def test_a_later_test_and_its_children_get_the_stop_signals_back() -> None:
     child = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
+
+
+def test_a_suite_started_with_the_stop_signals_ignored_takes_them_back() -> None:
+    """A run in the background of a non-interactive shell starts with SIGINT ignored."""
+
+    def ignore_stop_signals() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    test = f"{__file__}::test_a_later_test_and_its_children_get_the_stop_signals_back"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        capture_output=True,
+        text=True,
+        preexec_fn=ignore_stop_signals,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
