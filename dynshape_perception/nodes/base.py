@@ -155,6 +155,8 @@ class PerceptionNode(Node):
         self.kind = kind
         self.specs = parameters.node_specs(kind)
         self.values = self._declare()
+        # Read once and on each change: a frame's stamp screen must not re-read the values.
+        self.stamp_policy = parameters.stamp_policy(self.values)
         self.debug_times = switch_debug_times(None, self, self.values)
         self.drops = DropCounter(
             reasons, self.get_logger().warning, float(self.values["warn_throttle_s"])
@@ -245,6 +247,7 @@ class PerceptionNode(Node):
                 self.values[param.name] = param.value
         if changed:
             self.drops.throttle_s = float(self.values["warn_throttle_s"])
+            self.stamp_policy = parameters.stamp_policy(self.values)
             self._apply_jit()
             if self.deadline_executor is not None and any(n.startswith("tiers.") for n in changed):
                 self.deadline_executor.update_config(parameters.tier_config(self.values))
@@ -309,7 +312,7 @@ class PerceptionNode(Node):
         """False (a counted drop) for an outlier stamp, which moves no state; a sustained jump
         back restarts every registered state, since a looped bag or a reset clock would
         else make every later input stale for good."""
-        screen.policy = parameters.stamp_policy(self.values)
+        screen.policy = self.stamp_policy
         screened = screen.check(stamp_s, newest_s, self.ros_time_s())
         if screened.dropped:
             self.drops.drop(screened.verdict, f"{what}: {screened.reason}")

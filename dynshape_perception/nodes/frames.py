@@ -263,7 +263,8 @@ class PoseInput:
             lambda: odom is not None and odom.active,
         )
         self._source = ""
-        self._mount_source = ""
+        # Per sensor frame: a fixed-frame lookup of the base frame itself asks for no mount.
+        self._mount_sources: dict[str, str] = {}
         node.diagnostics.add_task(POSE, node.report_pose)
 
     def mount(self, sensor_frame: str, stamp_s: float) -> Matrix:
@@ -275,9 +276,9 @@ class PoseInput:
     def _say_mount(self, sensor_frame: str) -> None:
         """Log and note the mount in use when it first comes up or changes."""
         source = self.localizer.mount_source
-        if source and source != self._mount_source:
-            self._mount_source = source
-            base = self.params.base_frame
+        base = self.params.base_frame
+        if source and sensor_frame != base and source != self._mount_sources.get(sensor_frame):
+            self._mount_sources[sensor_frame] = source
             text = (
                 f"{sensor_frame!r} -> {base!r} from TF"
                 if source == TF

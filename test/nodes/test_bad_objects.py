@@ -111,3 +111,20 @@ def test_a_bad_transform_is_dropped_alone(nodes: dict[str, PerceptionNode]) -> N
     buffer = node.pose.buffer  # type: ignore[attr-defined]
     assert buffer.can_transform("bad_tf_world", "bad_tf_good", Time())
     assert not buffer.can_transform("bad_tf_world", "bad_tf_bad", Time())
+
+
+def test_the_mount_is_logged_once_per_sensor_frame(
+    nodes: dict[str, PerceptionNode], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Inputs in the base frame between a sensor's inputs ask for no mount: the sensor's
+    mount is logged when it first comes up, not again at every change of input frame."""
+    node = nodes["tracker_node"]
+    capfd.readouterr()
+    for k in range(4):
+        stamp = time.time_ns()
+        callback_of(node, "odom")(sample("odom", stamp))
+        for frame in ("radar_left", "base_link"):
+            callback_of(node, "detected_objects")(detected_objects(stamp + k, frame, obstacles()))
+    err = capfd.readouterr().err
+    assert err.count("sensor mount:") == 1, err
+    assert "'radar_left'" in err

@@ -65,6 +65,7 @@ class InputNode(Node):
         super().__init__(f"input_{node}", context=context)
         self.values = {n: s.default for n, s in parameters.node_specs(node).items()}
         self.values.update(overrides)
+        self.stamp_policy = parameters.stamp_policy(self.values)
         self.warnings: list[str] = []
         self.drops = DropCounter(
             (*REASONS, STALE_STAMP, *ODOM_REASONS), self.warnings.append, throttle_s=0.0
