@@ -161,10 +161,21 @@ class PerceptionPipelineNode(SegmentingNode):
     def on_tracked(self, frame: FrameInfo, result: Tracked) -> None:
         heads: Heads = frame.context
         self.publish_obstacles(self.detected, self.obstacles, heads.vehicle, result.obstacles)
-        if result.cloud is not None:
-            self.count_full_cloud(result.cloud)
-            self.record_latency(result.cloud.latency_ms)
-        self.set_counter(NOT_TRACKED, self.tiers.counts[NOT_TRACKED])
+        try:
+            self._publish_tracked(heads, result)
+        finally:
+            # After the outputs, which then wait for none of it.
+            self.set_counter(NOT_TRACKED, self.tiers.counts[NOT_TRACKED])
+            stages: dict[str, float] = {}
+            if result.cloud is not None:
+                self.count_full_cloud(result.cloud)
+                stages.update(result.cloud.latency_ms)
+            if result.states is not None:
+                stages["track"] = result.track_ms
+            if stages:
+                self.record_latency(stages)
+
+    def _publish_tracked(self, heads: Heads, result: Tracked) -> None:
         states: TrackStates | None = result.states
         if states is None:
             return
@@ -177,7 +188,6 @@ class PerceptionPipelineNode(SegmentingNode):
             self.tracks.publish(table_msg(states.tracks, heads.fixed))
         self.set_counter(TRACKS_DROPPED, self.pipeline.tracker.dropped_tracks)
         self.count("frames_out")
-        self.record_latency({"track": result.track_ms})
 
     def on_predicted(self, frame: FrameInfo, result: Predicted) -> None:
         heads: Heads = frame.context
