@@ -291,7 +291,7 @@ def test_the_executor_parameters_default_to_the_nodes_and_zero_turns_them_off() 
     specs = parameters.all_specs()
     defaults = {name: spec.default for name, spec in specs.items()}
     options = parameters.executor_options(defaults)
-    assert (options.reserved_rt_priority, options.switch_interval_ms) == (10, 0.1)
+    assert (options.reserved_rt_priority, options.switch_interval_ms) == (10, 2.0)
     off = parameters.executor_options({**defaults, "executor.blas_threads": 0})
     assert off.blas_threads is None and off.opencv_threads == 1
 

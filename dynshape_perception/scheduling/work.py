@@ -105,9 +105,10 @@ class ExecutorOptions:
         none_if=OFF,
     )
     # The default 5 ms GIL slice would let a lower-tier thread's Python code hold tier-1
-    # work up for half its budget.
+    # work up for half its budget; a much shorter one makes two busy lanes hand the GIL
+    # over so often that the switches cost both more than the waits they save.
     switch_interval_ms: float | None = param(
-        0.1,
+        2.0,
         "GIL switch interval while the executor runs, so that lower-tier Python code "
         "holds tier 1 up briefly; 0: the interpreter's",
         read_only=True,

@@ -132,7 +132,7 @@ def test_executor_options_take_zero_for_off() -> None:
         shared_workers=1,
         reserved_rt_priority=10,
         shared_boost_rt_priority=5,
-        switch_interval_ms=0.1,
+        switch_interval_ms=2.0,
         blas_threads=1,
         opencv_threads=1,
     )

@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 
 RATES = {"1x": 1.0, "2x": 2.0}
 DRAIN_S = 15.0
-# Each time tier 1 releases the GIL (a TVM or OpenCV call), a shared lane takes it, and
-# tier 1 waits up to one interval to get it back, many times a frame.
-SWITCH_INTERVAL_MS = 0.1
+# The nodes' own: each time tier 1 releases the GIL (a TVM or OpenCV call), a shared lane
+# takes it, and tier 1 waits up to one interval to get it back.
+SWITCH_INTERVAL_MS = ExecutorOptions().switch_interval_ms
 # NumPy's OpenBLAS on one thread while an executor runs: its workers would make a lane's
 # BLAS call wait on threads that other lanes pre-empt, and spin for a core after each call.
 BLAS_THREADS = 1
