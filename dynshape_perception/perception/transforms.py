@@ -120,9 +120,13 @@ def transform_points(m: Matrix, points: np.ndarray) -> np.ndarray:
         # A mount without rotation (a lidar on a mast): the product's terms other than the
         # point's own coordinate times one are zeros, so adding the translation alone gives
         # the same floats at a fraction of the matrix product's cost, where all are finite.
+        column = np.empty(points.shape[0])
         for axis in range(3):
-            out[:, axis] = points[:, axis].astype(np.float64) + float(m[axis, 3])
-        if np.isfinite(out[:, :3]).all():
+            np.add(points[:, axis], float(m[axis, 3]), out=column, dtype=np.float64)
+            if not np.isfinite(column).all():
+                break
+            out[:, axis] = column
+        else:
             return out
     xyz = points[:, :3].astype(np.float64) @ m[:3, :3].T + m[:3, 3]
     out[:, :3] = xyz
