@@ -113,7 +113,10 @@ def merge_fragments(
     # would join two clusters that are no fragments.
     root = _components(n, rows, cols)
     corners = _corners(boxes).astype(np.float64)
-    _, first, sizes = np.unique(root, return_index=True, return_counts=True)
+    # Each component's least node names it: those nodes, in order, are np.unique's first
+    # occurrences of the names, without its sort.
+    first = np.flatnonzero(root == np.arange(n))
+    sizes = np.bincount(root, minlength=n)[first]
     out = boxes[first].copy()
     # Each group's members in index order, one slice each.
     by_group = np.argsort(root, kind="stable")

@@ -140,7 +140,8 @@ def fit_ground_plane(
 
     rng = np.random.default_rng(seed)
     if xyz.shape[0] > max_sample_points:
-        sample = xyz[rng.choice(xyz.shape[0], size=max_sample_points, replace=False)]
+        chosen = rng.choice(xyz.shape[0], size=max_sample_points, replace=False)
+        sample = np.take(xyz, chosen, axis=0)
     else:
         sample = xyz
     triples = sample[rng.integers(0, sample.shape[0], size=(iterations, MIN_PLANE_POINTS))]
