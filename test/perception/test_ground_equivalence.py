@@ -97,7 +97,7 @@ def test_the_kitti_scan_fits_as_the_reference(
     _assert_same(kitti_points[:, :3].astype(np.float64), seed=seed, max_sample_points=2000)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_generated_scenes_fit_as_the_reference(seed: int) -> None:
     scene = driving_scene(seed=seed, fov_deg=360.0)
     assert not _assert_same(scene.points, seed=seed).is_default

@@ -66,7 +66,7 @@ def test_the_kitti_scan_selects_as_the_reference(kitti_bin: Path) -> None:
     assert _assert_same(points, fit_ground_plane(points[:, :3])) > 1000
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_generated_scenes_select_as_the_reference(seed: int) -> None:
     scene = driving_scene(seed=seed, fov_deg=360.0)
     points = scene.points.astype(np.float32)
