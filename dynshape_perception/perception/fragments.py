@@ -6,8 +6,6 @@ from collections.abc import Callable
 
 import cv2
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 LabelFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -64,6 +62,23 @@ def _nearest_in_reach(
     return np.concatenate(rows), np.concatenate(cols)
 
 
+def _components(n: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Each of ``n`` nodes' connected component under the undirected edges ``rows``-``cols``,
+    named by its least node (scipy's connected_components numbers them in that order, but
+    its sparse matrices cost more to set up than the search on a few dozen boxes)."""
+    label = np.arange(n)
+    while True:
+        least = np.minimum(label[rows], label[cols])
+        lowered = label.copy()
+        np.minimum.at(lowered, rows, least)
+        np.minimum.at(lowered, cols, least)
+        # Each label is a node of the same component with a label no greater: jump to it.
+        lowered = lowered[lowered]
+        if np.array_equal(lowered, label):
+            return label
+        label = lowered
+
+
 def merge_fragments(
     boxes: np.ndarray, cell_size_m: float, gap_rad: float, label: LabelFn
 ) -> np.ndarray:
@@ -84,7 +99,6 @@ def merge_fragments(
     fragment = (boxes["length"] <= small) & (boxes["width"] <= small)
     if not fragment.any():
         return boxes
-    corners = _corners(boxes).astype(np.float64)
     centre = np.stack([boxes["x"], boxes["y"]], axis=1).astype(np.float64)
     reach = 0.5 * np.hypot(boxes["length"], boxes["width"]).astype(np.float64)
     cos, sin = np.cos(boxes["yaw"]), np.sin(boxes["yaw"])
@@ -97,33 +111,52 @@ def merge_fragments(
         return boxes
     # One edge from each fragment: a chain of k fragments has k edges, never the k + 1 that
     # would join two clusters that are no fragments.
-    graph = coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
-    _, root = connected_components(graph, directed=False)
-    _, first, sizes = np.unique(root, return_index=True, return_counts=True)
+    root = _components(n, rows, cols)
+    corners = _corners(boxes).astype(np.float64)
+    # Each component's least node names it: those nodes, in order, are np.unique's first
+    # occurrences of the names, without its sort.
+    first = np.flatnonzero(root == np.arange(n))
+    sizes = np.bincount(root, minlength=n)[first]
     out = boxes[first].copy()
     # Each group's members in index order, one slice each.
     by_group = np.argsort(root, kind="stable")
     ends = np.cumsum(sizes)
     top = boxes["z"] + boxes["height"] / 2.0
     bottom = boxes["z"] - boxes["height"] / 2.0
-    for i in np.flatnonzero(sizes > 1).tolist():
+    num_points, score = boxes["num_points"], boxes["score"]
+    joined = np.flatnonzero(sizes > 1)
+    # Per joined group, in Python floats (IEEE doubles, as NumPy's float64 scalars), set in
+    # the table a column at a time: a row's fields set one by one cost more than the fit.
+    values: list[tuple[float, ...]] = []
+    for i in joined.tolist():
         members = by_group[ends[i] - sizes[i] : ends[i]]
         rect = cv2.minAreaRect(corners[members].reshape(-1, 2).astype(np.float32))
-        pts = cv2.boxPoints(rect).astype(np.float64)
-        a, b = pts[1] - pts[0], pts[2] - pts[1]
+        (x0, y0), (x1, y1), (x2, y2), (x3, y3) = cv2.boxPoints(rect).tolist()
+        a, b = (x1 - x0, y1 - y0), (x2 - x1, y2 - y1)
         la, lb = float(np.hypot(*a)), float(np.hypot(*b))
         long_edge = a if la >= lb else b
         yaw = float(np.arctan2(long_edge[1], long_edge[0]))
         yaw = yaw + np.pi if yaw <= -np.pi / 2 else yaw - np.pi if yaw > np.pi / 2 else yaw
-        count = boxes["num_points"][members].astype(np.float64)
-        row = out[i]
-        row["x"], row["y"] = pts.mean(axis=0)
-        row["length"], row["width"], row["yaw"] = max(la, lb), min(la, lb), yaw
+        count = num_points[members].astype(np.float64)
+        total = count.sum()
         hi, lo = float(top[members].max()), float(bottom[members].min())
-        row["z"], row["height"] = (hi + lo) / 2.0, hi - lo
-        row["score"] = float((boxes["score"][members] * count).sum() / count.sum())
-        row["num_points"] = int(count.sum())
-        out[i] = row
+        values.append(
+            (
+                (((x0 + x1) + x2) + x3) / 4.0,
+                (((y0 + y1) + y2) + y3) / 4.0,
+                max(la, lb),
+                min(la, lb),
+                yaw,
+                (hi + lo) / 2.0,
+                hi - lo,
+                float((score[members] * count).sum() / total),
+                int(total),
+            )
+        )
+    if values:
+        names = ("x", "y", "length", "width", "yaw", "z", "height", "score", "num_points")
+        for name, column in zip(names, zip(*values, strict=True), strict=True):
+            out[name][joined] = column
     out["label"] = label(out["length"], out["width"], out["height"])
     nearest_first: np.ndarray = out[np.argsort(np.hypot(out["x"], out["y"]), kind="stable")]
     return nearest_first

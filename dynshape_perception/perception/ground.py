@@ -55,17 +55,22 @@ def _xyz(points: np.ndarray) -> np.ndarray:
     points = np.asarray(points)
     if points.ndim != 2 or points.shape[1] < 3:
         raise ShapeError(f"points must be [P, >=3], got shape {points.shape}")
-    return points[:, :3].astype(np.float64)
+    # Column by column: casting the strided [P, 3] view at once is several times slower.
+    xyz = np.empty((points.shape[0], 3))
+    for axis in range(3):
+        xyz[:, axis] = points[:, axis]
+    return xyz
 
 
 def _refit(xyz: np.ndarray) -> tuple[np.ndarray, float]:
-    """Total least squares plane through ``xyz``: unit normal with c >= 0, and d.
+    """Total least squares plane through ``xyz`` (centred in place): unit normal with c >= 0,
+    and d.
 
     The normal is the scatter matrix's least eigenvector: the SVD of the centred points
     gives the same direction but builds an ``[n, 3]`` factor it does not need.
     """
     centroid = xyz.mean(axis=0)
-    centred = xyz - centroid
+    centred = np.subtract(xyz, centroid, out=xyz)
     _, vectors = np.linalg.eigh(centred.T @ centred)
     normal = vectors[:, 0]
     if normal[2] < 0.0:
@@ -135,7 +140,8 @@ def fit_ground_plane(
 
     rng = np.random.default_rng(seed)
     if xyz.shape[0] > max_sample_points:
-        sample = xyz[rng.choice(xyz.shape[0], size=max_sample_points, replace=False)]
+        chosen = rng.choice(xyz.shape[0], size=max_sample_points, replace=False)
+        sample = np.take(xyz, chosen, axis=0)
     else:
         sample = xyz
     triples = sample[rng.integers(0, sample.shape[0], size=(iterations, MIN_PLANE_POINTS))]
@@ -145,7 +151,8 @@ def fit_ground_plane(
     normals = normals[usable] / norms[usable, None]
     normals *= np.where(normals[:, 2] < 0.0, -1.0, 1.0)[:, None]
     offsets = -np.einsum("ik,ik->i", normals, triples[usable, 0])
-    level = normals[:, 2] >= np.cos(np.deg2rad(max_tilt_deg))
+    min_up = np.cos(np.deg2rad(max_tilt_deg))
+    level = normals[:, 2] >= min_up
     normals, offsets = normals[level], offsets[level]
     if normals.shape[0] == 0:
         return GroundPlane.default(default_height_m)
@@ -154,20 +161,29 @@ def fit_ground_plane(
     # road beats a tilted one that grazes more curb and car-body points within the band.
     best = int(np.argmin(_msac_costs(sample, normals, offsets, threshold_m**2)))
     normal, offset = normals[best], float(offsets[best])
-    inliers = np.abs(xyz @ normal + offset) <= threshold_m
+    inliers = _inliers(xyz, normal, offset, threshold_m)
     for _ in range(refit_rounds):
-        if inliers.sum() < MIN_PLANE_POINTS:
+        if inliers.size < MIN_PLANE_POINTS:
             break
-        refit_normal, refit_offset = _refit(xyz[inliers])
-        if refit_normal[2] < np.cos(np.deg2rad(max_tilt_deg)):
+        # np.take gathers rows several times faster than a boolean mask.
+        refit_normal, refit_offset = _refit(np.take(xyz, inliers, axis=0))
+        if refit_normal[2] < min_up:
             break
         normal, offset = refit_normal, refit_offset
-        inliers = np.abs(xyz @ normal + offset) <= threshold_m
+        inliers = _inliers(xyz, normal, offset, threshold_m)
     return GroundPlane(
         float(normal[0]),
         float(normal[1]),
         float(normal[2]),
         offset,
-        num_inliers=int(inliers.sum()),
+        num_inliers=int(inliers.size),
         is_default=False,
     )
+
+
+def _inliers(xyz: np.ndarray, normal: np.ndarray, offset: float, threshold_m: float) -> np.ndarray:
+    """The rows of ``xyz`` within ``threshold_m`` of the plane."""
+    distance = xyz @ normal
+    distance += offset
+    np.abs(distance, out=distance)
+    return np.flatnonzero(distance <= threshold_m)

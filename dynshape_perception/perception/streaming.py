@@ -100,8 +100,11 @@ class NearField:
             heights = ground.height(np.take(points, index, axis=0))
             index = index[np.abs(heights) > self.ground_band_m]
         if index.size > self.max_points:
-            dist = np.hypot(points[index, 0], points[index, 1])
-            index = np.sort(index[np.argpartition(dist, self.max_points - 1)[: self.max_points]])
+            dist = np.hypot(np.take(points[:, 0], index), np.take(points[:, 1], index))
+            nearest = np.zeros(index.size, dtype=bool)
+            nearest[np.argpartition(dist, self.max_points - 1)[: self.max_points]] = True
+            # In scan order: the index rises, so its masked rows are the sorted selection.
+            index = index[nearest]
         return index
 
     def roi(self) -> Roi:
@@ -124,7 +127,10 @@ def subsample_far_field(
     far = np.flatnonzero(~near_mask)
     rng = np.random.default_rng(seed)
     kept = rng.choice(far, size=round(keep_fraction * far.size), replace=False)
-    subsampled: np.ndarray = points[np.sort(np.concatenate([np.flatnonzero(near_mask), kept]))]
+    # The corridor and the kept far points are disjoint: marked in one mask, they come out
+    # in scan order without a sort.
+    near_mask[kept] = True
+    subsampled: np.ndarray = np.take(points, np.flatnonzero(near_mask), axis=0)
     return subsampled
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dynshape_perception.errors import TransformError
+from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.transforms import (
     DegenerateQuaternion,
     TransformTree,
@@ -101,3 +103,49 @@ def test_tree_forgets_old_dynamic_transforms_and_refuses_bad_edges() -> None:
     assert tree.can_transform("odom", "base_link", 2.93)  # within the tolerance past the end
     with pytest.raises(TransformError, match="two frames"):
         tree.set("odom", "odom", 0.0, np.eye(4), static=True)
+
+
+def _product(m: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """The general path: every point through the full matrix product."""
+    out = points.copy()
+    out[:, :3] = points[:, :3].astype(np.float64) @ m[:3, :3].T + m[:3, 3]
+    return out
+
+
+def _awkward_points(kitti_bin: Path) -> np.ndarray:
+    """The KITTI scan, with signed zeros, tiny and huge coordinates added."""
+    scan = read_kitti_bin(kitti_bin, allow_empty=False)
+    rng = np.random.default_rng(3)
+    odd = rng.choice([0.0, -0.0, 1e-30, -1e-30, 1e30, -3.0, 2.5], size=(500, 4))
+    return np.concatenate([scan, odd.astype(np.float32)])
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [(0.0, 0.0, 1.73), (0.3, -0.2, 1.9), (-1e-30, 0.0, 0.0), (5e30, -2.0, 0.0), (0.0, -0.0, 1.0)],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_translation_gives_the_bytes_of_the_matrix_product(
+    kitti_bin: Path, offset: tuple[float, float, float], dtype: type
+) -> None:
+    points: np.ndarray = _awkward_points(kitti_bin).astype(dtype)
+    m = np.eye(4)
+    m[:3, 3] = offset
+    moved = transform_points(m, points)
+    assert moved.dtype == points.dtype
+    assert moved.tobytes() == _product(m, points).tobytes()
+    assert not np.array_equal(moved, points)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul")
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_a_translation_of_non_finite_points_gives_the_product_too(bad: float) -> None:
+    # inf times a zero of the rotation is NaN in the product, in the other coordinates too.
+    points: np.ndarray = np.array(
+        [[1.0, 2.0, 3.0, 0.5], [bad, 0.0, 1.0, 0.5], [0.0, bad, -0.0, 0.5]]
+    )
+    m = np.eye(4)
+    m[:3, 3] = (0.5, 0.0, 1.73)
+    moved = transform_points(m, points.astype(np.float32))
+    assert moved.tobytes() == _product(m, points.astype(np.float32)).tobytes()
+    assert np.isnan(moved[1:, :3]).any()
