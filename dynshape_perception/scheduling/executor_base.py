@@ -17,6 +17,7 @@ from typing import Any, Self, cast
 import numpy as np
 
 from dynshape_perception.errors import ConfigError, SchedulingError
+from dynshape_perception.scheduling.allocator import keep_freed_memory
 from dynshape_perception.scheduling.blas import set_blas_threads, set_opencv_threads
 from dynshape_perception.scheduling.tiers import TIERS, Tier, TierConfig, as_tier
 from dynshape_perception.scheduling.work import (
@@ -96,6 +97,9 @@ class ExecutorBase:
                     log.warning("no OpenBLAS whose threads can be set: BLAS keeps its threads")
             if self.options.opencv_threads is not None:
                 self._saved_opencv = set_opencv_threads(self.options.opencv_threads)
+            keep = self.options.allocator_keep_mb
+            if keep is not None and not keep_freed_memory(keep):
+                log.warning("allocator settings refused: the C library is not glibc")
             for i, lane in enumerate(self._lanes()):
                 thread = threading.Thread(
                     target=self._serve, args=(lane,), name=f"{self.kind}-{lane}-{i}", daemon=True

@@ -26,6 +26,7 @@ COST_SMOOTHING = 0.2
 MAX_LANES = 16
 MAX_RT_PRIORITY = 99
 MAX_SWITCH_INTERVAL_MS = 100.0
+MAX_ALLOCATOR_KEEP_MB = 65536
 CostKey = tuple[str, int | None]
 
 
@@ -135,6 +136,17 @@ class ExecutorOptions:
         high=MAX_LANES,
         none_if=OFF,
     )
+    # A frame's clouds are freed and allocated again every frame: returned to the system in
+    # between, their pages are faulted in anew each time.
+    allocator_keep_mb: int | None = param(
+        512,
+        "freed memory the C allocator (glibc) keeps for reuse instead of returning it to the "
+        "system, arrays up to 32 MB coming from its heaps; 0: the allocator's defaults",
+        read_only=True,
+        low=OFF,
+        high=MAX_ALLOCATOR_KEEP_MB,
+        none_if=OFF,
+    )
     latency_window: int = derived("the library (no node parameter sets it)", 100_000)
 
     def __post_init__(self) -> None:
@@ -149,6 +161,8 @@ class ExecutorOptions:
             raise ConfigError("latency_window must be >= 1")
         if self.blas_threads is not None and self.blas_threads < 1:
             raise ConfigError(f"blas_threads must be >= 1, got {self.blas_threads}")
+        if self.allocator_keep_mb is not None and self.allocator_keep_mb < 1:
+            raise ConfigError(f"allocator_keep_mb must be >= 1, got {self.allocator_keep_mb}")
         if self.opencv_threads is not None and self.opencv_threads < 1:
             raise ConfigError(f"opencv_threads must be >= 1, got {self.opencv_threads}")
         for name in ("reserved_rt_priority", "shared_boost_rt_priority"):

@@ -135,6 +135,7 @@ def test_executor_options_take_zero_for_off() -> None:
         switch_interval_ms=2.0,
         blas_threads=1,
         opencv_threads=1,
+        allocator_keep_mb=512,
     )
     values.update(
         {
@@ -143,12 +144,13 @@ def test_executor_options_take_zero_for_off() -> None:
             "executor.switch_interval_ms": 0.0,
             "executor.blas_threads": 0,
             "executor.opencv_threads": 0,
+            "executor.allocator_keep_mb": 0,
         }
     )
     off = parameters.executor_options(values)
     assert off.reserved_rt_priority is None and off.shared_boost_rt_priority is None
     assert off.switch_interval_ms is None and off.blas_threads is None
-    assert off.opencv_threads is None
+    assert off.opencv_threads is None and off.allocator_keep_mb is None
 
 
 @pytest.mark.parametrize(
