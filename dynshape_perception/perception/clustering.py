@@ -69,6 +69,16 @@ class ClusterParams:
     closing_cells: int = param(
         1, "radius of the morphological closing in cells; 0 disables it", low=0, high=16
     )
+    # Points this low above a fitted ground are road whatever their score, as the near field
+    # takes them; the full cloud then scores only the points that can join a cluster. A flat
+    # default ground (no fit yet) may lie off the road, so it decides nothing here.
+    min_height_m: float = param(
+        0.15,
+        "points lower above a fitted ground are road: left out of clusters and not scored; "
+        "-10 keeps every point",
+        low=-10.0,
+        high=10.0,
+    )
     # Points higher than this above the ground (tree canopies, signs) are left out so that
     # they cannot bridge the objects beneath them; applies only when a ground is given.
     max_height_m: float = param(
@@ -98,6 +108,11 @@ class ClusterParams:
                 f"{MAX_GRID_CELLS}: raise cell_size_m or shrink the ROI"
             )
         check_fields(self)
+        if self.min_height_m >= self.max_height_m:
+            raise ConfigError(
+                f"min_height_m ({self.min_height_m}) must lie below max_height_m "
+                f"({self.max_height_m})"
+            )
 
     @property
     def grid_shape(self) -> tuple[int, int]:
@@ -184,6 +199,17 @@ def _window(cells: np.ndarray, size: int, margin: int) -> tuple[int, int]:
     return lo, hi
 
 
+def rows_to_score(
+    points: np.ndarray, params: ClusterParams, ground: GroundPlane
+) -> np.ndarray | None:
+    """The rows of ``points`` whose score can decide anything: those ``cluster_obstacles``
+    would keep at any score (None: every row)."""
+    if ground.is_default:
+        return None
+    heights = ground.height(points)
+    return np.flatnonzero((heights >= params.min_height_m) & (heights <= params.max_height_m))
+
+
 def cluster_obstacles(
     points: np.ndarray,
     scores: np.ndarray,
@@ -215,6 +241,8 @@ def cluster_obstacles(
     heights = ground.height(rows) if ground is not None else None
     if heights is not None:
         keep &= heights <= params.max_height_m
+        if ground is not None and not ground.is_default:
+            keep &= heights >= params.min_height_m
     kept = np.flatnonzero(keep)
     if kept.size == 0:
         return empty(OBSTACLE_DTYPE)

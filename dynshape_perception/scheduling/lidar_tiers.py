@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.perception.clustering import cluster_obstacles
+from dynshape_perception.perception.clustering import cluster_obstacles, rows_to_score
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
@@ -151,12 +151,15 @@ class Segmentation:
         ground = self.pipeline.fit_ground(cloud)
         self.plane = ground
         plane = ground.as_array()
+        # Road and canopy points would not join a cluster at any score.
+        wanted = rows_to_score(cloud, self.pipeline.params.cluster, ground)
+        rows = cloud if wanted is None else np.take(cloud, wanted, axis=0)
         yield
         scores: list[np.ndarray] = []
         done = 0
-        while done < cloud.shape[0]:
+        while done < rows.shape[0]:
             size = self.chunks.points(self.executor.config.chunk_budget_ms)
-            chunk = cloud[done : done + size]
+            chunk = rows[done : done + size]
             called = time.perf_counter()
             scores.append(self.main("forward", chunk, plane)[0])
             if chunk.shape[0] == size:
@@ -164,7 +167,12 @@ class Segmentation:
             done += chunk.shape[0]
             yield
         segmented = time.perf_counter()
-        merged = np.concatenate(scores) if scores else np.zeros(0, np.float32)
+        scored = np.concatenate(scores) if scores else np.zeros(0, np.float32)
+        if wanted is None:
+            merged = scored
+        else:
+            merged = np.zeros(cloud.shape[0], np.float32)
+            merged[wanted] = scored
         obstacles = self.pipeline.detect(cloud, merged, ground)
         return FullCloud(
             obstacles,

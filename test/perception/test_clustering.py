@@ -10,7 +10,11 @@ import pytest
 from dynshape_perception.config import Roi
 from dynshape_perception.errors import ConfigError, ShapeError
 from dynshape_perception.io.datasets import read_kitti_bin
-from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
+from dynshape_perception.perception.clustering import (
+    ClusterParams,
+    cluster_obstacles,
+    rows_to_score,
+)
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.perception.records import (
     LABEL_CAR,
@@ -185,6 +189,7 @@ def test_bad_input_and_roi() -> None:
         ({"closing_cells": -1}, "closing_cells"),
         ({"min_points": 0}, "min_points"),
         ({"max_height_m": float("nan")}, "max_height_m"),
+        ({"min_height_m": 3.0, "max_height_m": 3.0}, "must lie below max_height_m"),
         # A grid that would take gigabytes per frame is a setting error, not a MemoryError later.
         ({"cell_size_m": 1e-4}, "raise cell_size_m"),
     ],
@@ -195,12 +200,15 @@ def test_bad_params(changes: dict[str, object], match: str) -> None:
 
 
 def test_near_cars_of_a_synthetic_scan_are_single_clusters() -> None:
+    """Every labelled point of a car joins its one cluster (the road rule is off: the labels
+    also mark a car's returns just above the road)."""
     checked = 0
+    every_height = ClusterParams(min_height_m=-10.0)
     for seed in range(4):
         scene = driving_scene(seed=seed)
         ground = fit_ground_plane(scene.points, seed=seed)
         clusters = cluster_obstacles(
-            scene.points, scene.is_obstacle.astype(np.float32), None, ground
+            scene.points, scene.is_obstacle.astype(np.float32), every_height, ground
         )
         boxes = scene.boxes
         near = (boxes["label"] == LABEL_CAR) & (np.hypot(boxes["x"], boxes["y"]) < 12.0)
@@ -253,3 +261,43 @@ def test_dropped_small_blobs_do_not_leak_into_their_neighbours() -> None:
     )
     no_ground = cluster_obstacles(points, scores, ClusterParams(), None)
     np.testing.assert_allclose(np.sort(no_ground["height"]), [1.0, 1.3], atol=1e-4)
+
+
+def _scored_scene(seed: int) -> tuple[np.ndarray, GroundPlane, np.ndarray]:
+    """A generated street with its fitted ground and seeded scores in [0, 1] on every point."""
+    scene = driving_scene(seed=seed)
+    ground = fit_ground_plane(scene.points, seed=seed)
+    count = int(scene.points.shape[0])
+    scores = np.asarray(np.random.default_rng(seed).random(count), dtype=np.float32)
+    return scene.points, ground, scores
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rows_left_unscored_never_change_the_boxes(seed: int) -> None:
+    """The full cloud scores only ``rows_to_score``: whatever the other rows score, the
+    boxes are the same bytes."""
+    points, ground, scores = _scored_scene(seed)
+    params = ClusterParams()
+    wanted = rows_to_score(points, params, ground)
+    assert wanted is not None and 0 < wanted.size < points.shape[0]
+    unscored = np.zeros_like(scores)
+    unscored[wanted] = scores[wanted]
+    full = cluster_obstacles(points, scores, params, ground)
+    assert full.shape[0] > 0
+    assert cluster_obstacles(points, unscored, params, ground).tobytes() == full.tobytes()
+
+
+def test_road_points_join_no_cluster_on_a_fitted_ground_only() -> None:
+    """A blob 5 cm above the road, scored 1: road on a fitted ground, an object on the flat
+    default (which may lie off the road), where every row is scored."""
+    rng = np.random.default_rng(3)
+    blob = np.column_stack(
+        [rng.uniform(5.0, 6.0, 200), rng.uniform(-0.5, 0.5, 200), np.full(200, -1.68)]
+    ).astype(np.float32)
+    scores = np.ones(200, np.float32)
+    fitted = GroundPlane(0.0, 0.0, 1.0, 1.73)
+    assert cluster_obstacles(blob, scores, ClusterParams(), fitted).shape[0] == 0
+    assert rows_to_score(blob, ClusterParams(), fitted).size == 0  # type: ignore[union-attr]
+    default = GroundPlane.default(1.73)
+    assert cluster_obstacles(blob, scores, ClusterParams(), default).shape[0] == 1
+    assert rows_to_score(blob, ClusterParams(), default) is None

@@ -71,6 +71,8 @@ def reference_cluster_obstacles(
     heights = ground.height(xyz) if ground is not None else None
     if heights is not None:
         keep &= heights <= params.max_height_m
+        if ground is not None and not ground.is_default:
+            keep &= heights >= params.min_height_m
     if not keep.any():
         return empty(OBSTACLE_DTYPE)
     xyz, member_scores = xyz[keep], scores[keep].astype(np.float64)
