@@ -77,6 +77,8 @@ class PredictionNode(PerceptionNode):
         self.counters[AGENTS_DROPPED] = 0
         self.counters[DUPLICATE_UUIDS] = 0
         self.predicted = self.output(PredictedObjects, "predicted_objects")
+        # Read once and on each change, not per frame.
+        self.object_params = parameters.object_params(self.values)
         tables = bool(self.values["debug.publish_tables"])
         self.predictions = self.output(PointCloud2, "predictions") if tables else None
         self.markers = self.marker_output()
@@ -88,6 +90,8 @@ class PredictionNode(PerceptionNode):
         self.ids.reset()
 
     def apply_parameters(self, changed: set[str]) -> None:
+        if any(name.startswith("objects.") for name in changed):
+            self.object_params = parameters.object_params(self.values)
         if any(name.startswith("prediction.") for name in changed):
             self.stage.update_settings(parameters.prediction_settings(self.values))
 
@@ -116,9 +120,10 @@ class PredictionNode(PerceptionNode):
             output = self.stage.predict(tracks, stamp, ego)
             paths = output.paths(self.stage.settings.step_s)
             t2 = time.perf_counter()
-            params = parameters.object_params(self.values)
             self.predicted.publish_serialized(
-                predicted_objects(stamp_ns(head_in.stamp), frame_id, states, paths, params),
+                predicted_objects(
+                    stamp_ns(head_in.stamp), frame_id, states, paths, self.object_params
+                ),
                 head_in.stamp,
             )
             head = output_header(head_in.stamp, frame_id)

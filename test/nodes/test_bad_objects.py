@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from rclpy.parameter import Parameter
 from rclpy.serialization import serialize_message
 from rclpy.time import Time
 from tf2_msgs.msg import TFMessage
@@ -128,3 +129,16 @@ def test_the_mount_is_logged_once_per_sensor_frame(
     err = capfd.readouterr().err
     assert err.count("sensor mount:") == 1, err
     assert "'radar_left'" in err
+
+
+def test_a_live_change_of_the_object_parameters_reaches_the_predictions(
+    nodes: dict[str, PerceptionNode],
+) -> None:
+    node = nodes["prediction_node"]
+    before = node.object_params  # type: ignore[attr-defined]
+    changed = before.position_std_m + 0.25
+    done = node.set_parameters([Parameter("objects.position_std_m", value=changed)])
+    assert done[0].successful, done[0].reason
+    assert node.object_params.position_std_m == changed  # type: ignore[attr-defined]
+    node.set_parameters([Parameter("objects.position_std_m", value=before.position_std_m)])
+    assert node.object_params == before  # type: ignore[attr-defined]
