@@ -12,11 +12,11 @@ import pytest
 from dynshape_perception import parameters
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.nodes.base import descriptor
-from dynshape_perception.perception.clustering import cluster_obstacles
+from dynshape_perception.perception.clustering import cluster_obstacles, rows_to_score
 from dynshape_perception.perception.drops import DropCounter
 from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
 from dynshape_perception.perception.pipeline import Pipeline
-from dynshape_perception.perception.streaming import NearField
+from dynshape_perception.perception.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.executor import (
     ExecutorOptions,
     TieredExecutor,
@@ -222,13 +222,17 @@ def test_a_clear_corridor_gives_no_obstacles_without_a_call(clear_road: np.ndarr
 
 
 def test_full_cloud_in_chunks_equals_one_call(scene: np.ndarray) -> None:
+    """Chunked, and only over the rows that can join a cluster: the boxes of one call over
+    every row all the same."""
     seg, _, main = _segmentation(FakeExecutor())
     yields, cloud = _run(seg.full_cloud(scene, seed=0))
-    assert main.sizes[0] == EDGES[0] and sum(main.sizes) == scene.shape[0]
+    ground = fit_ground_plane(scene[:, :3], seed=0)
+    wanted = rows_to_score(scene, seg.pipeline.params.cluster, ground)
+    assert wanted is not None and 0 < wanted.size < scene.shape[0]
+    assert main.sizes[0] == EDGES[0] and sum(main.sizes) == wanted.size
     assert all(size in EDGES for size in main.sizes[:-1])
     assert yields == 2 + len(main.sizes) == 2 + cloud.chunks
     assert not cloud.far_field_subsampled and cloud.points == scene.shape[0]
-    ground = fit_ground_plane(scene[:, :3], seed=0)
     scores = FakeSegmenter()("forward", scene, ground.as_array())[0]
     whole = cluster_obstacles(scene, scores, seg.pipeline.params.cluster, ground)
     np.testing.assert_array_equal(cloud.obstacles, whole[: seg.pipeline.bounds.N])
@@ -242,7 +246,10 @@ def test_degraded_mode_subsamples_the_far_field_only(scene: np.ndarray) -> None:
     corridor = int(near.mask(scene).sum())
     far = scene.shape[0] - corridor
     assert cloud.far_field_subsampled
-    assert cloud.points == sum(main.sizes) == corridor + round(0.5 * far)
+    kept = subsample_far_field(scene, near, 0.5, seed=3)
+    assert cloud.points == kept.shape[0] == corridor + round(0.5 * far)
+    wanted = rows_to_score(kept, seg.pipeline.params.cluster, seg.pipeline.fit_ground(kept))
+    assert wanted is not None and sum(main.sizes) == wanted.size
 
 
 # -- diagnostics ---------------------------------------------------------------------------
