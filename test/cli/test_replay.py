@@ -252,9 +252,11 @@ def test_run_directory_holds_metrics_and_parameters(
         # Every point of the scan is segmented or counted where the crop left it out.
         crop = sum(frame["counts"][key] for key in scan.COUNTERS)
         assert frame["counts"]["points"] + crop >= 5_000 and frame["counts"]["points"] > 0
-        assert frame["jit_calls"] > 0 and frame["hit_rate"] == 0.0
+        # A frame with nothing that could join a cluster calls no segmenter.
+        assert frame["jit_calls"] >= 0 and frame["hit_rate"] == 0.0
         missed_1 = frame["completion_ms"]["1"] > 50.0
         assert (1 in frame["missed"]) == missed_1
+    assert sum(frame["jit_calls"] for frame in doc["frames"]) > 0
     summary = doc["summary"]
     assert summary["frames"] == 6 and set(summary["deadline_misses"]) == {"1", "2", "3", "4"}
     assert summary["drops"] == {"1": 0, "2": 0, "3": 0, "4": 0}
