@@ -13,7 +13,8 @@ from dynshape_perception.scheduling.allocator import keep_freed_memory
 from dynshape_perception.scheduling.work import ExecutorOptions
 
 # In a fresh process, whose heap holds no freed memory yet that could serve the array: the
-# bytes of fresh mappings a 4 MB array adds while it lives, before and after the setting.
+# bytes of fresh mappings a 4 MB array adds while it lives, at glibc's default threshold
+# and after the setting.
 _PROBE = """
 import ctypes, json
 import numpy as np
@@ -29,6 +30,9 @@ if getattr(libc, "mallinfo2", None) is None:
     print(json.dumps(None))
     raise SystemExit(0)
 libc.mallinfo2.restype = MallInfo2
+# glibc's default threshold, fixed: freeing a mapped array would otherwise raise it.
+libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+assert libc.mallopt(-3, 128 * 1024) == 1
 
 def mapped_while_held():
     before = libc.mallinfo2().hblkhd
