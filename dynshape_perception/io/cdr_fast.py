@@ -110,6 +110,23 @@ def _first_layout(tracked: bool, data: bytes, pos: int) -> tuple[np.dtype, int, 
     return _object_dtype(tracked, pos % 8, classes, points), classes, points
 
 
+@functools.lru_cache(maxsize=64)
+def _early_fields(first: np.dtype, rest: np.dtype) -> tuple[int, tuple[str, ...]] | None:
+    """How many bytes (0 or 4) of padding the first object has before its first float64
+    that the others lack, and the fields before it; None if the two differ otherwise."""
+    shift = first.itemsize - rest.itemsize
+    early = []
+    for name in rest.names or ():
+        moved = _offset(first, name) - _offset(rest, name)
+        if moved not in (0, shift):
+            return None
+        if moved == 0 and shift:
+            early.append(name)
+    if early != list((rest.names or ())[: len(early)]):
+        return None
+    return shift, tuple(early)
+
+
 def read_objects(tracked: bool, data: bytes, pos: int, n: int) -> dict[str, Any] | None:
     """The ObjectArrays fields but the header of the ``n`` DetectedObjects (TrackedObjects
     if ``tracked``) from ``pos`` of ``data``; None where they are not all laid out alike
@@ -121,30 +138,29 @@ def read_objects(tracked: bool, data: bytes, pos: int, n: int) -> dict[str, Any]
         return None
     first, classes, points = layout
     rest = _object_dtype(tracked, (pos + first.itemsize) % 8, classes, points)
-    end = pos + first.itemsize + (n - 1) * rest.itemsize
-    # Every object but the first ends on the 8-byte boundary where it started.
-    if end > len(data) or (n > 1 and rest.itemsize % 8):
+    shifted = _early_fields(first, rest)
+    if shifted is None or pos + first.itemsize + (n - 1) * rest.itemsize > len(data):
         return None
-    head = np.frombuffer(data, first, 1, pos)
-    tail = np.frombuffer(data, rest, n - 1, pos + first.itemsize)
-    parts = (head, tail)
-    for part in parts:
-        if (part["classes"] != classes).any() or (part["points"] != points).any():
-            return None
-    return _gather(tracked, parts, classes)
+    shift, early = shifted
+    # One row per object, each where its float64s lie: the first object's fields before
+    # them sit ``shift`` bytes earlier, so its row takes those from a row at ``pos``.
+    rows = np.frombuffer(data, rest, n, pos + shift)
+    columns = {name: rows[name] for name in rest.names or ()}
+    if early:
+        head = np.frombuffer(data, rest, 1, pos)
+        for name in early:
+            columns[name] = np.concatenate([head[name], rows[name][1:]])
+    if (columns["classes"] != classes).any() or (columns["points"] != points).any():
+        return None
+    return _gather(tracked, columns, n, classes)
 
 
-def _gather(tracked: bool, parts: tuple[np.ndarray, np.ndarray], classes: int) -> dict[str, Any]:
+def _gather(tracked: bool, columns: dict[str, np.ndarray], n: int, classes: int) -> dict[str, Any]:
     """The ObjectArrays fields but the header, as the generic reader lays them out."""
-
-    def column(name: str) -> np.ndarray:
-        return np.concatenate([part[name] for part in parts])
-
-    n = sum(part.shape[0] for part in parts)
     # As the generic reader: the first most probable class, UNKNOWN (0) where none beats -inf.
     labels = np.zeros(n, np.uint8)
     if classes:
-        found = column("class")
+        found = columns["class"]
         best = np.full(n, -np.inf)
         for c in range(classes):
             probability = found["probability"][:, c].astype(np.float64)
@@ -152,23 +168,23 @@ def _gather(tracked: bool, parts: tuple[np.ndarray, np.ndarray], classes: int) -
             best = np.where(better, probability, best)
             labels = np.where(better, found["label"][:, c], labels)
     if tracked:
-        kinematics = column("kinematics")
+        kinematics = columns["kinematics"].copy()
     else:
-        kinematics = np.concatenate([column("pose"), column("twist")], axis=1)
+        kinematics = np.concatenate([columns["pose"], columns["twist"]], axis=1)
     pose_end = _POSE
     fields: dict[str, Any] = {
         # Through float64 as the generic reader's Python floats go.
-        "existence": column("existence").astype(np.float64).astype(np.float32),
+        "existence": columns["existence"].astype(np.float64).astype(np.float32),
         "labels": labels.astype(np.uint8),
         "poses": kinematics[:, :_POSE_SIZE],
         "pose_covariances": kinematics[:, _POSE_SIZE:pose_end],
         "twists": kinematics[:, pose_end : pose_end + _TWIST_SIZE],
         "twist_covariances": kinematics[:, pose_end + _TWIST_SIZE :],
-        "dimensions": column("dimensions"),
+        "dimensions": columns["dimensions"].copy(),
     }
     if tracked:
-        fields["uuids"] = column("uuid")
-        fields["stationary"] = column("flags")[:, 1] != 0
+        fields["uuids"] = columns["uuid"].copy()
+        fields["stationary"] = columns["flags"][:, 1] != 0
     else:
         fields["uuids"] = np.zeros((n, _UUID_SIZE), np.uint8)
         fields["stationary"] = np.zeros(n, bool)
