@@ -155,6 +155,13 @@ def read_objects(tracked: bool, data: bytes, pos: int, n: int) -> dict[str, Any]
     return _gather(tracked, columns, n, classes)
 
 
+def _as_python_floats(values: np.ndarray) -> np.ndarray:
+    """float32s through float64, as the generic reader's Python floats go: a signalling NaN
+    comes back quiet, as it does there."""
+    with np.errstate(invalid="ignore"):
+        return values.astype(np.float64).astype(np.float32)
+
+
 def _gather(tracked: bool, columns: dict[str, np.ndarray], n: int, classes: int) -> dict[str, Any]:
     """The ObjectArrays fields but the header, as the generic reader lays them out."""
     # As the generic reader: the first most probable class, UNKNOWN (0) where none beats -inf.
@@ -173,8 +180,7 @@ def _gather(tracked: bool, columns: dict[str, np.ndarray], n: int, classes: int)
         kinematics = np.concatenate([columns["pose"], columns["twist"]], axis=1)
     pose_end = _POSE
     fields: dict[str, Any] = {
-        # Through float64 as the generic reader's Python floats go.
-        "existence": columns["existence"].astype(np.float64).astype(np.float32),
+        "existence": _as_python_floats(columns["existence"]),
         "labels": labels.astype(np.uint8),
         "poses": kinematics[:, :_POSE_SIZE],
         "pose_covariances": kinematics[:, _POSE_SIZE:pose_end],

@@ -363,14 +363,15 @@ def _yaws(quaternions: np.ndarray) -> list[float]:
     """``_yaw`` of each ``[N, 4]`` quaternion: the same float operations in the same order,
     each but atan2 on all at once (NumPy's arctan2 may round otherwise than ``math``'s)."""
     q = np.asarray(quaternions, np.float64)
-    sq = q * q
-    norm = np.sqrt(sq[:, 0] + sq[:, 1] + sq[:, 2] + sq[:, 3])
-    if not (np.isfinite(q).all() and np.isfinite(norm).all() and (norm >= MIN_NORM).all()):
-        # The first degenerate one raises its own error.
-        return [_yaw(*v) for v in q.tolist()]
-    x, y, z, w = (q[:, i] / norm for i in range(4))
-    sin = 2.0 * (w * z + x * y)
-    cos = 1.0 - 2.0 * (y * y + z * z)
+    with np.errstate(all="ignore"):
+        sq = q * q
+        norm = np.sqrt(sq[:, 0] + sq[:, 1] + sq[:, 2] + sq[:, 3])
+        if not (np.isfinite(q).all() and np.isfinite(norm).all() and (norm >= MIN_NORM).all()):
+            # The first degenerate one raises its own error.
+            return [_yaw(*v) for v in q.tolist()]
+        x, y, z, w = (q[:, i] / norm for i in range(4))
+        sin = 2.0 * (w * z + x * y)
+        cos = 1.0 - 2.0 * (y * y + z * z)
     return [math.atan2(a, b) for a, b in zip(sin.tolist(), cos.tolist(), strict=True)]
 
 
