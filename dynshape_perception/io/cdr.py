@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dynshape_perception.errors import MessageError
+from dynshape_perception.io.cdr_fast import read_objects
 from dynshape_perception.io.pointcloud2 import BAD_LAYOUT, CloudError, FieldSpec
 
 DETECTED_OBJECTS = "autoware_perception_msgs/msg/DetectedObjects"
@@ -506,15 +507,19 @@ class _Reader:
         return raw[:-1].decode(errors="replace")
 
 
-def decode(msgtype: str, data: bytes | bytearray | memoryview) -> Decoded:
+def decode(msgtype: str, data: bytes | bytearray | memoryview, fast: bool = True) -> Decoded:
     """A DetectedObjects, TrackedObjects or PredictedObjects from its CDR bytes; MessageError
-    if they are not one."""
+    if they are not one. With ``fast``, objects all laid out alike are read at once."""
     if msgtype not in (DETECTED_OBJECTS, TRACKED_OBJECTS, PREDICTED_OBJECTS):
         raise MessageError(f"no CDR reader for {msgtype}")
     r = _Reader(data)
     sec, nanosec = r.unpack(_I32U32)
     frame_id = r.string()
     n = r.count(_MIN_OBJECT_BYTES)
+    if fast and msgtype != PREDICTED_OBJECTS:
+        read = read_objects(msgtype == TRACKED_OBJECTS, r.data, r.pos, n)
+        if read is not None:
+            return Decoded(ObjectArrays(header=(int(sec), int(nanosec), frame_id), **read), [])
     kinematics_size = POSE_SIZE + COVARIANCE_SIZE + TWIST_SIZE + COVARIANCE_SIZE
     pose_end = POSE_SIZE + COVARIANCE_SIZE
     # Where each object's numbers lie: the loop only walks the layout, and each array is

@@ -42,6 +42,7 @@ from dynshape_perception.perception.objects import (
 )
 from dynshape_perception.perception.prediction.paths import PredictedPaths
 from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.perception.transforms import MIN_QUATERNION_NORM as MIN_NORM
 from dynshape_perception.perception.transforms import normalised_quaternion
 
 if TYPE_CHECKING:
@@ -355,15 +356,37 @@ def _read(msgtype: str, msg: Message) -> tuple[ObjectArrays, list[list[ReadPath]
     return _message_arrays(msgtype, msg), None
 
 
+_LABEL_OF_CLASSIFICATION = np.array([label_of_classification(c) for c in range(256)])
+
+
+def _yaws(quaternions: np.ndarray) -> list[float]:
+    """``_yaw`` of each ``[N, 4]`` quaternion: the same float operations in the same order,
+    each but atan2 on all at once (NumPy's arctan2 may round otherwise than ``math``'s)."""
+    q = np.asarray(quaternions, np.float64)
+    with np.errstate(all="ignore"):
+        sq = q * q
+        norm = np.sqrt(sq[:, 0] + sq[:, 1] + sq[:, 2] + sq[:, 3])
+        if not (np.isfinite(q).all() and np.isfinite(norm).all() and (norm >= MIN_NORM).all()):
+            # The first degenerate one raises its own error.
+            return [_yaw(*v) for v in q.tolist()]
+        x, y, z, w = (q[:, i] / norm for i in range(4))
+        sin = 2.0 * (w * z + x * y)
+        cos = 1.0 - 2.0 * (y * y + z * z)
+    return [math.atan2(a, b) for a, b in zip(sin.tolist(), cos.tolist(), strict=True)]
+
+
 def _box_rows(arrays: ObjectArrays, dtype: np.dtype) -> np.ndarray:
     out = np.zeros(arrays.size, dtype=dtype)
     poses = arrays.poses
     out["x"], out["y"], out["z"] = poses[:, 0], poses[:, 1], poses[:, 2]
-    out["yaw"] = [_yaw(*q) for q in poses[:, 3:7].tolist()]
+    out["yaw"] = _yaws(poses[:, 3:7])
     dims = arrays.dimensions
     out["length"], out["width"], out["height"] = dims[:, 0], dims[:, 1], dims[:, 2]
     out["score"] = arrays.existence
-    out["label"] = [label_of_classification(c) for c in arrays.labels.tolist()]
+    if arrays.labels.dtype == np.uint8:
+        out["label"] = _LABEL_OF_CLASSIFICATION[arrays.labels]
+    else:
+        out["label"] = [label_of_classification(c) for c in arrays.labels.tolist()]
     return out
 
 
