@@ -18,6 +18,9 @@ HEADING_EPS_M = 1e-3
 # agent's still reach a walking step.
 RESIDUAL_FLOOR_M = 0.2
 TURN_EPS = 1e-6
+# Modes 2.. keep this share of their softmax probability: at most 1/3, so that mode 0 or
+# mode 1, which share the rest, always ranks first (see ``rank_kernel``).
+SPREAD_SHARE = 1.0 / 3.0
 # One GPU thread per agent; agents are few (A <= 64), so one block usually holds them all.
 GPU_THREADS = 64
 # A parallel region costs several microseconds (waking the pool's workers, more when they
@@ -75,6 +78,12 @@ def anchor_shares(k_hyp: int) -> tuple[float, ...]:
     its drift to the centimetre.
     """
     return tuple(0.0 if k == k_hyp - 1 and k_hyp > 1 else 1.0 for k in range(k_hyp))
+
+
+def residual_shares(k_hyp: int) -> tuple[float, ...]:
+    """Share of the learned residual in each hypothesis: none in mode 0, which is therefore
+    exactly the constant-velocity continuation, whatever the weights."""
+    return tuple(0.0 if k == 0 and k_hyp > 1 else 1.0 for k in range(k_hyp))
 
 
 def _pick(index: object, values: tuple[float, ...]) -> object:
@@ -249,8 +258,9 @@ def predictor_kernels(
         scale = speed + T.float32(RESIDUAL_FLOOR_M)
         for k, step in T.grid(k_hyp, horizon):
             anchor = speed * T.Cast("float32", step + 1) * _pick(k, anchor_shares(k_hyp))
-            u = anchor + scale * res[a, (k * horizon + step) * 2]
-            v = scale * res[a, (k * horizon + step) * 2 + 1]
+            learned = scale * _pick(k, residual_shares(k_hyp))
+            u = anchor + learned * res[a, (k * horizon + step) * 2]
+            v = learned * res[a, (k * horizon + step) * 2 + 1]
             out[a, k, step, 0] = pos[a, 0] + c * u - s * v
             out[a, k, step, 1] = pos[a, 1] + s * u + c * v
 
@@ -324,6 +334,62 @@ def predictor_kernels(
         each_agent(encode_packed_agent, s_n * cell_work)
 
     return gru_encode, gru_step, place_hypotheses, gru_encode_packed
+
+
+@functools.cache
+def rank_kernel(k_hyp: int, gpu: bool = False) -> object:
+    """Probabilities ``[A, K]`` from the confidence logits ``[A, K]`` and the gate ``[A, 1]``.
+
+    The gate is the calibrated probability g that mode 1 (the learned central mode) beats
+    mode 0 (constant velocity). Modes 2.. keep a third of their softmax share; the rest is
+    split g : 1 - g between mode 1 and mode 0. So the top mode is always mode 0 or mode 1,
+    mode 1 exactly where g > 0.5, and p1 / (p0 + p1) states g.
+    """
+    threads = GPU_THREADS
+
+    @T.macro(hygienic=False)
+    def each_agent(agent, gpu=gpu, threads=threads):  # type: ignore[no-untyped-def]
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        agent(bx * threads + tx)
+        else:
+            for a in T.serial(a_n):
+                agent(a)
+
+    @T.macro(hygienic=False)
+    def rank_agent(a):  # type: ignore[no-untyped-def]
+        acc = T.decl_buffer((2,), "float32", scope="local")
+        acc[0] = logits[a, 0]
+        for k in range(1, k_hyp):
+            acc[0] = T.max(acc[0], logits[a, k])
+        acc[1] = T.float32(0)
+        for k in range(k_hyp):
+            acc[1] = acc[1] + T.exp(logits[a, k] - acc[0])
+        spread = T.decl_buffer((1,), "float32", scope="local")
+        spread[0] = T.float32(0)
+        for k in range(k_hyp):
+            if k >= 2:
+                out[a, k] = T.exp(logits[a, k] - acc[0]) / acc[1] * T.float32(SPREAD_SHARE)
+                spread[0] = spread[0] + out[a, k]
+        if k_hyp == 1:
+            out[a, 0] = T.float32(1)
+        else:
+            g = T.sigmoid(gate[a, 0])
+            out[a, 0] = (T.float32(1) - g) * (T.float32(1) - spread[0])
+            out[a, 1] = g * (T.float32(1) - spread[0])
+
+    @T.prim_func(private=True)
+    def rank_hypotheses(var_logits: T.handle, var_gate: T.handle, var_out: T.handle) -> None:
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        a_n = T.int64()
+        logits = T.match_buffer(var_logits, (a_n, k_hyp), "float32")
+        gate = T.match_buffer(var_gate, (a_n, 1), "float32")
+        out = T.match_buffer(var_out, (a_n, k_hyp), "float32")
+        each_agent(rank_agent)
+
+    return rank_hypotheses
 
 
 def fma_peak_kernel(threads: int, lanes: int, iterations: int) -> tirx.PrimFunc:
