@@ -78,6 +78,13 @@ class PredictorFitConfig:
     # that no hypothesis is starved before it finds its mode.
     relax_start: float = 0.05
     relax_steps: int = 1000
+    # Where constant velocity (mode 0, fixed) is within cv_margin of the best learned mode's
+    # cost, the learned winner's pull keeps a weight annealed from 1 to cv_cover_weight over
+    # cv_cover_steps: early on no learned mode is starved, later the learned modes spend
+    # their spread on the windows CV does not cover, which is what the min over K rewards.
+    cv_cover_weight: float = 1.0
+    cv_cover_steps: int = 1000
+    cv_margin: float = 0.0
     scale_range: tuple[float, float] = (0.4, 2.5)
     real_share: float = 0.4
     # Share of windows played backwards: walking reversed is walking, and starts become stops.
@@ -95,8 +102,10 @@ class PredictorFitConfig:
     families: GeneratedFamilies = field(default_factory=GeneratedFamilies)
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.relax_steps < 1:
-            raise ConfigError("steps, batch_size and relax_steps must be positive")
+        if min(self.steps, self.batch_size, self.relax_steps, self.cv_cover_steps) < 1:
+            raise ConfigError("steps, batch_size, relax_steps and cv_cover_steps must be positive")
+        if not 0 <= self.cv_cover_weight <= 1 or self.cv_margin < 0:
+            raise ConfigError("cv_cover_weight must be in [0, 1] and cv_margin >= 0")
         if not (self.learning_rate > 0 and 0 < self.final_lr_share <= 1):
             raise ConfigError("learning_rate must be > 0 and final_lr_share in (0, 1]")
         if not 0 < self.scale_range[0] <= self.scale_range[1]:
@@ -266,6 +275,7 @@ def wta_loss(
     fit: PredictorFitConfig,
     relax: float,
     gate: Tensor | None = None,
+    cover: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """Winner-takes-all regression, the central mode's regression, the confidence head's
     cross-entropy against soft targets, and the gate's cross-entropy against whether the
@@ -280,6 +290,10 @@ def wta_loss(
     weights = torch.full_like(cost, relax / max(k - first - 1, 1))
     weights[:, :first] = 0.0
     weights.scatter_(1, winner[:, None], 1.0 - relax if k - first > 1 else 1.0)
+    if first and cover < 1.0:
+        best = cost.detach().gather(1, winner[:, None])[:, 0]
+        covered = cost.detach()[:, 0] <= (1.0 + fit.cv_margin) * best
+        weights = weights * torch.where(covered, cover, 1.0)[:, None]
     central = CENTRAL if k > 1 else 0
     regression = (weights * cost).sum(1).mean() + fit.anchor_weight * cost[:, central].mean()
     if fit.confidence_temperature > 0:
@@ -316,11 +330,12 @@ def _train(
         share = cosine_share(step, steps, fit.final_lr_share)
         set_learning_rate(opt, fit.learning_rate * share)
         relax = fit.relax_start * max(0.0, 1.0 - step / fit.relax_steps)
+        cover = 1.0 - (1.0 - fit.cv_cover_weight) * min(1.0, step / fit.cv_cover_steps)
         positions, lengths = _sample(real, generated, fit, gen)
         cap = fit.max_history if float(torch.rand(1, generator=gen)) < fit.long_share else OBS_STEPS
         history, kept, fut = augment(positions, lengths, fit, cap, gen)
         traj, logits, gate = net.decode(*net.encode(history, kept))
-        loss, _ = wta_loss(traj, logits, fut, fit, relax, gate)
+        loss, _ = wta_loss(traj, logits, fut, fit, relax, gate, cover)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

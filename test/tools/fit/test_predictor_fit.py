@@ -105,6 +105,28 @@ def test_the_anchor_term_pulls_mode_one_and_soft_targets_spread_confidence() -> 
     assert grad[0] < grad[2] < 0 < grad[1]
 
 
+def test_windows_constant_velocity_covers_stop_pulling_the_learned_modes() -> None:
+    fut = torch.zeros(3, HORIZON, 2)
+    traj = torch.zeros(3, 4, HORIZON, 2)
+    traj[:, 1:, :, 0] = torch.tensor([1.0, 2.0, 3.0])[None, :, None]
+    traj[1, 0, :, 0] = 2.0  # constant velocity misses by 2 m: the learned mode 1 wins
+    traj[2, 0, :, 0] = 1.05  # constant velocity 5 % behind mode 1
+    fit = PredictorFitConfig(anchor_weight=0.0, classification_weight=0.0)
+
+    def pulled(cover: float, margin: float) -> np.ndarray:
+        modes = traj.clone().requires_grad_(True)
+        cfg = replace(fit, cv_margin=margin)
+        wta_loss(modes, torch.zeros(3, 4), fut, cfg, relax=0.0, cover=cover)[0].backward()
+        return modes.grad[:, 1:].abs().sum(dim=(2, 3)).numpy() > 0
+
+    # Without the weight on covered windows only the learned winner of each window is pulled.
+    np.testing.assert_array_equal(pulled(1.0, 0.0)[:, 0], [True, True, True])
+    # Window 0 is covered exactly by constant velocity; with a 10 % margin window 2 too.
+    np.testing.assert_array_equal(pulled(0.0, 0.0)[:, 0], [False, True, True])
+    np.testing.assert_array_equal(pulled(0.0, 0.1)[:, 0], [False, True, False])
+    assert not pulled(0.0, 0.1)[:, 1:].any()
+
+
 def test_fit_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="max_history"):
         PredictorFitConfig(max_history=4)
@@ -112,6 +134,10 @@ def test_fit_settings_are_checked() -> None:
         PredictorFitConfig(long_share=1.5)
     with pytest.raises(ConfigError, match="anchor_weight"):
         PredictorFitConfig(anchor_weight=-1.0)
+    with pytest.raises(ConfigError, match="cv_cover_weight"):
+        PredictorFitConfig(cv_cover_weight=1.5)
+    with pytest.raises(ConfigError, match="cv_cover_steps"):
+        PredictorFitConfig(cv_cover_steps=0)
 
 
 def test_the_gate_learns_where_the_central_mode_clearly_beats_constant_velocity() -> None:
