@@ -61,7 +61,8 @@ class Predictor(nn.Module):
         self.dec = Dense(hd, DECODER_HIDDEN)
         self.residual = Dense(DECODER_HIDDEN, config.hypotheses * config.horizon * 2)
         self.logits = Dense(DECODER_HIDDEN, config.hypotheses)
-        # The calibrated logit that mode 1 beats constant velocity (mode 0): see rank_kernel.
+        # The calibrated logit that the top learned mode beats constant velocity (mode 0):
+        # see rank_kernel.
         self.gate = Dense(DECODER_HIDDEN, 1)
         self._rank_k = tir_kernels.rank_kernel(config.hypotheses, gpu)
         self._encode_k, self._step_k, self._place_k, self._packed_k = tir_kernels.predictor_kernels(
@@ -205,16 +206,24 @@ def decode_ref(
 
 def rank_ref(logits: np.ndarray, gate: np.ndarray) -> np.ndarray:
     """NumPy twin of ``tir_kernels.rank_kernel``: probabilities ``[A, K]``."""
-    k_hyp = logits.shape[1]
+    a_n, k_hyp = logits.shape
     if k_hyp == 1:
         return np.ones_like(logits, dtype=np.float32)
-    e = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
-    probs = (e / e.sum(axis=1, keepdims=True) if len(e) else e) * np.float32(SPREAD_SHARE)
-    rest = 1.0 - probs[:, 2:].sum(axis=1)
+    probs = np.zeros((a_n, k_hyp), np.float32)
+    if a_n == 0:
+        return probs
+    learned = logits[:, 1:].astype(np.float32)
+    top = learned.argmax(axis=1)
+    rows = np.arange(a_n)
     g = sigmoid(gate[:, 0])
-    probs[:, 0] = (1.0 - g) * rest
-    probs[:, 1] = g * rest
-    return probs.astype(np.float32)
+    others = g[:, None] * np.exp(learned - learned.max(axis=1, keepdims=True))
+    others = others * np.float32(SPREAD_SHARE)
+    others[rows, top] = 0.0
+    norm = np.float32(1.0) / (np.float32(1.0) + others.sum(axis=1))
+    probs[:, 1:] = others * norm[:, None]
+    probs[:, 0] = (1.0 - g) * norm
+    probs[rows, top + 1] = g * norm
+    return probs
 
 
 def reference(
@@ -293,7 +302,7 @@ def definition(bounds: Bounds, config: PredictorConfig | None = None) -> ModelDe
     cfg = config or PredictorConfig()
     return ModelDef(
         name="predictor",
-        version="3",
+        version="4",
         build_module=lambda gpu: Predictor(cfg, gpu),
         spec=spec(bounds, cfg),
         reference=lambda fn, w, x: reference(fn, w, x, cfg),

@@ -18,8 +18,9 @@ HEADING_EPS_M = 1e-3
 # agent's still reach a walking step.
 RESIDUAL_FLOOR_M = 0.2
 TURN_EPS = 1e-6
-# Modes 2.. keep this share of their softmax probability: at most 1/3, so that mode 0 or
-# mode 1, which share the rest, always ranks first (see ``rank_kernel``).
+# A learned mode other than the top one weighs this share of the top one's weight times its
+# softmax ratio to it: below 1, so that the top learned mode stays the likeliest learned one
+# and the ranking states which mode the gate speaks of (see ``rank_kernel``).
 SPREAD_SHARE = 1.0 / 3.0
 # One GPU thread per agent; agents are few (A <= 64), so one block usually holds them all.
 GPU_THREADS = 64
@@ -340,10 +341,13 @@ def predictor_kernels(
 def rank_kernel(k_hyp: int, gpu: bool = False) -> object:
     """Probabilities ``[A, K]`` from the confidence logits ``[A, K]`` and the gate ``[A, 1]``.
 
-    The gate is the calibrated probability g that mode 1 (the learned central mode) beats
-    mode 0 (constant velocity). Modes 2.. keep a third of their softmax share; the rest is
-    split g : 1 - g between mode 1 and mode 0. So the top mode is always mode 0 or mode 1,
-    mode 1 exactly where g > 0.5, and p1 / (p0 + p1) states g.
+    The top learned mode is the one of modes 1.. whose logit is highest (the first of equals).
+    The gate is the calibrated probability g that it beats mode 0 (constant velocity). Before
+    normalising, mode 0 weighs 1 - g, the top learned mode g, and each other learned mode g / 3
+    times its softmax share relative to the top one's. So the top-ranked mode is always mode 0
+    or the top learned mode, the latter exactly where g > 0.5; the top learned mode is always
+    the likeliest of the learned ones, and p_top / (p0 + p_top) states g. Mode 0's own logit
+    takes no part.
     """
     threads = GPU_THREADS
 
@@ -360,25 +364,29 @@ def rank_kernel(k_hyp: int, gpu: bool = False) -> object:
 
     @T.macro(hygienic=False)
     def rank_agent(a):  # type: ignore[no-untyped-def]
-        acc = T.decl_buffer((2,), "float32", scope="local")
-        acc[0] = logits[a, 0]
-        for k in range(1, k_hyp):
-            acc[0] = T.max(acc[0], logits[a, k])
-        acc[1] = T.float32(0)
-        for k in range(k_hyp):
-            acc[1] = acc[1] + T.exp(logits[a, k] - acc[0])
-        spread = T.decl_buffer((1,), "float32", scope="local")
-        spread[0] = T.float32(0)
-        for k in range(k_hyp):
-            if k >= 2:
-                out[a, k] = T.exp(logits[a, k] - acc[0]) / acc[1] * T.float32(SPREAD_SHARE)
-                spread[0] = spread[0] + out[a, k]
         if k_hyp == 1:
             out[a, 0] = T.float32(1)
         else:
+            acc = T.decl_buffer((3,), "float32", scope="local")
+            top = T.decl_buffer((1,), "int32", scope="local")
+            acc[0] = logits[a, 1]
+            top[0] = 1
+            for k in range(2, k_hyp):
+                if logits[a, k] > acc[0]:
+                    acc[0] = logits[a, k]
+                    top[0] = k
             g = T.sigmoid(gate[a, 0])
-            out[a, 0] = (T.float32(1) - g) * (T.float32(1) - spread[0])
-            out[a, 1] = g * (T.float32(1) - spread[0])
+            acc[1] = T.float32(0)
+            for k in range(1, k_hyp):
+                if k != top[0]:
+                    out[a, k] = g * T.exp(logits[a, k] - acc[0]) * T.float32(SPREAD_SHARE)
+                    acc[1] = acc[1] + out[a, k]
+            acc[2] = T.float32(1) / (T.float32(1) + acc[1])
+            for k in range(1, k_hyp):
+                if k != top[0]:
+                    out[a, k] = out[a, k] * acc[2]
+            out[a, 0] = (T.float32(1) - g) * acc[2]
+            out[a, top[0]] = g * acc[2]
 
     @T.prim_func(private=True)
     def rank_hypotheses(var_logits: T.handle, var_gate: T.handle, var_out: T.handle) -> None:

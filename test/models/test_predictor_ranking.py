@@ -34,15 +34,24 @@ def test_mode_zero_is_the_constant_velocity_continuation_whatever_the_weights(se
 def test_constant_velocity_ranks_first_where_the_gate_expects_no_gain() -> None:
     rng = np.random.default_rng(0)
     logits = rng.normal(0.0, 4.0, (500, CFG.hypotheses)).astype(np.float32)
-    # However confident the other modes' logits, only mode 0 or mode 1 ranks first.
-    logits[:, 2:] += 20.0
+    # However high mode 0's own logit, it takes no part: the gate alone ranks it.
+    logits[:, 0] += 20.0
     gate = rng.normal(0.0, 3.0, (500, 1)).astype(np.float32)
     probs = rank_ref(logits, gate)
-    top = probs.argmax(axis=1)
-    np.testing.assert_array_equal(top, np.where(gate[:, 0] > 0, 1, 0))
-    stated = probs[:, 1] / (probs[:, 0] + probs[:, 1])
+    top_learned = 1 + logits[:, 1:].argmax(axis=1)
+    rows = np.arange(500)
+    np.testing.assert_array_equal(probs.argmax(axis=1), np.where(gate[:, 0] > 0, top_learned, 0))
+    stated = probs[rows, top_learned] / (probs[:, 0] + probs[rows, top_learned])
     np.testing.assert_allclose(stated, 1.0 / (1.0 + np.exp(-gate[:, 0])), rtol=1e-5)
-    assert (probs[:, 2:] > 0).all(), "the other modes keep a share: the spread stays ranked"
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    assert (probs[:, 1:] > 0).all(), "the other learned modes keep a share: the spread stays ranked"
+    # The gated mode is the likeliest learned one, open or closed, so a reader can tell it.
+    np.testing.assert_array_equal(1 + probs[:, 1:].argmax(axis=1), top_learned)
+    order = np.argsort(-logits[:, 1:], axis=1, kind="stable")
+    ranked = np.take_along_axis(probs[:, 1:], order, axis=1)
+    assert (np.diff(ranked, axis=1) <= 0).all(), "the learned modes rank as their logits do"
+    # Every learned mode ranks first somewhere: no slot is kept for a central mode.
+    assert set(probs.argmax(axis=1)) == set(range(CFG.hypotheses))
 
 
 def test_a_closed_gate_in_the_weights_puts_constant_velocity_first() -> None:
@@ -54,4 +63,9 @@ def test_a_closed_gate_in_the_weights_puts_constant_velocity_first() -> None:
     assert (probs.argmax(axis=1) == 0).all()
     weights["gate.bias"][:] = 3.0
     _, probs = decode_ref(weights, CFG, *state)
-    assert (probs.argmax(axis=1) == 1).all()
+    top = probs.argmax(axis=1)
+    assert (top > 0).all()
+    # The open gate states 1 / (1 + e^-3) for the top learned mode against mode 0.
+    rows = np.arange(30)
+    stated = probs[rows, top] / (probs[rows, top] + probs[:, 0])
+    np.testing.assert_allclose(stated, 1.0 / (1.0 + np.exp(-3.0)), rtol=1e-5)

@@ -12,9 +12,9 @@ from dynshape_perception.perception.prediction.history import Tracks
 DENSITY_EDGES = (1, 6, 16, 41)
 # The agent's speed over its last observed step, metres per second: bins' lower edges.
 SPEED_EDGES_MPS = (0.0, 0.3, 0.8, 1.3)
-# Bins of the gate's stated probability that the learned mode clearly beats CV.
+# Bins of the gate's stated probability that the top learned mode clearly beats CV.
 GATE_EDGES = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
-# A clear gain: the learned mode's ADE at least this share below constant velocity's. The
+# A clear gain: the top learned mode's ADE at least this share below constant velocity's. The
 # fit's gate learns the same event (``PredictorFitConfig.gate_margin``).
 GATE_MARGIN = 0.05
 DECIMALS = 4
@@ -82,17 +82,20 @@ def ranking(
 ) -> dict[str, Any] | None:
     """How often the top-ranked hypothesis beats constant velocity, against its stated odds.
 
-    The package's predictor states, in ``p1 / (p0 + p1)``, the probability that its learned
-    mode 1 clearly beats constant velocity (mode 0); it ranks mode 1 first where that passes
-    one half. None for predictors with fewer than two hypotheses.
+    The package's predictor states, in ``p_j / (p0 + p_j)``, the probability that its top
+    learned mode j (the likeliest of modes 1..) clearly beats constant velocity (mode 0); it
+    ranks mode j first where that passes one half. None for predictors with fewer than two
+    hypotheses.
     """
     if probs.shape[1] < 2 or probs.shape[0] == 0:
         return None
-    pair = probs[:, 0] + probs[:, 1]
-    stated = np.where(pair > 0, probs[:, 1] / np.maximum(pair, 1e-12), 0.0)
-    ade1 = np.linalg.norm(traj[:, 1] - fut, axis=-1).mean(axis=-1)
-    clear = ade1 < (1.0 - GATE_MARGIN) * cv_ade
-    beats = ade1 < cv_ade
+    rows = np.arange(probs.shape[0])
+    learned = 1 + probs[:, 1:].argmax(axis=1)
+    pair = probs[:, 0] + probs[rows, learned]
+    stated = np.where(pair > 0, probs[rows, learned] / np.maximum(pair, 1e-12), 0.0)
+    ade_j = np.linalg.norm(traj[rows, learned] - fut, axis=-1).mean(axis=-1)
+    clear = ade_j < (1.0 - GATE_MARGIN) * cv_ade
+    beats = ade_j < cv_ade
     top = probs.argmax(axis=1)
     top_ade = np.linalg.norm(traj[np.arange(top.size), top] - fut, axis=-1).mean(axis=-1)
     opened = top != 0

@@ -1,4 +1,4 @@
-"""Fit the predictor: winner-takes-all over K hypotheses, an anchored central mode, confidences."""
+"""Fit the predictor: winner-takes-all over the learned modes, confidences, a calibrated gate."""
 
 from __future__ import annotations
 
@@ -32,7 +32,13 @@ from dynshape_perception.tools.fit.data import (
 )
 from dynshape_perception.tools.fit.schedule import adam, cosine_share, set_learning_rate
 from dynshape_perception.tools.fit.torch_env import configure
-from dynshape_perception.tools.fit.torch_models import Predictor, exact_sqrt, load_numpy, to_numpy
+from dynshape_perception.tools.fit.torch_models import (
+    Predictor,
+    exact_sqrt,
+    load_numpy,
+    to_numpy,
+    top_learned,
+)
 from dynshape_perception.tools.sim.crowds import FAMILIES
 
 log = logging.getLogger(__name__)
@@ -58,21 +64,21 @@ class PredictorFitConfig:
     # Weight of the final-step error beside the average error, in the winner's loss.
     fde_weight: float = 0.5
     classification_weight: float = 0.5
-    # Mode 1 is the central mode: it regresses on every window with this weight, not only
-    # where it wins, so it stays the central estimate beside constant velocity (mode 0)
-    # while the others spread. With ETH left out, 0.5 and 1.0 scored as 2.0 did.
-    anchor_weight: float = 2.0
-    # The gate learns whether mode 1 beats constant velocity by this share of its ADE (a
-    # clear gain); its logit is then scaled and shifted (Platt) to the out-of-fold outcomes
-    # of fits that left out a share of the sources, so that it opens only where a gain held
-    # on data the fit did not see.
+    # Above 0, mode 1 also regresses on every window with this weight, not only where it
+    # wins: a central estimate, at the cost of one hypothesis that no longer spreads.
+    anchor_weight: float = 0.0
+    # The gate learns whether the top learned mode (highest confidence) beats constant
+    # velocity by this share of its ADE (a clear gain); its logit is then scaled and shifted
+    # (Platt) to the out-of-fold outcomes of fits that left out a share of the sources, so
+    # that it opens only where a gain held on data the fit did not see.
     gate_weight: float = 0.5
     gate_margin: float = 0.05
     calibration_folds: int = 2
     calibration_steps: int = 800
     calibration_windows: int = 4000
-    # The confidence head learns softmax(-cost / T) over the modes, not the winner alone: a
-    # near miss is no failure, and the top mode leans towards the one that is close most often.
+    # The confidence head learns softmax(-cost / T) over the learned modes, not the winner
+    # alone: a near miss is no failure, and the top mode leans towards the one that is close
+    # most often.
     confidence_temperature: float = 0.3
     # Share of the regression loss spread over the losers at the start, annealed to 0, so
     # that no hypothesis is starved before it finds its mode.
@@ -262,10 +268,13 @@ def augment(
 CENTRAL = 1
 
 
-def gate_labels(traj: Tensor, fut: Tensor, margin: float) -> Tensor:
-    """1 where mode 1's ADE is below constant velocity's (mode 0) by ``margin`` of it."""
-    ade = exact_sqrt(((traj[:, :2] - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS).mean(-1)
-    return (ade[:, CENTRAL] < (1.0 - margin) * ade[:, 0]).to(traj.dtype)
+def gate_labels(traj: Tensor, fut: Tensor, margin: float, top: Tensor) -> Tensor:
+    """1 where the ADE of mode ``top`` (per window) is below constant velocity's (mode 0) by
+    ``margin`` of it."""
+    rows = torch.arange(traj.shape[0])
+    pair = torch.stack([traj[rows, 0], traj[rows, top]], dim=1)
+    ade = exact_sqrt(((pair - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS).mean(-1)
+    return (ade[:, 1] < (1.0 - margin) * ade[:, 0]).to(traj.dtype)
 
 
 def wta_loss(
@@ -277,9 +286,10 @@ def wta_loss(
     gate: Tensor | None = None,
     cover: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """Winner-takes-all regression, the central mode's regression, the confidence head's
-    cross-entropy against soft targets, and the gate's cross-entropy against whether the
-    central mode beats constant velocity; returns (loss, winner)."""
+    """Winner-takes-all regression over the learned modes (and a central mode's regression
+    where ``anchor_weight`` > 0), the confidence head's cross-entropy over the learned modes
+    against soft targets, and the gate's cross-entropy against whether the top learned mode
+    beats constant velocity; returns (loss, winner)."""
     err = exact_sqrt(((traj - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS)
     cost = err.mean(-1) + fit.fde_weight * err[..., -1]
     k = cost.shape[1]
@@ -296,14 +306,17 @@ def wta_loss(
         weights = weights * torch.where(covered, cover, 1.0)[:, None]
     central = CENTRAL if k > 1 else 0
     regression = (weights * cost).sum(1).mean() + fit.anchor_weight * cost[:, central].mean()
+    # Mode 0's logit takes no part: the gate alone ranks constant velocity.
+    learned = logits[:, first:]
     if fit.confidence_temperature > 0:
-        target = torch.softmax(-cost.detach() / fit.confidence_temperature, dim=1)
-        classification = torch.nn.functional.cross_entropy(logits, target)
+        target = torch.softmax(-cost.detach()[:, first:] / fit.confidence_temperature, dim=1)
+        classification = torch.nn.functional.cross_entropy(learned, target)
     else:
-        classification = torch.nn.functional.cross_entropy(logits, winner)
+        classification = torch.nn.functional.cross_entropy(learned, winner - first)
     loss = regression + fit.classification_weight * classification
     if gate is not None and k > 1:
-        labels = gate_labels(traj.detach(), fut, fit.gate_margin)
+        top = top_learned(logits.detach())
+        labels = gate_labels(traj.detach(), fut, fit.gate_margin, top)
         bce = torch.nn.functional.binary_cross_entropy_with_logits(gate, labels)
         loss = loss + fit.gate_weight * bce
     return loss, winner
@@ -369,11 +382,13 @@ def protocol_cut(windows: Windows, count: int, seed: int) -> tuple[Tensor, Tenso
 def gate_outcomes(
     net: Predictor, history: Tensor, fut: Tensor, margin: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The gate's logits and whether mode 1 clearly beat constant velocity, per window."""
+    """The gate's logits and whether the top learned mode clearly beat constant velocity,
+    per window."""
     with torch.no_grad():
         lengths = torch.full((history.shape[0],), OBS_STEPS, dtype=torch.int32)
-        traj, _, gate = net.decode(*net.encode(history, lengths))
-        return gate.numpy().astype(np.float64), gate_labels(traj, fut, margin).numpy()
+        traj, logits, gate = net.decode(*net.encode(history, lengths))
+        labels = gate_labels(traj, fut, margin, top_learned(logits))
+        return gate.numpy().astype(np.float64), labels.numpy()
 
 
 def platt(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> tuple[float, float]:

@@ -202,11 +202,20 @@ class Predictor(nn.Module):
         return traj, rank(logits, gate)
 
 
+def top_learned(logits: Tensor) -> Tensor:
+    """Index [A] of the learned mode (1..) with the highest logit, the first of equals."""
+    return logits[:, 1:].argmax(dim=1) + 1
+
+
 def rank(logits: Tensor, gate: Tensor) -> Tensor:
     """Probabilities [A, K] from the logits and the gate logit; see ``tir_kernels.rank_kernel``."""
     if logits.shape[1] == 1:
         return torch.ones_like(logits)
-    spread = torch.softmax(logits, dim=1)[:, 2:] * SPREAD_SHARE
-    rest = 1.0 - spread.sum(dim=1)
+    top = top_learned(logits)
+    learned = logits[:, 1:]
     g = torch.sigmoid(gate)
-    return torch.cat([((1.0 - g) * rest)[:, None], (g * rest)[:, None], spread], dim=1)
+    others = g[:, None] * torch.exp(learned - learned.max(dim=1, keepdim=True).values)
+    others = (others * SPREAD_SHARE).scatter(1, (top - 1)[:, None], 0.0)
+    norm = 1.0 / (1.0 + others.sum(dim=1))
+    probs = torch.cat([((1.0 - g) * norm)[:, None], others * norm[:, None]], dim=1)
+    return probs.scatter(1, top[:, None], (g * norm)[:, None])

@@ -37,18 +37,21 @@ def test_breakdown_bins_every_window_once() -> None:
     assert [row["bin"] for row in out["by_speed_mps"]][-1] == ">=1.3 m/s"
 
 
-def test_ranking_sets_the_stated_odds_against_how_often_mode_one_clearly_wins() -> None:
+def test_ranking_sets_the_stated_odds_against_how_often_the_top_learned_mode_clearly_wins() -> None:
     n, h = 100, 12
     fut = np.zeros((n, h, 2))
     traj = np.zeros((n, 3, h, 2))
     traj[:, 0, :, 0] = 1.0  # constant velocity: 1 m off
-    # Mode 1 is 0.5 m off in the first 60 windows, 2 m off in the other 40.
-    traj[:, 1, :, 0] = np.where(np.arange(n) < 60, 0.5, 2.0)[:, None]
-    traj[:, 2, :, 0] = 3.0
+    # The top learned mode is 0.5 m off in the first 60 windows, 2 m off in the other 40;
+    # it is mode 1 in even windows and mode 2 in odd ones, the other learned mode 3 m off.
+    even = np.arange(n) % 2 == 0
+    top_off = np.where(np.arange(n) < 60, 0.5, 2.0)
+    traj[:, 1, :, 0] = np.where(even, top_off, 3.0)[:, None]
+    traj[:, 2, :, 0] = np.where(even, 3.0, top_off)[:, None]
     probs = np.zeros((n, 3))
-    probs[:, 1] = 0.6  # mode 1 first everywhere, stated 0.6 / 0.9
+    probs[:, 1] = np.where(even, 0.6, 0.1)  # the top learned mode first everywhere,
+    probs[:, 2] = np.where(even, 0.1, 0.6)  # stated 0.6 / 0.9
     probs[:, 0] = 0.3
-    probs[:, 2] = 0.1
     cv_ade = np.ones(n)
     out = ranking(probs, traj, fut, cv_ade)
     assert out is not None
@@ -58,7 +61,8 @@ def test_ranking_sets_the_stated_odds_against_how_often_mode_one_clearly_wins() 
     assert out["top1_beats_cv_share"] == pytest.approx(0.6)
     assert out["ece"] == pytest.approx(abs(2 / 3 - 0.6), abs=1e-3)
     # Constant velocity first: nothing opened, and top-1 never beats itself.
-    probs[:, [0, 1]] = probs[:, [1, 0]]
+    probs[:, 0] = 0.6
+    probs[:, 1:] = np.where(even[:, None], [0.3, 0.1], [0.1, 0.3])
     closed = ranking(probs, traj, fut, cv_ade)
     assert closed is not None and closed["top_is_cv_share"] == 1.0
     assert closed["opened_stated"] is None and closed["top1_beats_cv_share"] == 0.0
