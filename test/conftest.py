@@ -104,7 +104,15 @@ def prediction_metrics() -> frozenset[str]:
 @pytest.fixture(scope="session")
 def prediction_keys(prediction_metrics: frozenset[str]) -> frozenset[str]:
     """Every key of a prediction report (as a library call or ``evaluate prediction --json``)."""
-    return prediction_metrics | {"windows", "pedestrians", "ci95", "ratios", "calibration"}
+    return prediction_metrics | {
+        "windows",
+        "pedestrians",
+        "ci95",
+        "ratios",
+        "calibration",
+        "ranking",
+        "breakdown",
+    }
 
 
 @pytest.fixture(scope="session")

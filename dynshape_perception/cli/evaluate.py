@@ -41,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="for each scene, fit on the other scenes plus generated data, then score it",
     )
     pred.add_argument(
+        "--families",
+        default=None,
+        help="with --leave-one-out: the generated crowd families also left out in turn "
+        "(comma-separated, or 'none'; default: sparse, dense, groups and crossing); every "
+        "fit takes the others",
+    )
+    pred.add_argument(
         "--fit-steps",
         type=int,
         default=None,
@@ -94,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
     if args.task == PREDICTION and args.leave_one_out:
         return _leave_one_out(args)
     if args.task == PREDICTION:
-        if len(args.eth_ucy) != 1 or args.fit_steps is not None:
+        if len(args.eth_ucy) != 1 or args.fit_steps is not None or args.families is not None:
             raise ConfigError(
-                "evaluate prediction scores one --eth-ucy file; several files and "
-                "--fit-steps go with --leave-one-out"
+                "evaluate prediction scores one --eth-ucy file; several files, "
+                "--fit-steps and --families go with --leave-one-out"
             )
         result = evaluate_prediction_file(args.eth_ucy[0], args.weights_dir, args.seed)
     else:
@@ -124,28 +131,39 @@ def _leave_one_out(args: argparse.Namespace) -> int:
         raise ConfigError("--leave-one-out fits its own weights; it takes no --weights-dir")
     if args.fit_steps is not None and args.fit_steps < 1:
         raise ConfigError(f"--fit-steps must be >= 1, got {args.fit_steps}")
+    from dynshape_perception.tools.sim.crowds import FAMILIES
+
+    families = _families(args.families, tuple(FAMILIES))
     scenes = check_scenes(args.eth_ucy)
     fit_config = _loo_fit_config(args.fit_steps)
 
-    def fit(others: Mapping[str, Path]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    def fit(
+        others: Mapping[str, Path], kept: tuple[str, ...]
+    ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         from dynshape_perception.models import model_definition
         from dynshape_perception.tools.fit.data import SYNTHETIC
         from dynshape_perception.tools.fit.predictor import fit_predictor
 
-        sources = (*sorted(others), SYNTHETIC)
+        sources = (*sorted(others), *kept, SYNTHETIC)
         weights, _, stats = fit_predictor(
             model_definition("predictor"), sources, args.seed, fit_config, scene_files=others
         )
         return weights, stats
 
-    def score(weights: Mapping[str, np.ndarray], path: Path) -> dict[str, Any]:
+    def score(weights: Mapping[str, np.ndarray], part: Any) -> dict[str, Any]:
         from dynshape_perception.io.datasets import read_eth_ucy
         from dynshape_perception.models import model_definition
+        from dynshape_perception.tools.eval.leave_one_out import family_eval_tracks
 
         loaded = _compiled(model_definition("predictor"), weights)
-        return _score_prediction(read_eth_ucy(path), loaded, args.seed)
+        if part.path is None:
+            return _score_tracks(family_eval_tracks(part.name, args.seed), loaded, args.seed)
+        return _score_prediction(read_eth_ucy(part.path), loaded, args.seed)
 
-    rows = leave_one_out(scenes, fit, score)
+    def progress(line: str) -> None:
+        print(f"left out {line}", file=sys.stderr, flush=True)
+
+    rows = leave_one_out(scenes, families, tuple(FAMILIES), fit, score, progress)
     report = {"leave_one_out": {"seed": args.seed, "fit_steps": fit_config.steps, "scenes": rows}}
     if args.json:
         print(json.dumps(_json_safe(report), indent=2))
@@ -187,13 +205,31 @@ def _traffic(args: argparse.Namespace) -> int:
     return 0
 
 
+def _families(text: str | None, known: tuple[str, ...]) -> tuple[str, ...]:
+    if text is None:
+        return known
+    if text.strip().lower() == "none":
+        return ()
+    names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    unknown = [name for name in names if name not in known]
+    if not names or unknown:
+        raise ConfigError(
+            f"--families takes 'none' or a comma-separated list of {', '.join(known)}; got {text!r}"
+        )
+    return names
+
+
 def _loo_fit_config(steps: int | None) -> Any:
     from dataclasses import replace
 
     from dynshape_perception.tools.fit.runner import PLANS
 
     committed = PLANS["predictor"].hyperparameters
-    return committed if steps is None else replace(committed, steps=steps)
+    if steps is None:
+        return committed
+    return replace(
+        committed, steps=steps, calibration_steps=min(steps, committed.calibration_steps)
+    )
 
 
 def _compiled(model: Any, weights: Mapping[str, np.ndarray]) -> Any:
@@ -251,9 +287,20 @@ def evaluate_prediction_file(path: Path, weights_dir: Path | None, seed: int = 0
 
 def _score_prediction(scene: Any, loaded: Any, seed: int) -> dict[str, Any]:
     """``evaluate_prediction`` of a read ETH/UCY scene, the predictor run through TVM."""
+    path = scene.path
+    try:
+        result = _score_tracks(scene.tracks(), loaded, seed)
+    except DataError as err:
+        raise DataError(f"ETH/UCY file {path}: {err}") from err
+    if scene.skipped_rows:
+        print(f"note: {path.name}: skipped {scene.skipped_rows} malformed row(s)", file=sys.stderr)
+    return result
+
+
+def _score_tracks(tracks: Any, loaded: Any, seed: int) -> dict[str, Any]:
+    """``evaluate_prediction`` of tracks, the predictor run through TVM."""
     from dynshape_perception.tools.eval.prediction import evaluate_prediction
 
-    path = scene.path
     batch = int(loaded.model.spec.bounds["A"])
 
     def predict(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,13 +312,7 @@ def _score_prediction(scene: Any, loaded: Any, seed: int) -> dict[str, Any]:
         traj, probs = loaded("forward", history, lengths)
         return traj.astype(np.float64) + last[:, None], probs.astype(np.float64)
 
-    try:
-        result = evaluate_prediction(scene.tracks(), predict, seed=seed, batch_size=batch)
-    except DataError as err:
-        raise DataError(f"ETH/UCY file {path}: {err}") from err
-    if scene.skipped_rows:
-        print(f"note: {path.name}: skipped {scene.skipped_rows} malformed row(s)", file=sys.stderr)
-    return result
+    return evaluate_prediction(tracks, predict, seed=seed, batch_size=batch)
 
 
 def evaluate_segmentation_file(

@@ -26,9 +26,11 @@ from dynshape_perception.models.registry import ModelKind, register
 from dynshape_perception.models.tir_kernels import (
     HEADING_EPS_M,
     RESIDUAL_FLOOR_M,
+    SPREAD_SHARE,
     STEP_FEATURES,
     TURN_EPS,
     anchor_shares,
+    residual_shares,
 )
 
 DECODER_HIDDEN = 64
@@ -59,6 +61,10 @@ class Predictor(nn.Module):
         self.dec = Dense(hd, DECODER_HIDDEN)
         self.residual = Dense(DECODER_HIDDEN, config.hypotheses * config.horizon * 2)
         self.logits = Dense(DECODER_HIDDEN, config.hypotheses)
+        # The calibrated logit that the top learned mode beats constant velocity (mode 0):
+        # see rank_kernel.
+        self.gate = Dense(DECODER_HIDDEN, 1)
+        self._rank_k = tir_kernels.rank_kernel(config.hypotheses, gpu)
         self._encode_k, self._step_k, self._place_k, self._packed_k = tir_kernels.predictor_kernels(
             config.hidden, config.hypotheses, config.horizon, gpu
         )
@@ -108,7 +114,13 @@ class Predictor(nn.Module):
             args=[self.residual(z), last_pos, last_disp],
             out=nn.Tensor.placeholder([a, cfg.hypotheses, cfg.horizon, 2], "float32"),
         )
-        return traj, op.softmax(self.logits(z), axis=1)
+        probs = op.tensor_ir_op(
+            self._rank_k,
+            "rank_hypotheses",
+            args=[self.logits(z), self.gate(z)],
+            out=nn.Tensor.placeholder([a, cfg.hypotheses], "float32"),
+        )
+        return traj, probs
 
     def step_decode(
         self, hidden: nn.Tensor, last_pos: nn.Tensor, last_disp: nn.Tensor, new_pos: nn.Tensor
@@ -183,15 +195,35 @@ def decode_ref(
     steps = np.arange(1, cfg.horizon + 1, dtype=np.float32)[None, None, :]
     scale = (speed + np.float32(RESIDUAL_FLOOR_M))[:, None, None]
     shares = np.asarray(anchor_shares(cfg.hypotheses), np.float32)[None, :, None]
-    u = speed[:, None, None] * steps * shares + scale * res[..., 0]
-    v = scale * res[..., 1]
+    learned = scale * np.asarray(residual_shares(cfg.hypotheses), np.float32)[None, :, None]
+    u = speed[:, None, None] * steps * shares + learned * res[..., 0]
+    v = learned * res[..., 1]
     traj = np.stack(
         [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], axis=-1
     )
-    logits = dense_ref(z, w, "logits")
-    e = np.exp(logits - logits.max(axis=1, keepdims=True)) if len(logits) else logits
-    probs = e / e.sum(axis=1, keepdims=True) if len(e) else e
-    return [traj.astype(np.float32), probs.astype(np.float32)]
+    return [traj.astype(np.float32), rank_ref(dense_ref(z, w, "logits"), dense_ref(z, w, "gate"))]
+
+
+def rank_ref(logits: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    """NumPy twin of ``tir_kernels.rank_kernel``: probabilities ``[A, K]``."""
+    a_n, k_hyp = logits.shape
+    if k_hyp == 1:
+        return np.ones_like(logits, dtype=np.float32)
+    probs = np.zeros((a_n, k_hyp), np.float32)
+    if a_n == 0:
+        return probs
+    learned = logits[:, 1:].astype(np.float32)
+    top = learned.argmax(axis=1)
+    rows = np.arange(a_n)
+    g = sigmoid(gate[:, 0])
+    others = g[:, None] * np.exp(learned - learned.max(axis=1, keepdims=True))
+    others = others * np.float32(SPREAD_SHARE)
+    others[rows, top] = 0.0
+    norm = np.float32(1.0) / (np.float32(1.0) + others.sum(axis=1))
+    probs[:, 1:] = others * norm[:, None]
+    probs[:, 0] = (1.0 - g) * norm
+    probs[rows, top + 1] = g * norm
+    return probs
 
 
 def reference(
@@ -270,7 +302,7 @@ def definition(bounds: Bounds, config: PredictorConfig | None = None) -> ModelDe
     cfg = config or PredictorConfig()
     return ModelDef(
         name="predictor",
-        version="2",
+        version="4",
         build_module=lambda gpu: Predictor(cfg, gpu),
         spec=spec(bounds, cfg),
         reference=lambda fn, w, x: reference(fn, w, x, cfg),

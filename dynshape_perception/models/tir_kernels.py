@@ -18,6 +18,10 @@ HEADING_EPS_M = 1e-3
 # agent's still reach a walking step.
 RESIDUAL_FLOOR_M = 0.2
 TURN_EPS = 1e-6
+# A learned mode other than the top one weighs this share of the top one's weight times its
+# softmax ratio to it: below 1, so that the top learned mode stays the likeliest learned one
+# and the ranking states which mode the gate speaks of (see ``rank_kernel``).
+SPREAD_SHARE = 1.0 / 3.0
 # One GPU thread per agent; agents are few (A <= 64), so one block usually holds them all.
 GPU_THREADS = 64
 # A parallel region costs several microseconds (waking the pool's workers, more when they
@@ -75,6 +79,12 @@ def anchor_shares(k_hyp: int) -> tuple[float, ...]:
     its drift to the centimetre.
     """
     return tuple(0.0 if k == k_hyp - 1 and k_hyp > 1 else 1.0 for k in range(k_hyp))
+
+
+def residual_shares(k_hyp: int) -> tuple[float, ...]:
+    """Share of the learned residual in each hypothesis: none in mode 0, which is therefore
+    exactly the constant-velocity continuation, whatever the weights."""
+    return tuple(0.0 if k == 0 and k_hyp > 1 else 1.0 for k in range(k_hyp))
 
 
 def _pick(index: object, values: tuple[float, ...]) -> object:
@@ -249,8 +259,9 @@ def predictor_kernels(
         scale = speed + T.float32(RESIDUAL_FLOOR_M)
         for k, step in T.grid(k_hyp, horizon):
             anchor = speed * T.Cast("float32", step + 1) * _pick(k, anchor_shares(k_hyp))
-            u = anchor + scale * res[a, (k * horizon + step) * 2]
-            v = scale * res[a, (k * horizon + step) * 2 + 1]
+            learned = scale * _pick(k, residual_shares(k_hyp))
+            u = anchor + learned * res[a, (k * horizon + step) * 2]
+            v = learned * res[a, (k * horizon + step) * 2 + 1]
             out[a, k, step, 0] = pos[a, 0] + c * u - s * v
             out[a, k, step, 1] = pos[a, 1] + s * u + c * v
 
@@ -324,6 +335,69 @@ def predictor_kernels(
         each_agent(encode_packed_agent, s_n * cell_work)
 
     return gru_encode, gru_step, place_hypotheses, gru_encode_packed
+
+
+@functools.cache
+def rank_kernel(k_hyp: int, gpu: bool = False) -> object:
+    """Probabilities ``[A, K]`` from the confidence logits ``[A, K]`` and the gate ``[A, 1]``.
+
+    The top learned mode is the one of modes 1.. whose logit is highest (the first of equals).
+    The gate is the calibrated probability g that it beats mode 0 (constant velocity). Before
+    normalising, mode 0 weighs 1 - g, the top learned mode g, and each other learned mode g / 3
+    times its softmax share relative to the top one's. So the top-ranked mode is always mode 0
+    or the top learned mode, the latter exactly where g > 0.5; the top learned mode is always
+    the likeliest of the learned ones, and p_top / (p0 + p_top) states g. Mode 0's own logit
+    takes no part.
+    """
+    threads = GPU_THREADS
+
+    @T.macro(hygienic=False)
+    def each_agent(agent, gpu=gpu, threads=threads):  # type: ignore[no-untyped-def]
+        if gpu:
+            for bx in T.thread_binding(T.ceildiv(a_n, threads), thread="blockIdx.x"):
+                for tx in T.thread_binding(threads, thread="threadIdx.x"):
+                    if bx * threads + tx < a_n:
+                        agent(bx * threads + tx)
+        else:
+            for a in T.serial(a_n):
+                agent(a)
+
+    @T.macro(hygienic=False)
+    def rank_agent(a):  # type: ignore[no-untyped-def]
+        if k_hyp == 1:
+            out[a, 0] = T.float32(1)
+        else:
+            acc = T.decl_buffer((3,), "float32", scope="local")
+            top = T.decl_buffer((1,), "int32", scope="local")
+            acc[0] = logits[a, 1]
+            top[0] = 1
+            for k in range(2, k_hyp):
+                if logits[a, k] > acc[0]:
+                    acc[0] = logits[a, k]
+                    top[0] = k
+            g = T.sigmoid(gate[a, 0])
+            acc[1] = T.float32(0)
+            for k in range(1, k_hyp):
+                if k != top[0]:
+                    out[a, k] = g * T.exp(logits[a, k] - acc[0]) * T.float32(SPREAD_SHARE)
+                    acc[1] = acc[1] + out[a, k]
+            acc[2] = T.float32(1) / (T.float32(1) + acc[1])
+            for k in range(1, k_hyp):
+                if k != top[0]:
+                    out[a, k] = out[a, k] * acc[2]
+            out[a, 0] = (T.float32(1) - g) * acc[2]
+            out[a, top[0]] = g * acc[2]
+
+    @T.prim_func(private=True)
+    def rank_hypotheses(var_logits: T.handle, var_gate: T.handle, var_out: T.handle) -> None:
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        a_n = T.int64()
+        logits = T.match_buffer(var_logits, (a_n, k_hyp), "float32")
+        gate = T.match_buffer(var_gate, (a_n, 1), "float32")
+        out = T.match_buffer(var_out, (a_n, k_hyp), "float32")
+        each_agent(rank_agent)
+
+    return rank_hypotheses
 
 
 def fma_peak_kernel(threads: int, lanes: int, iterations: int) -> tirx.PrimFunc:

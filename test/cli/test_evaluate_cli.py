@@ -30,10 +30,10 @@ SEGMENT_OFFSET = -5.0
 # `dynshape-perception evaluate prediction --eth-ucy ../shared/data/eth_ucy/biwi_eth.txt --json`
 # and `dynshape-perception evaluate segmentation --kitti-bin .../kitti_000008.bin --json`.
 COMMITTED_ETH = {
-    "minADE": 0.4702,
-    "minFDE": 0.855,
-    "top1_ADE": 0.9938,
-    "top1_FDE": 2.0986,
+    "minADE": 0.5043,
+    "minFDE": 0.8932,
+    "top1_ADE": 1.0082,
+    "top1_FDE": 2.145,
     "cv_ADE": 1.0776,
     "cv_FDE": 2.2883,
     "cv6_minADE": 0.6309,
@@ -273,6 +273,7 @@ def _crowd_file(path: Path, seed: int, speed_mps: float) -> Path:
         ("no_window", "short.txt: no window of 20"),
         ("weights", "takes no --weights-dir"),
         ("steps", "--fit-steps must be >= 1"),
+        ("families", "--families takes 'none' or a comma-separated list of sparse"),
     ],
 )
 def test_leave_one_out_refuses_bad_input_before_any_fit(
@@ -289,8 +290,13 @@ def test_leave_one_out_refuses_bad_input_before_any_fit(
         "no_window": [good, str(tmp_path / "short.txt")],
         "weights": [good, other],
         "steps": [good, other],
+        "families": [good, other],
     }[case]
-    extra = {"weights": ["--weights-dir", str(tmp_path)], "steps": ["--fit-steps", "0"]}
+    extra = {
+        "weights": ["--weights-dir", str(tmp_path)],
+        "steps": ["--fit-steps", "0"],
+        "families": ["--families", "sparse,parade"],
+    }
     argv = ["evaluate", "prediction", "--leave-one-out", "--eth-ucy", *files]
     assert main([*argv, *extra.get(case, [])]) == 2
     err = capsys.readouterr().err
@@ -303,6 +309,8 @@ def test_several_files_need_leave_one_out(
     scene = str(_straight_scene(tmp_path / "straight.txt"))
     assert main(["evaluate", "prediction", "--eth-ucy", scene, scene]) == 2
     assert "go with --leave-one-out" in capsys.readouterr().err
+    assert main(["evaluate", "prediction", "--eth-ucy", scene, "--families", "dense"]) == 2
+    assert "--families go with --leave-one-out" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -312,12 +320,25 @@ def test_leave_one_out_scores_each_scene_with_weights_fitted_without_it(
     slow = _crowd_file(tmp_path / "slow.txt", seed=1, speed_mps=0.7)
     fast = _crowd_file(tmp_path / "fast.txt", seed=2, speed_mps=1.4)
     argv = ["evaluate", "prediction", "--leave-one-out", "--fit-steps", "20"]
+    argv += ["--families", "sparse"]
     report, _ = _run(capsys, *argv, "--eth-ucy", str(slow), str(fast), "--json")
     loo = report["leave_one_out"]
     assert loo["fit_steps"] == 20 and loo["seed"] == 0
-    assert [row["scene"] for row in loo["scenes"]] == ["slow", "fast"]
-    for row, other in zip(loo["scenes"], ["fast", "slow"], strict=True):
-        assert row["fitted_on"] == [other, "synthetic"]
+    assert [row["scene"] for row in loo["scenes"]] == ["slow", "fast", "sparse"]
+    families = ["sparse", "dense", "groups", "crossing"]
+    sparse = loo["scenes"][2]
+    assert sparse["kind"] == "generated" and sparse["fitted_on"] == [
+        "fast",
+        "slow",
+        *families[1:],
+        "synthetic",
+    ]
+    assert sparse["windows"] > 0 and "file" not in sparse
+    assert sum(b["windows"] for b in sparse["breakdown"]["by_speed_mps"]) == sparse["windows"]
+    assert 0.0 <= sparse["ranking"]["top_is_cv_share"] <= 1.0
+    for row, other in zip(loo["scenes"][:2], ["fast", "slow"], strict=True):
+        assert row["kind"] == "real"
+        assert row["fitted_on"] == [other, *families, "synthetic"]
         assert row["windows"] == 12 * (30 - 20 + 1) and row["pedestrians"] == 12
         assert row["fit_stats"]["real_windows"] == 12 * (30 - 12 - 1)
         for ratio in row["ratios"].values():
@@ -329,5 +350,6 @@ def test_leave_one_out_scores_each_scene_with_weights_fitted_without_it(
     # The text form is the table: a row per metric, each ratio with its interval.
     assert main([*argv, "--eth-ucy", str(slow), str(fast)]) == 0
     text = capsys.readouterr().out
-    assert text.count("top-1 ADE") == 2 and text.count("minFDE@6") == 2
-    assert "fitted on fast + synthetic" in text and "expected calibration error" in text
+    assert text.count("top-1 ADE") == 3 and text.count("minFDE@6") == 3
+    assert "fitted on fast + sparse + dense" in text and "expected calibration error" in text
+    assert text.count("ranking: CV ranked first in") == 3 and "people in view" in text

@@ -11,8 +11,10 @@ from dynshape_perception.models.segmenter import SegmenterConfig
 from dynshape_perception.models.tir_kernels import (
     HEADING_EPS_M,
     RESIDUAL_FLOOR_M,
+    SPREAD_SHARE,
     TURN_EPS,
     anchor_shares,
+    residual_shares,
 )
 from dynshape_perception.tools.fit.torch_models import Segmenter, load_numpy
 
@@ -45,7 +47,10 @@ class PredictorGraph(torch.nn.Module):
     residual_bias: Tensor
     logits_weight: Tensor
     logits_bias: Tensor
+    gate_weight: Tensor
+    gate_bias: Tensor
     anchor_shares: Tensor
+    residual_shares: Tensor
 
     def __init__(self, config: PredictorConfig, weights: Mapping[str, np.ndarray]) -> None:
         super().__init__()
@@ -57,7 +62,9 @@ class PredictorGraph(torch.nn.Module):
         self.turn_eps = float(TURN_EPS)
         self.heading_eps = float(HEADING_EPS_M)
         self.residual_floor = float(RESIDUAL_FLOOR_M)
+        self.spread = float(SPREAD_SHARE)
         self.register_buffer("anchor_shares", torch.tensor(anchor_shares(self.k)))
+        self.register_buffer("residual_shares", torch.tensor(residual_shares(self.k)))
 
     def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
         hd = self.hd
@@ -95,13 +102,29 @@ class PredictorGraph(torch.nn.Module):
         s = torch.where(moving, disp[:, 1] / safe, torch.zeros_like(speed))[:, None, None]
         steps = torch.arange(1, self.horizon + 1, dtype=history.dtype)[None, None, :]
         scale = (speed + self.residual_floor)[:, None, None]
-        u = speed[:, None, None] * steps * self.anchor_shares[None, :, None] + scale * res[..., 0]
-        v = scale * res[..., 1]
+        learn = scale * self.residual_shares[None, :, None]
+        u = speed[:, None, None] * steps * self.anchor_shares[None, :, None] + learn * res[..., 0]
+        v = learn * res[..., 1]
         traj = torch.stack(
             [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v], dim=-1
         )
         logits = z @ self.logits_weight + self.logits_bias
-        return traj, torch.softmax(logits, dim=1)
+        gate = (z @ self.gate_weight + self.gate_bias)[:, 0]
+        return traj, self.rank(logits, gate)
+
+    def rank(self, logits: Tensor, gate: Tensor) -> Tensor:
+        """Same math as ``tir_kernels.rank_kernel``."""
+        if self.k == 1:
+            return torch.ones_like(logits)
+        learned = logits[:, 1:]
+        top = torch.argmax(learned, dim=1)[:, None]
+        g = torch.sigmoid(gate)
+        peak = torch.max(learned, dim=1, keepdim=True)[0]
+        others = g[:, None] * torch.exp(learned - peak) * self.spread
+        others = others.scatter(1, top, torch.zeros_like(g)[:, None])
+        norm = 1.0 / (1.0 + others.sum(dim=1))
+        probs = torch.cat([((1.0 - g) * norm)[:, None], others * norm[:, None]], dim=1)
+        return probs.scatter(1, top + 1, (g * norm)[:, None])
 
 
 def scripted_predictor(

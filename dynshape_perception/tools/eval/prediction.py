@@ -11,9 +11,12 @@ from dynshape_perception.config import check_seed
 from dynshape_perception.errors import DataError, InputValueError, ShapeError
 from dynshape_perception.perception.prediction.history import Tracks, detect_frame_step
 from dynshape_perception.stats import bootstrap_means, central_interval
+from dynshape_perception.tools.eval.breakdown import breakdown, people_in_view, ranking
 
 OBS_STEPS = 8
 PRED_STEPS = 12
+# Seconds between the protocol's steps (2.5 Hz).
+STEP_S = 0.4
 BOOTSTRAP_RESAMPLES = 1000
 CI_LEVEL = 0.95
 METRIC_DECIMALS = 4
@@ -88,13 +91,24 @@ def extract_owned_windows(
     frame_step: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``extract_windows`` plus the pedestrian id of each window ``[W]``."""
+    obs_xy, fut_xy, owners, _ = extract_indexed_windows(tracks, obs, pred, frame_step)
+    return obs_xy, fut_xy, owners
+
+
+def extract_indexed_windows(
+    tracks: Tracks,
+    obs: int = OBS_STEPS,
+    pred: int = PRED_STEPS,
+    frame_step: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``extract_owned_windows`` plus the frame of each window's last observation ``[W]``."""
     if obs < 2 or pred < 1:
         raise InputValueError(f"need obs >= 2 and pred >= 1, got obs={obs}, pred={pred}")
     checked = {pid: _checked_track(pid, *tracks[pid]) for pid in sorted(tracks)}
     if frame_step is None:
         frame_step = detect_frame_step(checked) if checked else 1
     span = obs + pred
-    windows, owners = [], []
+    windows, owners, lasts = [], [], []
     for pid, (frames, xy) in checked.items():
         if frames.shape[0] < span:
             continue
@@ -106,10 +120,17 @@ def extract_owned_windows(
             view = np.lib.stride_tricks.sliding_window_view(xy, span, axis=0)
             windows.append(view[starts].transpose(0, 2, 1))
             owners.append(np.full(starts.size, pid, dtype=np.int64))
+            lasts.append(frames[starts + obs - 1])
     if not windows:
-        return np.zeros((0, obs, 2)), np.zeros((0, pred, 2)), np.zeros(0, dtype=np.int64)
+        none = np.zeros(0, dtype=np.int64)
+        return np.zeros((0, obs, 2)), np.zeros((0, pred, 2)), none, none.copy()
     stacked = np.concatenate(windows, axis=0)
-    return stacked[:, :obs].copy(), stacked[:, obs:].copy(), np.concatenate(owners)
+    return (
+        stacked[:, :obs].copy(),
+        stacked[:, obs:].copy(),
+        np.concatenate(owners),
+        np.concatenate(lasts),
+    )
 
 
 def _check_obs(obs: np.ndarray) -> np.ndarray:
@@ -314,7 +335,7 @@ def evaluate_prediction(
     for predictors with a bounded batch.
     """
     check_seed("seed", seed)
-    obs_xy, fut_xy, owners = extract_owned_windows(tracks, obs, pred, frame_step)
+    obs_xy, fut_xy, owners, lasts = extract_indexed_windows(tracks, obs, pred, frame_step)
     if obs_xy.shape[0] == 0:
         raise DataError(f"the scene holds no window of {obs + pred} consecutive annotated frames")
     traj, probs = _run_predictor(predictor, obs_xy, pred, batch_size)
@@ -352,6 +373,9 @@ def evaluate_prediction(
         }
     result["ratios"] = ratios
     result["calibration"] = calibration(probs, traj, fut_xy)
+    result["ranking"] = ranking(probs, traj, fut_xy, cv_ade)
+    speed = np.linalg.norm(obs_xy[:, -1] - obs_xy[:, -2], axis=1) / STEP_S
+    result["breakdown"] = breakdown(per_window, people_in_view(tracks, lasts), speed)
     return result
 
 

@@ -14,7 +14,8 @@ from dynshape_perception.io.datasets import read_eth_ucy
 from dynshape_perception.perception.prediction.history import Tracks, detect_frame_step
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.tools.eval.prediction import OBS_STEPS, PRED_STEPS
-from dynshape_perception.tools.sim.scenes import Crowd, crowd_scene, pedestrian_scene
+from dynshape_perception.tools.sim.crowds import FAMILIES, family_scenes
+from dynshape_perception.tools.sim.scenes import pedestrian_scene
 
 SYNTHETIC = "synthetic"
 # Real pedestrian scenes the fits may use, by the name the CLI takes.
@@ -181,80 +182,50 @@ def annotate(
 
 
 @dataclass(frozen=True)
-class GeneratedCrowds:
-    """Social-force crowd scenes (``crowd_scene``): each draws its behaviour from the ranges.
+class GeneratedFamilies:
+    """How many interacting crowd scenes (``tools.sim.crowds``) each family contributes, and
+    how they are annotated: marks off by up to ``noise_m``, and a new mark only after moving
+    more than a hold of up to ``hold_m`` (see ``annotate``); metres."""
 
-    The ranges span dense slow crowds to sparse fast walkers, so that no one real scene's
-    pace or density is the only one a fit sees.
-    """
-
-    scenes: int = 32
-    agents: tuple[int, int] = (16, 64)
-    steps: int = 56
-    density_per_m2: tuple[float, float] = (0.02, 0.4)
-    speed_mps: tuple[float, float] = (0.6, 1.5)
-    group_share: tuple[float, float] = (0.2, 0.7)
-    stand_share: tuple[float, float] = (0.0, 0.3)
-    stop_share: tuple[float, float] = (0.05, 0.4)
-    turn_share: tuple[float, float] = (0.1, 0.5)
-    # Annotation: each agent's marks are off by up to noise_m, and it is marked anew only
-    # after moving more than its hold, up to hold_m (see ``annotate``); metres.
+    scenes: int = 12
+    steps: int = 40
     noise_m: float = 0.04
     hold_m: float = 0.08
 
     def __post_init__(self) -> None:
-        if self.scenes < 0 or self.steps < PRED_STEPS + 2 or not 1 <= self.agents[0]:
-            raise ConfigError(f"crowds need scenes >= 0, agents >= 1 and steps >= {PRED_STEPS + 2}")
-        ranges = {
-            "agents": self.agents,
-            "density_per_m2": self.density_per_m2,
-            "speed_mps": self.speed_mps,
-            "group_share": self.group_share,
-            "stand_share": self.stand_share,
-            "stop_share": self.stop_share,
-            "turn_share": self.turn_share,
-        }
-        for key, (lo, hi) in ranges.items():
-            if not 0 <= lo <= hi:
-                raise ConfigError(f"crowd {key} must be a range 0 <= lo <= hi, got {(lo, hi)}")
-        if self.density_per_m2[0] <= 0 or self.speed_mps[0] <= 0:
-            raise ConfigError("crowd densities and speeds must be > 0")
+        if self.scenes < 0 or self.steps < PRED_STEPS + 2:
+            raise ConfigError(f"families need scenes >= 0 and steps >= {PRED_STEPS + 2}")
         if self.noise_m < 0 or self.hold_m < 0:
-            raise ConfigError("crowd noise_m and hold_m must be >= 0")
-        shares = (self.group_share, self.stand_share, self.stop_share, self.turn_share)
-        if any(hi > 1 for _, hi in shares):
-            raise ConfigError(f"crowd shares must lie in [0, 1], got {shares}")
+            raise ConfigError("family noise_m and hold_m must be >= 0")
 
 
-def crowd_windows(seed: int, spec: GeneratedCrowds, history: int) -> tuple[Windows, str]:
-    """Fit windows of ``spec.scenes`` seeded crowd scenes, and a line on what they hold."""
-    rng = np.random.default_rng(seed)
-    parts = []
-    agents_total = 0
-    for index in range(spec.scenes):
-        count = int(rng.integers(spec.agents[0], spec.agents[1] + 1))
-        density = float(np.exp(rng.uniform(*np.log(spec.density_per_m2))))
-        crowd = Crowd(
-            area_m=float(np.sqrt(count / density)),
-            speed_mps=float(rng.uniform(*spec.speed_mps)),
-            group_share=float(rng.uniform(*spec.group_share)),
-            stand_share=float(rng.uniform(*spec.stand_share)),
-            stop_share=float(rng.uniform(*spec.stop_share)),
-            turn_share=float(rng.uniform(*spec.turn_share)),
-        )
-        tracks = crowd_scene(seed + index, count, spec.steps, crowd=crowd).astype(np.float64)
-        marked = annotate(rng, tracks, spec.noise_m, spec.hold_m)
-        parts.append(run_windows(marked, history, PRED_STEPS))
-        agents_total += count
-    windows = Windows.concat(parts, history, PRED_STEPS)
-    detail = (
-        f"{spec.scenes} social-force crowds (seeds {seed}..{seed + spec.scenes - 1}), "
-        f"{agents_total} agents x {spec.steps} steps: {windows.count} windows, densities "
-        f"{spec.density_per_m2[0]}-{spec.density_per_m2[1]} per m2, desired speeds "
-        f"{spec.speed_mps[0]}-{spec.speed_mps[1]} m/s, annotation noise up to {spec.noise_m} m "
-        f"and hold up to {spec.hold_m} m"
+def family_tracks(name: str, seed: int, spec: GeneratedFamilies) -> list[np.ndarray]:
+    """The annotated tracks ``[A, steps, 2]`` of each seeded scene of family ``name``."""
+    if name not in FAMILIES:
+        raise ConfigError(f"unknown crowd family {name!r}; expected one of {', '.join(FAMILIES)}")
+    scenes = family_scenes(FAMILIES[name], seed, spec.scenes, spec.steps)
+    rng = np.random.default_rng([seed, sum(map(ord, name)), 1])
+    return [annotate(rng, tracks, spec.noise_m, spec.hold_m) for _, tracks in scenes]
+
+
+def family_windows(
+    name: str, seed: int, spec: GeneratedFamilies, history: int
+) -> tuple[Windows, Source]:
+    """Fit windows of one crowd family, and its provenance."""
+    tracks = family_tracks(name, seed, spec)
+    windows = Windows.concat(
+        [run_windows(t, history, PRED_STEPS) for t in tracks], history, PRED_STEPS
     )
-    return windows, detail
+    agents = sum(t.shape[0] for t in tracks)
+    source = Source(
+        name=name,
+        kind=f"generated interacting crowds (tools.sim.crowds, family {name})",
+        licence=GENERATED_LICENCE,
+        detail=f"{spec.scenes} scenes (seed {seed}), {agents} agents x {spec.steps} steps: "
+        f"{windows.count} windows; annotation noise up to {spec.noise_m} m, hold up to "
+        f"{spec.hold_m} m",
+    )
+    return windows, source
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,9 @@ class FitPlan:
 PLANS: Mapping[str, FitPlan] = {
     "predictor": FitPlan(
         sources=predictor.SOURCES,
-        # Every real scene: held-out figures come from `evaluate prediction --leave-one-out`.
-        default_data="eth,hotel,synthetic",
+        # Every real scene and crowd family: held-out figures come from
+        # `evaluate prediction --leave-one-out`.
+        default_data="crossing,dense,eth,groups,hotel,sparse,synthetic",
         fit=predictor.fit_predictor,
         hyperparameters=predictor.PredictorFitConfig(),
         notes="fitted on histories of 2 to 32 steps at 0.4 s (the ETH/UCY protocol observes 8); "

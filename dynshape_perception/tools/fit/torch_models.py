@@ -15,9 +15,11 @@ from dynshape_perception.models.tir_kernels import (
     FEATURES,
     HEADING_EPS_M,
     RESIDUAL_FLOOR_M,
+    SPREAD_SHARE,
     STEP_FEATURES,
     TURN_EPS,
     anchor_shares,
+    residual_shares,
 )
 
 
@@ -135,6 +137,8 @@ class Predictor(nn.Module):
         self.dec = Dense(hd, DECODER_HIDDEN)
         self.residual = Dense(DECODER_HIDDEN, config.hypotheses * config.horizon * 2)
         self.logits = Dense(DECODER_HIDDEN, config.hypotheses)
+        self.gate = Dense(DECODER_HIDDEN, 1)
+        self.final_loss = float("nan")
 
     def cell(self, h: Tensor, d_prev: Tensor, d_new: Tensor) -> Tensor:
         hd = self.config.hidden
@@ -170,8 +174,9 @@ class Predictor(nn.Module):
         pos = history[torch.arange(a_n), last]
         return h, pos, disp
 
-    def decode(self, h: Tensor, pos: Tensor, disp: Tensor) -> tuple[Tensor, Tensor]:
-        """Trajectories [A, K, H, 2] and the logits [A, K] (probabilities are their softmax)."""
+    def decode(self, h: Tensor, pos: Tensor, disp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Trajectories [A, K, H, 2], the confidence logits [A, K] and the gate logit [A]
+        (``rank`` turns the last two into the probabilities)."""
         cfg = self.config
         z = torch.relu(self.dec(h))
         res = self.residual(z).reshape(-1, cfg.hypotheses, cfg.horizon, 2)
@@ -183,14 +188,34 @@ class Predictor(nn.Module):
         steps = torch.arange(1, cfg.horizon + 1, dtype=h.dtype)[None, None, :]
         scale = (speed + RESIDUAL_FLOOR_M)[:, None, None]
         shares = torch.tensor(anchor_shares(cfg.hypotheses), dtype=h.dtype)[None, :, None]
-        u = speed[:, None, None] * steps * shares + scale * res[..., 0]
-        v = scale * res[..., 1]
+        learn = torch.tensor(residual_shares(cfg.hypotheses), dtype=h.dtype)[None, :, None]
+        u = speed[:, None, None] * steps * shares + scale * learn * res[..., 0]
+        v = scale * learn * res[..., 1]
         traj = torch.stack(
             [pos[:, 0, None, None] + c * u - s * v, pos[:, 1, None, None] + s * u + c * v],
             dim=-1,
         )
-        return traj, self.logits(z)
+        return traj, self.logits(z), self.gate(z)[:, 0]
 
     def forward(self, history: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        traj, logits = self.decode(*self.encode(history, lengths))
-        return traj, torch.softmax(logits, dim=1)
+        traj, logits, gate = self.decode(*self.encode(history, lengths))
+        return traj, rank(logits, gate)
+
+
+def top_learned(logits: Tensor) -> Tensor:
+    """Index [A] of the learned mode (1..) with the highest logit, the first of equals."""
+    return logits[:, 1:].argmax(dim=1) + 1
+
+
+def rank(logits: Tensor, gate: Tensor) -> Tensor:
+    """Probabilities [A, K] from the logits and the gate logit; see ``tir_kernels.rank_kernel``."""
+    if logits.shape[1] == 1:
+        return torch.ones_like(logits)
+    top = top_learned(logits)
+    learned = logits[:, 1:]
+    g = torch.sigmoid(gate)
+    others = g[:, None] * torch.exp(learned - learned.max(dim=1, keepdim=True).values)
+    others = (others * SPREAD_SHARE).scatter(1, (top - 1)[:, None], 0.0)
+    norm = 1.0 / (1.0 + others.sum(dim=1))
+    probs = torch.cat([((1.0 - g) * norm)[:, None], others * norm[:, None]], dim=1)
+    return probs.scatter(1, top[:, None], (g * norm)[:, None])

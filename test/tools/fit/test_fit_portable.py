@@ -32,7 +32,7 @@ PROBE = """
 import json
 import dynshape_perception.tools.fit
 from dynshape_perception.tools.fit import associator, predictor, segmenter
-from dynshape_perception.tools.fit.data import GeneratedCrowds, SyntheticPedestrians
+from dynshape_perception.tools.fit.data import GeneratedFamilies, SyntheticPedestrians
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.weights import weights_checksum
 
@@ -44,7 +44,7 @@ fits = {
     "predictor": lambda model: predictor.fit_predictor(model, ("synthetic",), 0,
         predictor.PredictorFitConfig(steps=16, batch_size=64, relax_steps=4, long_share=0.5,
                                      synthetic=SyntheticPedestrians(scenes=1, agents=8),
-                                     crowds=GeneratedCrowds(scenes=1, agents=(8, 8)))),
+                                     families=GeneratedFamilies(scenes=1))),
 }
 print(json.dumps({name: weights_checksum(fit(model_definition(name))[0])
                   for name, fit in fits.items()}))

@@ -57,5 +57,6 @@ def test_predictor_fit_reproduces(shared_data: Path, tmp_path: Path) -> None:
     committed, refit = _refit("predictor", tmp_path)
     assert refit == committed
     entry = read_manifest(tmp_path)["models"]["predictor"]
-    # Every real scene: held-out figures come from leave-one-out refits.
-    assert {source["name"] for source in entry["data"]} == {"eth", "hotel", "synthetic"}
+    # Every real scene and crowd family: held-out figures come from leave-one-out refits.
+    names = {source["name"] for source in entry["data"]}
+    assert names == {"crossing", "dense", "eth", "groups", "hotel", "sparse", "synthetic"}

@@ -19,8 +19,12 @@ from dynshape_perception.tools.fit.predictor import (  # noqa: E402
     PredictorFitConfig,
     _reverse,
     augment,
+    calibration_folds,
+    gate_labels,
+    platt,
     wta_loss,
 )
+from dynshape_perception.tools.fit.torch_models import top_learned  # noqa: E402
 
 HISTORY, HORIZON = 6, 12
 
@@ -81,24 +85,48 @@ def test_augment_cuts_to_the_cap_and_shortens_at_random() -> None:
     np.testing.assert_array_equal(full.numpy(), [3, 3])
 
 
-def test_the_anchor_term_pulls_mode_zero_and_soft_targets_spread_confidence() -> None:
+def test_the_anchor_term_pulls_mode_one_and_soft_targets_spread_confidence() -> None:
     fut = torch.zeros(1, HORIZON, 2)
     traj = torch.zeros(1, 3, HORIZON, 2)
-    traj[0, 0, :, 0] = 1.0  # the anchor misses by 1 m
-    traj[0, 2, :, 0] = 0.1  # a near miss beside the exact mode 1
+    traj[0, 1, :, 0] = 1.0  # the central mode misses by 1 m
+    traj[0, 2, :, 0] = 0.1  # a near miss beside the exact mode 0
     logits = torch.zeros(1, 3)
     plain = PredictorFitConfig(anchor_weight=0.0, confidence_temperature=0.0)
     loss, winner = wta_loss(traj, logits, fut, plain, relax=0.0)
     anchored, _ = wta_loss(traj, logits, fut, replace(plain, anchor_weight=0.5), relax=0.0)
-    assert int(winner[0]) == 1
+    # Mode 0 (constant velocity) is exact here, but takes no part: the near miss wins.
+    assert int(winner[0]) == 2
     # The anchor's cost is 1 m mean + 0.5 x 1 m final, weighted by 0.5.
     assert float(anchored - loss) == pytest.approx(0.75, abs=1e-3)
     logits.requires_grad_(True)
     soft = replace(plain, confidence_temperature=0.3)
     wta_loss(traj, logits, fut, soft, relax=0.0)[0].backward()
     grad = logits.grad[0]
-    # Gradient descent raises mode 1 most, mode 2 (0.15 m off) too, and lowers the anchor.
-    assert grad[1] < grad[2] < 0 < grad[0]
+    # Gradient descent raises mode 2 (0.15 m off) and lowers mode 1; mode 0's logit takes
+    # no part, though mode 0 is exact: the gate alone ranks constant velocity.
+    assert grad[2] < 0 < grad[1] and float(grad[0]) == 0.0
+
+
+def test_windows_constant_velocity_covers_stop_pulling_the_learned_modes() -> None:
+    fut = torch.zeros(3, HORIZON, 2)
+    traj = torch.zeros(3, 4, HORIZON, 2)
+    traj[:, 1:, :, 0] = torch.tensor([1.0, 2.0, 3.0])[None, :, None]
+    traj[1, 0, :, 0] = 2.0  # constant velocity misses by 2 m: the learned mode 1 wins
+    traj[2, 0, :, 0] = 1.05  # constant velocity 5 % behind mode 1
+    fit = PredictorFitConfig(anchor_weight=0.0, classification_weight=0.0)
+
+    def pulled(cover: float, margin: float) -> np.ndarray:
+        modes = traj.clone().requires_grad_(True)
+        cfg = replace(fit, cv_margin=margin)
+        wta_loss(modes, torch.zeros(3, 4), fut, cfg, relax=0.0, cover=cover)[0].backward()
+        return modes.grad[:, 1:].abs().sum(dim=(2, 3)).numpy() > 0
+
+    # Without the weight on covered windows only the learned winner of each window is pulled.
+    np.testing.assert_array_equal(pulled(1.0, 0.0)[:, 0], [True, True, True])
+    # Window 0 is covered exactly by constant velocity; with a 10 % margin window 2 too.
+    np.testing.assert_array_equal(pulled(0.0, 0.0)[:, 0], [False, True, True])
+    np.testing.assert_array_equal(pulled(0.0, 0.1)[:, 0], [False, True, False])
+    assert not pulled(0.0, 0.1)[:, 1:].any()
 
 
 def test_fit_settings_are_checked() -> None:
@@ -108,3 +136,45 @@ def test_fit_settings_are_checked() -> None:
         PredictorFitConfig(long_share=1.5)
     with pytest.raises(ConfigError, match="anchor_weight"):
         PredictorFitConfig(anchor_weight=-1.0)
+    with pytest.raises(ConfigError, match="cv_cover_weight"):
+        PredictorFitConfig(cv_cover_weight=1.5)
+    with pytest.raises(ConfigError, match="cv_cover_steps"):
+        PredictorFitConfig(cv_cover_steps=0)
+
+
+def test_the_gate_learns_where_the_top_learned_mode_clearly_beats_constant_velocity() -> None:
+    fut = torch.zeros(3, HORIZON, 2)
+    traj = torch.zeros(3, 3, HORIZON, 2)
+    traj[:, 0, :, 0] = 1.0  # constant velocity misses by 1 m
+    traj[:, 1, :, 0] = torch.tensor([0.5, 0.97, 1.5])[:, None]
+    traj[:, 2, :, 0] = torch.tensor([2.0, 0.5, 0.5])[:, None]
+    # The confidence head ranks mode 1 first in windows 0 and 1, mode 2 in window 2; mode
+    # 0's logit, however high, is no learned mode.
+    logits = torch.tensor([[9.0, 1.0, 0.0], [9.0, 1.0, 0.0], [9.0, 0.0, 1.0]])
+    top = top_learned(logits)
+    np.testing.assert_array_equal(top.numpy(), [1, 1, 2])
+    labels = gate_labels(traj, fut, 0.05, top)
+    # 0.97 m beats 1 m, but not by 5 %: no clear gain; mode 2's 0.5 m in window 1 is not
+    # what the top-ranked hypothesis would be.
+    np.testing.assert_array_equal(labels.numpy(), [1.0, 0.0, 1.0])
+    gate = torch.zeros(3, requires_grad=True)
+    fit = PredictorFitConfig(anchor_weight=0.0, classification_weight=0.0)
+    wta_loss(traj, logits, fut, fit, relax=0.0, gate=gate)[0].backward()
+    assert gate.grad[0] < 0 < gate.grad[1] and gate.grad[2] < 0
+
+
+def test_platt_calibration_follows_the_outcomes_and_refuses_a_reversed_gate() -> None:
+    rng = np.random.default_rng(0)
+    raw = rng.normal(0.0, 2.0, 4000)
+    truth = 1.0 / (1.0 + np.exp(-(0.5 * raw - 1.0)))
+    labels = (rng.random(4000) < truth).astype(float)
+    a, b = platt(raw, labels, np.ones(4000))
+    assert a == pytest.approx(0.5, abs=0.1) and b == pytest.approx(-1.0, abs=0.15)
+    # A gate whose logit runs against the outcome states the base rate: CV stays first.
+    a, b = platt(-raw, labels, np.ones(4000))
+    assert a == 0.0 and 1.0 / (1.0 + math.exp(-b)) == pytest.approx(labels.mean(), abs=1e-6)
+
+
+def test_calibration_folds_hold_out_real_and_generated_sources_alike() -> None:
+    folds = calibration_folds(("dense", "eth", "groups", "hotel", "sparse", "synthetic"), 2)
+    assert folds == [("eth", "dense", "sparse"), ("hotel", "groups", "synthetic")]
