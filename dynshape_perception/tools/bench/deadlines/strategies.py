@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from dynshape_perception.paramspec import declarations
 from dynshape_perception.scheduling.executor import (
     Arrival,
     ExecutorOptions,
@@ -28,7 +29,7 @@ RATES = {"1x": 1.0, "2x": 2.0}
 DRAIN_S = 15.0
 # The nodes' own: each time tier 1 releases the GIL (a TVM or OpenCV call), a shared lane
 # takes it, and tier 1 waits up to one interval to get it back.
-SWITCH_INTERVAL_MS = ExecutorOptions().switch_interval_ms
+SWITCH_INTERVAL_MS = float(declarations(ExecutorOptions)["switch_interval_ms"].default)
 # NumPy's OpenBLAS on one thread while an executor runs: its workers would make a lane's
 # BLAS call wait on threads that other lanes pre-empt, and spin for a core after each call.
 BLAS_THREADS = 1
