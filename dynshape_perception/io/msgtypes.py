@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -17,14 +16,9 @@ from rosbags.typesys import (
 from rosbags.typesys.store import Typestore
 
 from dynshape_perception.errors import DataError
+from dynshape_perception.io.bag_storage import READ_ERRORS, first_line
 from dynshape_perception.io.objects import OBJECT_TYPES
 from dynshape_perception.resources import ament_prefixes
-
-if sys.version_info >= (3, 14):
-    pass
-else:
-    pass
-from dynshape_perception.io.bag_storage import READ_ERRORS, first_line
 
 # Message packages whose definitions are read from their installed .msg files.
 INSTALLED_MSG_PACKAGES = ("autoware_perception_msgs",)
