@@ -13,6 +13,7 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.ground import (
     MIN_PLANE_POINTS,
     GroundPlane,
+    _column_means,
     _msac_costs,
     fit_ground_plane,
 )
@@ -111,3 +112,11 @@ def test_few_and_non_finite_points_fit_as_the_reference() -> None:
     _assert_same(points.astype(np.float32))
     for n in (2, 3, 5, 40):
         _assert_same(points[:n])
+
+
+@pytest.mark.parametrize("rows", [3, 4, 17, 5_198, 22_651])
+def test_column_means_are_numpys_to_the_bit(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    for scale in (0.1, 10.0, 1.0e4):
+        xyz = rng.normal(size=(rows, 3)) * scale + rng.normal(size=3) * 50.0
+        assert _column_means(xyz).tobytes() == xyz.mean(axis=0).tobytes()
