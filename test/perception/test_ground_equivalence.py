@@ -13,6 +13,7 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.ground import (
     MIN_PLANE_POINTS,
     GroundPlane,
+    _column_means,
     _msac_costs,
     fit_ground_plane,
 )
@@ -31,7 +32,7 @@ def _reference_refit(xyz: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def reference_fit(
-    points: np.ndarray, seed: int = 0, max_sample_points: int = 4000, refit_rounds: int = 2
+    points: np.ndarray, seed: int = 0, max_sample_points: int = 1000, refit_rounds: int = 2
 ) -> tuple[float, ...]:
     threshold_m, max_tilt_deg = 0.2, 20.0
     xyz = points[:, :3].astype(np.float64)
@@ -95,6 +96,7 @@ def test_the_kitti_scan_fits_as_the_reference(
     # Its first sector and a float64 copy, as the streaming path and callers give them.
     _assert_same(kitti_points[: kitti_points.shape[0] // 8], seed=seed, refit_rounds=refit_rounds)
     _assert_same(kitti_points[:, :3].astype(np.float64), seed=seed, max_sample_points=2000)
+    _assert_same(kitti_points, seed=seed, max_sample_points=4000, refit_rounds=refit_rounds)
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -111,3 +113,11 @@ def test_few_and_non_finite_points_fit_as_the_reference() -> None:
     _assert_same(points.astype(np.float32))
     for n in (2, 3, 5, 40):
         _assert_same(points[:n])
+
+
+@pytest.mark.parametrize("rows", [3, 4, 17, 5_198, 22_651])
+def test_column_means_are_numpys_to_the_bit(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    for scale in (0.1, 10.0, 1.0e4):
+        xyz = rng.normal(size=(rows, 3)) * scale + rng.normal(size=3) * 50.0
+        assert _column_means(xyz).tobytes() == xyz.mean(axis=0).tobytes()
