@@ -71,7 +71,7 @@ class PredictorFitConfig:
     # window with this weight: the mode the gate may rank first leans to a central estimate
     # (the history's smoothed motion, a gain over the raw last step), while which mode that
     # is changes with the window, so no one hypothesis gives up its spread.
-    top_anchor_weight: float = 0.0
+    top_anchor_weight: float = 0.15
     # The gate learns whether the top learned mode (highest confidence) beats constant
     # velocity by this share of its ADE (a clear gain); its logit is then scaled and shifted
     # (Platt) to the out-of-fold outcomes of fits that left out a share of the sources, so
@@ -93,7 +93,7 @@ class PredictorFitConfig:
     # cost, the learned winner's pull keeps a weight annealed from 1 to cv_cover_weight over
     # cv_cover_steps: early on no learned mode is starved, later the learned modes spend
     # their spread on the windows CV does not cover, which is what the min over K rewards.
-    cv_cover_weight: float = 1.0
+    cv_cover_weight: float = 0.3
     cv_cover_steps: int = 1000
     cv_margin: float = 0.0
     scale_range: tuple[float, float] = (0.4, 2.5)
@@ -104,7 +104,7 @@ class PredictorFitConfig:
     # after the speed scaling: annotators' error is in metres of the world, whatever the
     # pace, while scaling a track scales its noise too, so slowed tracks would be cleaner
     # than any slow crowd's annotations.
-    extra_noise_share: float = 0.0
+    extra_noise_share: float = 0.5
     extra_noise_m: float = 0.04
     # The weights written are an exponential moving average over the last few hundred steps,
     # which smooths the noise of the final minibatches.
