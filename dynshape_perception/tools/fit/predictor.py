@@ -67,6 +67,11 @@ class PredictorFitConfig:
     # Above 0, mode 1 also regresses on every window with this weight, not only where it
     # wins: a central estimate, at the cost of one hypothesis that no longer spreads.
     anchor_weight: float = 0.0
+    # Above 0, the top learned mode (highest confidence, per window) also regresses on every
+    # window with this weight: the mode the gate may rank first leans to a central estimate
+    # (the history's smoothed motion, a gain over the raw last step), while which mode that
+    # is changes with the window, so no one hypothesis gives up its spread.
+    top_anchor_weight: float = 0.15
     # The gate learns whether the top learned mode (highest confidence) beats constant
     # velocity by this share of its ADE (a clear gain); its logit is then scaled and shifted
     # (Platt) to the out-of-fold outcomes of fits that left out a share of the sources, so
@@ -88,13 +93,19 @@ class PredictorFitConfig:
     # cost, the learned winner's pull keeps a weight annealed from 1 to cv_cover_weight over
     # cv_cover_steps: early on no learned mode is starved, later the learned modes spend
     # their spread on the windows CV does not cover, which is what the min over K rewards.
-    cv_cover_weight: float = 1.0
+    cv_cover_weight: float = 0.3
     cv_cover_steps: int = 1000
     cv_margin: float = 0.0
     scale_range: tuple[float, float] = (0.4, 2.5)
     real_share: float = 0.4
     # Share of windows played backwards: walking reversed is walking, and starts become stops.
     reverse_share: float = 0.5
+    # Share of windows given fresh annotation noise (per window up to extra_noise_m, metres)
+    # after the speed scaling: annotators' error is in metres of the world, whatever the
+    # pace, while scaling a track scales its noise too, so slowed tracks would be cleaner
+    # than any slow crowd's annotations.
+    extra_noise_share: float = 0.5
+    extra_noise_m: float = 0.04
     # The weights written are an exponential moving average over the last few hundred steps,
     # which smooths the noise of the final minibatches.
     ema_decay: float = 0.998
@@ -130,8 +141,18 @@ class PredictorFitConfig:
             )
         if self.max_history < OBS_STEPS:
             raise ConfigError(f"max_history must be >= {OBS_STEPS}, got {self.max_history}")
-        if self.anchor_weight < 0 or self.confidence_temperature < 0 or self.gate_weight < 0:
-            raise ConfigError("anchor_weight, confidence_temperature and gate_weight must be >= 0")
+        weights = (
+            self.anchor_weight,
+            self.top_anchor_weight,
+            self.confidence_temperature,
+            self.gate_weight,
+            self.extra_noise_m,
+        )
+        if min(weights) < 0 or not 0 <= self.extra_noise_share <= 1:
+            raise ConfigError(
+                "anchor_weight, top_anchor_weight, confidence_temperature, gate_weight and "
+                "extra_noise_m must be >= 0, extra_noise_share in [0, 1]"
+            )
         if self.calibration_folds < 0 or self.calibration_folds == 1:
             raise ConfigError("calibration_folds must be 0 (no calibration) or >= 2")
         if self.calibration_steps < 1 or self.calibration_windows < 1:
@@ -257,6 +278,11 @@ def augment(
     moved = torch.stack(
         [cos[:, None] * x - sin[:, None] * y, sin[:, None] * x + cos[:, None] * y], dim=-1
     )
+    if fit.extra_noise_share > 0:
+        noisy = torch.rand(n, generator=gen) < fit.extra_noise_share
+        sigma = torch.rand(n, generator=gen, dtype=moved.dtype) * fit.extra_noise_m
+        noise = torch.randn(moved.shape, generator=gen, dtype=moved.dtype)
+        moved = moved + noise * torch.where(noisy, sigma, 0.0)[:, None, None]
     width = int(kept.max())
     rows = (last + 1 - kept)[:, None] + torch.arange(width)[None, :]
     rows = torch.clamp(rows, max=last)
@@ -287,9 +313,10 @@ def wta_loss(
     cover: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """Winner-takes-all regression over the learned modes (and a central mode's regression
-    where ``anchor_weight`` > 0), the confidence head's cross-entropy over the learned modes
-    against soft targets, and the gate's cross-entropy against whether the top learned mode
-    beats constant velocity; returns (loss, winner)."""
+    where ``anchor_weight`` > 0, the top learned mode's where ``top_anchor_weight`` > 0), the
+    confidence head's cross-entropy over the learned modes against soft targets, and the
+    gate's cross-entropy against whether the top learned mode beats constant velocity;
+    returns (loss, winner)."""
     err = exact_sqrt(((traj - fut[:, None]) ** 2).sum(-1) + _DISTANCE_EPS)
     cost = err.mean(-1) + fit.fde_weight * err[..., -1]
     k = cost.shape[1]
@@ -306,6 +333,9 @@ def wta_loss(
         weights = weights * torch.where(covered, cover, 1.0)[:, None]
     central = CENTRAL if k > 1 else 0
     regression = (weights * cost).sum(1).mean() + fit.anchor_weight * cost[:, central].mean()
+    if fit.top_anchor_weight > 0 and k > 2:
+        top = top_learned(logits.detach())
+        regression = regression + fit.top_anchor_weight * cost.gather(1, top[:, None]).mean()
     # Mode 0's logit takes no part: the gate alone ranks constant velocity.
     learned = logits[:, first:]
     if fit.confidence_temperature > 0:

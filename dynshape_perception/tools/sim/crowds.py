@@ -13,11 +13,9 @@ from dynshape_perception.tools.sim.scenes import (
     CROWD_TURN_RAD,
     GROUP_SCATTER_M,
     GROUP_SPEED_SPREAD,
-    RELAXATION_S,
-    WOBBLE_MEMORY_S,
-    WOBBLE_RAD_PER_SQRT_S,
+    SocialPlan,
     _crowd_groups,
-    _social_force,
+    social_substep,
 )
 
 MIN_SPEED_MPS = 0.3
@@ -204,6 +202,7 @@ def simulate(rng: np.random.Generator, scene: CrowdDraw, steps: int) -> np.ndarr
     stop_at = np.where(rng.random(count) < scene.stop_share, rng.uniform(0, span_s, count), np.inf)
     stop_end = stop_at + rng.uniform(*CROWD_STOP_S, count)
     turn_at, turn_by, stop_at, stop_end = (v[leader] for v in (turn_at, turn_by, stop_at, stop_end))
+    plan = SocialPlan(leader, members, desired, standing, turn_at, turn_by, stop_at, stop_end)
     velocity = np.c_[np.cos(heading), np.sin(heading)] * (desired * ~standing)[:, None]
     wobble = np.zeros(count)
     h = dt / CROWD_SUBSTEPS
@@ -212,16 +211,9 @@ def simulate(rng: np.random.Generator, scene: CrowdDraw, steps: int) -> np.ndarr
         tracks[:, step] = position
         for sub in range(CROWD_SUBSTEPS):
             t = step * dt + sub * h
-            wobble += rng.normal(0.0, WOBBLE_RAD_PER_SQRT_S * np.sqrt(h), count)
-            wobble -= wobble * h / WOBBLE_MEMORY_S
-            angle = heading + np.where(t >= turn_at, turn_by, 0.0) + wobble
-            halted = standing | ((t >= stop_at) & (t < stop_end))
-            target = np.c_[np.cos(angle), np.sin(angle)] * (desired * ~halted)[:, None]
-            force = (target - velocity) / RELAXATION_S
-            force += _social_force(position, velocity, leader, members)
-            velocity = velocity + h * force
-            speed = np.linalg.norm(velocity, axis=1)
-            velocity *= np.minimum(1.0, MAX_SPEED_MPS / np.maximum(speed, 1e-9))[:, None]
+            velocity, wobble = social_substep(
+                rng, plan, position, velocity, wobble, heading, t, h, MAX_SPEED_MPS
+            )
             moved = separate(position + h * velocity, MIN_GAP_M, CONTACT_PASSES)
             # What contact took off a step is taken off the velocity too: bodies do not bounce.
             velocity = np.where(

@@ -465,6 +465,49 @@ def _social_force(
     return force + inward * (GROUP_PULL_PER_S2 * pull)[:, None]
 
 
+@dataclass(frozen=True)
+class SocialPlan:
+    """What each agent of a social-force crowd wants, ``[A]`` each: its group's leader and the
+    group's size, its desired speed, whether it stands, and its one turn and one stop (times
+    in seconds, inf for none)."""
+
+    leader: np.ndarray
+    members: np.ndarray
+    desired: np.ndarray
+    standing: np.ndarray
+    turn_at: np.ndarray
+    turn_by: np.ndarray
+    stop_at: np.ndarray
+    stop_end: np.ndarray
+
+
+def social_substep(
+    rng: np.random.Generator,
+    plan: SocialPlan,
+    position: np.ndarray,
+    velocity: np.ndarray,
+    wobble: np.ndarray,
+    heading: np.ndarray,
+    t: float,
+    h: float,
+    cap: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One ``h``-second step of the velocities at time ``t``: the wandering heading, then the
+    relaxation towards the desired velocity along ``heading`` (turned and halted as planned)
+    plus the social force, capped at ``cap`` m/s. Returns (velocity, wobble); moving the
+    bodies is the caller's, which may resolve contacts."""
+    wobble = wobble + rng.normal(0.0, WOBBLE_RAD_PER_SQRT_S * np.sqrt(h), wobble.shape[0])
+    wobble = wobble - wobble * h / WOBBLE_MEMORY_S
+    angle = heading + np.where(t >= plan.turn_at, plan.turn_by, 0.0) + wobble
+    halted = plan.standing | ((t >= plan.stop_at) & (t < plan.stop_end))
+    target = np.c_[np.cos(angle), np.sin(angle)] * (plan.desired * ~halted)[:, None]
+    force = (target - velocity) / RELAXATION_S
+    force += _social_force(position, velocity, plan.leader, plan.members)
+    velocity = velocity + h * force
+    speed = np.linalg.norm(velocity, axis=1)
+    return velocity * np.minimum(1.0, cap / np.maximum(speed, _DISTANCE_FLOOR_M))[:, None], wobble
+
+
 def crowd_scene(
     seed: int = 0,
     num_agents: int = 40,
@@ -507,26 +550,19 @@ def crowd_scene(
     stops = rng.random(count) < crowd.stop_share
     stop_at = np.where(stops, rng.uniform(0.0, span_s, count), np.inf)[leader]
     stop_end = stop_at + rng.uniform(*CROWD_STOP_S, count)[leader]
+    plan = SocialPlan(leader, members, desired, standing, turn_at, turn_by, stop_at, stop_end)
     velocity = np.c_[np.cos(heading), np.sin(heading)] * (desired * ~standing)[:, None]
     wobble = np.zeros(count)
     h = dt_s / CROWD_SUBSTEPS
+    cap = np.maximum(SPEED_CAP_SHARE * desired, CROWD_MIN_SPEED_MPS)
     tracks = np.empty((count, num_steps, 2), dtype=np.float32)
     for step in range(num_steps):
         tracks[:, step] = position
         for sub in range(CROWD_SUBSTEPS):
-            t = step * dt_s + sub * h
-            wobble += rng.normal(0.0, WOBBLE_RAD_PER_SQRT_S * np.sqrt(h), count)
-            wobble -= wobble * h / WOBBLE_MEMORY_S
             toward = np.arctan2(goal[:, 1] - position[:, 1], goal[:, 0] - position[:, 0])
-            angle = toward + np.where(t >= turn_at, turn_by, 0.0) + wobble
-            halted = standing | ((t >= stop_at) & (t < stop_end))
-            target = np.c_[np.cos(angle), np.sin(angle)] * (desired * ~halted)[:, None]
-            force = (target - velocity) / RELAXATION_S
-            force += _social_force(position, velocity, leader, members)
-            velocity = velocity + h * force
-            speed = np.linalg.norm(velocity, axis=1)
-            cap = np.maximum(SPEED_CAP_SHARE * desired, CROWD_MIN_SPEED_MPS)
-            velocity *= np.minimum(1.0, cap / np.maximum(speed, _DISTANCE_FLOOR_M))[:, None]
+            velocity, wobble = social_substep(
+                rng, plan, position, velocity, wobble, toward, step * dt_s + sub * h, h, cap
+            )
             position = position + h * velocity
     return tracks
 

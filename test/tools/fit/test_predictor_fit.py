@@ -51,7 +51,7 @@ def test_reversed_windows_keep_their_lengths_and_swap_past_and_future() -> None:
 
 def test_augment_centres_cuts_and_moves_rigidly() -> None:
     positions, lengths = _turning_windows()
-    fit = PredictorFitConfig(reverse_share=0.0, short_share=0.0)
+    fit = PredictorFitConfig(reverse_share=0.0, short_share=0.0, extra_noise_share=0.0)
     gen = torch.Generator().manual_seed(3)
     history, kept, future = augment(positions.repeat(50, 1, 1), lengths.repeat(50), fit, 8, gen)
     assert history.dtype == future.dtype == torch.float32 and kept.dtype == torch.int32
@@ -91,7 +91,7 @@ def test_the_anchor_term_pulls_mode_one_and_soft_targets_spread_confidence() -> 
     traj[0, 1, :, 0] = 1.0  # the central mode misses by 1 m
     traj[0, 2, :, 0] = 0.1  # a near miss beside the exact mode 0
     logits = torch.zeros(1, 3)
-    plain = PredictorFitConfig(anchor_weight=0.0, confidence_temperature=0.0)
+    plain = PredictorFitConfig(anchor_weight=0.0, top_anchor_weight=0.0, confidence_temperature=0.0)
     loss, winner = wta_loss(traj, logits, fut, plain, relax=0.0)
     anchored, _ = wta_loss(traj, logits, fut, replace(plain, anchor_weight=0.5), relax=0.0)
     # Mode 0 (constant velocity) is exact here, but takes no part: the near miss wins.
@@ -113,7 +113,7 @@ def test_windows_constant_velocity_covers_stop_pulling_the_learned_modes() -> No
     traj[:, 1:, :, 0] = torch.tensor([1.0, 2.0, 3.0])[None, :, None]
     traj[1, 0, :, 0] = 2.0  # constant velocity misses by 2 m: the learned mode 1 wins
     traj[2, 0, :, 0] = 1.05  # constant velocity 5 % behind mode 1
-    fit = PredictorFitConfig(anchor_weight=0.0, classification_weight=0.0)
+    fit = PredictorFitConfig(anchor_weight=0.0, top_anchor_weight=0.0, classification_weight=0.0)
 
     def pulled(cover: float, margin: float) -> np.ndarray:
         modes = traj.clone().requires_grad_(True)
@@ -140,6 +140,49 @@ def test_fit_settings_are_checked() -> None:
         PredictorFitConfig(cv_cover_weight=1.5)
     with pytest.raises(ConfigError, match="cv_cover_steps"):
         PredictorFitConfig(cv_cover_steps=0)
+    with pytest.raises(ConfigError, match="top_anchor_weight"):
+        PredictorFitConfig(top_anchor_weight=-0.1)
+    with pytest.raises(ConfigError, match="extra_noise_share"):
+        PredictorFitConfig(extra_noise_share=1.5)
+    with pytest.raises(ConfigError, match="extra_noise_m"):
+        PredictorFitConfig(extra_noise_m=-0.01)
+
+
+def test_the_top_anchor_pulls_the_likeliest_learned_mode_wherever_it_loses() -> None:
+    fut = torch.zeros(2, HORIZON, 2)
+    traj = torch.zeros(2, 4, HORIZON, 2)
+    traj[:, 1:, :, 0] = torch.tensor([0.5, 1.0, 0.2])[None, :, None]
+    logits = torch.tensor([[0.0, 0.0, 3.0, 0.0], [0.0, 0.0, 0.0, 3.0]])
+    fit = PredictorFitConfig(anchor_weight=0.0, classification_weight=0.0, gate_weight=0.0)
+
+    def pulled(weight: float) -> tuple[float, np.ndarray]:
+        modes = traj.clone().requires_grad_(True)
+        loss, _ = wta_loss(modes, logits, fut, replace(fit, top_anchor_weight=weight), 0.0)
+        loss.backward()
+        return float(loss.detach()), modes.grad.abs().sum(dim=(2, 3)).numpy() > 0
+
+    plain, free = pulled(0.0)
+    anchored, pull = pulled(0.5)
+    # Mode 3 wins both windows; the likeliest learned mode (2, then 3) is pulled as well.
+    np.testing.assert_array_equal(free, [[False, False, False, True]] * 2)
+    np.testing.assert_array_equal(pull, [[False, False, True, True], [False, False, False, True]])
+    # 0.5 x the mean over windows of the top mode's cost (1 m + 0.5 x 1 m, 0.2 m + 0.1 m).
+    assert anchored - plain == pytest.approx(0.5 * (1.5 + 0.3) / 2, abs=1e-3)
+
+
+def test_augment_adds_annotation_noise_in_metres_whatever_the_speed_scale() -> None:
+    standing = torch.zeros(400, HISTORY + HORIZON, 2, dtype=torch.float64)
+    lengths = torch.full((400,), HISTORY)
+    fit = PredictorFitConfig(reverse_share=0.0, short_share=0.0, extra_noise_m=0.05)
+    gen = torch.Generator().manual_seed(5)
+    clean, _, still = augment(standing, lengths, replace(fit, extra_noise_share=0.0), 8, gen)
+    assert float(clean.abs().max()) == 0.0 and float(still.abs().max()) == 0.0
+    history, _, future = augment(standing, lengths, replace(fit, extra_noise_share=0.5), 8, gen)
+    marks = torch.cat([history, future], dim=1) - history[:, -1:]
+    moved = marks.abs().amax(dim=(1, 2)) > 0
+    # About half the windows are marked with noise, none of it over 6 sigma of 0.05 m.
+    assert 120 < int(moved.sum()) < 280
+    assert float(marks.abs().max()) < 2 * 6 * 0.05
 
 
 def test_the_gate_learns_where_the_top_learned_mode_clearly_beats_constant_velocity() -> None:
