@@ -49,8 +49,16 @@ class StageTimes:
         return [n for n in self.stages if self._values.get((n, TOTAL))]
 
     def complete(self, nodes: Sequence[str]) -> bool:
-        """Whether each of ``nodes`` sent its whole-frame time since the last ``take``."""
-        return all(len(self._values[(n, TOTAL)]) > self._taken[(n, TOTAL)] for n in nodes)
+        """Whether each of ``nodes`` sent, since the last ``take``, its whole-frame time and
+        every stage it has sent before. A node records its stages from more than one lane,
+        the whole frame's not always last (``perception_pipeline`` records the lidar stages
+        after its tracked objects, which may be after the prediction's total): waiting for
+        the total alone would give a stage of this frame to the next."""
+        return all(
+            len(values) > self._taken[(node, stage)]
+            for (node, stage), values in self._values.items()
+            if node in nodes and (stage == TOTAL or values)
+        )
 
     def take(self) -> dict[str, dict[str, float]]:
         """Per node and stage, the sum of the values since the last ``take``; stages with

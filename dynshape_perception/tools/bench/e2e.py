@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
@@ -74,6 +76,53 @@ class Scan:
 
     points: np.ndarray
     pose: Pose2D
+
+
+class IdleCollections:
+    """The harness's own garbage collections kept out of the frames it times.
+
+    Its probe stamps each arrival in a Python callback: a collection there (0.1-3 ms in
+    the harness, measured) would be counted as the nodes' latency. Objects made while
+    warming up are frozen; collection is off while a frame is in flight and runs between
+    frames instead. ``in_frames`` counts the collections that still ran inside one.
+    """
+
+    def __init__(self) -> None:
+        self.in_frames = 0
+        self.between = 0
+        self._timing = False
+
+    def __enter__(self) -> IdleCollections:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self._seen)
+        gc.enable()
+        gc.unfreeze()
+
+    def _seen(self, phase: str, _: dict[str, int]) -> None:
+        if phase == "start" and self._timing:
+            self.in_frames += 1
+
+    def warmed_up(self) -> None:
+        gc.collect()
+        gc.freeze()
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        gc.disable()
+        self._timing = True
+        try:
+            yield
+        finally:
+            self._timing = False
+            gc.enable()
+
+    def idle(self) -> None:
+        """Between frames: what the frame left for the young generations."""
+        gc.collect(1)
+        self.between += 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,14 +225,18 @@ def measure(
     per_topic: dict[str, list[float]] = {DETECTED: [], TRACKED: [], PREDICTED: []}
     per_frame: list[dict[str, Any]] = []
     lost = 0
-    with node_session(
-        setup,
-        params_file=args.params_file,
-        overrides=overrides,
-        startup_timeout_s=args.startup_timeout_s,
-        # As on a vehicle with no RViz attached: nothing reads the markers.
-        read_markers=False,
-    ) as session:
+    collections = IdleCollections()
+    with (
+        collections,
+        node_session(
+            setup,
+            params_file=args.params_file,
+            overrides=overrides,
+            startup_timeout_s=args.startup_timeout_s,
+            # As on a vehicle with no RViz attached: nothing reads the markers.
+            read_markers=False,
+        ) as session,
+    ):
         from dynshape_perception.testing.stage_times import StageTimes
 
         stage_times = StageTimes(session.probe, NODE_STAGES[setup])
@@ -195,14 +248,15 @@ def measure(
             parts = _sectors(scan.points, args.sectors) if streaming else [scan.points]
             step = STAMP_STEP_NS // max(len(parts), 1)
             stamps = [stamp + j * step for j in range(len(parts))]
-            timing = session.sectors(
-                parts,
-                stamps,
-                [scan.pose] * len(parts),
-                SCAN_PERIOD_S / len(parts),
-                args.frame_timeout_s,
-                wait_for=(PREDICTED,),
-            )
+            with collections.timed():
+                timing = session.sectors(
+                    parts,
+                    stamps,
+                    [scan.pose] * len(parts),
+                    SCAN_PERIOD_S / len(parts),
+                    args.frame_timeout_s,
+                    wait_for=(PREDICTED,),
+                )
             stamp += STAMP_STEP_NS
             arrived = timing.after_publish_ms[PREDICTED] is not None
             # Each node publishes its times (debug.publish_processing_time) just after its
@@ -212,9 +266,12 @@ def measure(
             timed = list(NODE_STAGES[setup]) if warming else stage_times.publishing()
             session.probe.spin_until(partial(stage_times.complete, timed), STAGE_WAIT_S)
             compute = stage_times.take()
+            collections.idle()
             if warming:
                 # Discovery settles and the models warm up; nothing is measured yet.
                 primed = primed or arrived
+                if primed and k + 1 >= args.warmup:
+                    collections.warmed_up()
                 if k >= args.warmup + PRIME_ATTEMPTS and not primed:
                     session.check_alive()
                     raise ConfigError(f"no predictions came back in {setup}/{mode}")
@@ -246,6 +303,7 @@ def measure(
         **{k: v for k, v in summary(per_topic[PREDICTED]).items() if k in ("p50_ms", "p99_ms")},
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
         "per_hop": per_hop(per_frame, NODE_STAGES[setup]),
+        "harness_gc": {"in_frames": collections.in_frames, "between": collections.between},
         # What speculation saved, or why nothing (the prediction task's message).
         "prediction_message": prediction.message if prediction is not None else None,
         "node_status": {

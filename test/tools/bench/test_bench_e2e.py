@@ -149,6 +149,10 @@ def test_separate_per_hop(
         "prediction_node": {"convert", "predict", "total"},
     }
     check_per_hop(run["per_hop"], 3, stages, whole=True)
+    # The harness collected its garbage between frames, never inside a timed one.
+    collections = run["harness_gc"]
+    assert collections["in_frames"] == 0
+    assert collections["between"] >= run["frames"]
     printed = capsys.readouterr().out
     assert "incremental separate/kitti: scan to detected_objects" in printed
     assert "detected_objects->tracked_objects" in printed

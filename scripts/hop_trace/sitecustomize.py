@@ -1,0 +1,155 @@
+"""Per-frame timestamps in every process of a bench run, with HOP_TRACE_DIR set (see report.py)."""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+NS_PER_S = 1_000_000_000
+_DIR = os.environ.get("HOP_TRACE_DIR")
+_lines: list[str] = []
+_gc_start = [0.0]
+
+
+def log(kind: str, topic: str = "-", stamp_ns: int = 0) -> None:
+    # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the run.
+    thread = threading.current_thread().name.replace(" ", "_")
+    _lines.append(f"{time.perf_counter():.6f} {kind} {topic} {stamp_ns} {thread}\n")
+
+
+def _flush() -> None:
+    assert _DIR is not None
+    with open(os.path.join(_DIR, f"{os.getpid()}.log"), "a") as out:
+        out.write(f"# {' '.join(sys.argv)}\n")
+        out.writelines(_lines)
+
+
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _gc_start[0] = time.perf_counter()
+        return
+    ms = (time.perf_counter() - _gc_start[0]) * 1e3
+    _lines.append(f"{time.perf_counter():.6f} gc{info['generation']} {ms:.3f} 0 gc\n")
+
+
+def _stamp_ns(data: Any, raw: bool) -> int:
+    from dynshape_perception.errors import DynshapeError
+    from dynshape_perception.io.cdr import header_of
+
+    if not raw:
+        return int(data.header.stamp.sec) * NS_PER_S + int(data.header.stamp.nanosec)
+    try:
+        sec, nanosec, _ = header_of(data)
+    except DynshapeError:
+        return -1
+    return sec * NS_PER_S + nanosec
+
+
+def _patch_outputs(module: ModuleType) -> None:
+    original = module.Output.publish_serialized
+
+    def publish_serialized(self: Any, data: bytes, stamp: Any) -> None:
+        ns = int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
+        log("pub0", self.name, ns)
+        original(self, data, stamp)
+        log("pub1", self.name, ns)
+
+    module.Output.publish_serialized = publish_serialized
+
+
+def _patch_base(module: ModuleType) -> None:
+    original = module.PerceptionNode.subscribe
+    original_record = module.PerceptionNode.record_latency
+
+    def subscribe(
+        self: Any, msg_type: Any, topic: str, callback: Callable[[Any], None], raw: bool = False
+    ) -> None:
+        name = self.resolve_topic_name(topic)
+
+        def traced(msg: Any) -> None:
+            ns = _stamp_ns(msg, raw)
+            log("rx", name, ns)
+            callback(msg)
+            log("rxdone", name, ns)
+
+        original(self, msg_type, topic, traced, raw)
+
+    def record_latency(self: Any, stages: dict[str, float]) -> None:
+        log("times0")
+        original_record(self, stages)
+        log("times1")
+
+    module.PerceptionNode.subscribe = subscribe
+    module.PerceptionNode.record_latency = record_latency
+
+
+def _patch_probe(module: ModuleType) -> None:
+    probe = module.Probe
+    publish_cloud = probe.publish_cloud
+    objects_cb = probe._objects_cb
+
+    def traced_publish(self: Any, cloud: Any, ns: int, frame_id: str = "lidar") -> None:
+        log("send", "points", ns)
+        publish_cloud(self, cloud, ns, frame_id)
+
+    def traced_objects_cb(self: Any, topic: str) -> Callable[[bytes], None]:
+        inner = objects_cb(self, topic)
+
+        def on_objects(data: bytes) -> None:
+            log("probe", topic, _stamp_ns(data, raw=True))
+            inner(data)
+
+        return on_objects
+
+    probe.publish_cloud = traced_publish
+    probe._objects_cb = traced_objects_cb
+
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "dynshape_perception.nodes.outputs": _patch_outputs,
+    "dynshape_perception.nodes.base": _patch_base,
+    "dynshape_perception.testing.probe": _patch_probe,
+}
+
+
+class _Patcher(importlib.abc.MetaPathFinder):
+    """Patches each module of PATCHES just after it is first executed."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        patch = PATCHES.get(fullname)
+        if patch is None:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader: Any = spec.loader
+        execute = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            patch(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+if _DIR:
+    atexit.register(_flush)
+    gc.callbacks.append(_on_gc)
+    sys.meta_path.insert(0, _Patcher())

@@ -1,0 +1,41 @@
+"""The bench's stage times: a frame is complete once every stage a node sends has come in."""
+
+from __future__ import annotations
+
+from dynshape_perception.nodes.debug_times import message_type, topic_names
+from dynshape_perception.testing.probe import probe_session
+from dynshape_perception.testing.processes import dds_settings_applied, domain_lease
+from dynshape_perception.testing.stage_times import StageTimes
+
+WAIT_S = 10.0
+
+
+def test_a_stage_that_comes_after_the_total_stays_in_its_frame() -> None:
+    with domain_lease() as domain, dds_settings_applied(), probe_session(domain) as probe:
+        times = StageTimes(probe, {"node": ("cluster", "total")})
+        cluster, total = (
+            probe.create_publisher(message_type(), "/node" + topic_names(s)[0][1:], 10)
+            for s in ("cluster", "total")
+        )
+        totals: list[float] = []
+        probe.create_subscription(
+            message_type(),
+            "/node" + topic_names("total")[0][1:],
+            lambda m: totals.append(m.data),
+            10,
+        )
+        assert probe.spin_until(
+            lambda: cluster.get_subscription_count() >= 1 and total.get_subscription_count() >= 2,
+            WAIT_S,
+        )
+        cluster.publish(message_type()(data=1.0))
+        total.publish(message_type()(data=2.0))
+        assert probe.spin_until(lambda: times.complete(["node"]), WAIT_S)
+        assert times.take() == {"node": {"cluster": 1.0, "total": 2.0}}
+        # The next frame's total first, its cluster time after it.
+        total.publish(message_type()(data=4.0))
+        assert probe.spin_until(lambda: len(totals) == 2, WAIT_S)
+        assert not times.complete(["node"])
+        cluster.publish(message_type()(data=3.0))
+        assert probe.spin_until(lambda: times.complete(["node"]), WAIT_S)
+        assert times.take() == {"node": {"cluster": 3.0, "total": 4.0}}
