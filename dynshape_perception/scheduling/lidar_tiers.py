@@ -95,9 +95,8 @@ class Segmentation:
 
     The near field runs on its own engine (``fast``): a model's VM runs one call at a
     time, so sharing the main engine would queue tier-1 calls behind lower-tier ones. It
-    takes the newest full-cloud ground plane when it is submitted (a plane fit costs about a
-    tier-1 budget), the flat default before the first; road points are left out only with a
-    fitted plane.
+    takes the newest full-cloud ground plane (a plane fit costs about a tier-1 budget),
+    the flat default before the first; road points are left out only with a fitted plane.
     """
 
     def __init__(
@@ -118,19 +117,14 @@ class Segmentation:
         self.plane: GroundPlane | None = None
 
     def near_field(self, points: np.ndarray) -> Callable[[], NearResult]:
-        """The corridor is selected here, by the caller, before any lane starts: selection
-        holds the GIL, and on a lane it would race the full cloud's plane fit (which holds
-        it too) while the lane's segmenter call, which releases it, overlaps that fit."""
-        start = time.perf_counter()
         near = self.near
         cluster = replace(self.pipeline.params.cluster, roi=near.roi())
-        fitted = self.plane
-        ground = fitted or self.pipeline.default_ground()
-        selected = np.take(points, near.select(points, fitted), axis=0)
-        selecting_s = time.perf_counter() - start
 
         def job() -> NearResult:
-            start = time.perf_counter() - selecting_s
+            start = time.perf_counter()
+            fitted = self.plane
+            ground = fitted or self.pipeline.default_ground()
+            selected = np.take(points, near.select(points, fitted), axis=0)
             dropped = 0
             if selected.shape[0] == 0:
                 obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)

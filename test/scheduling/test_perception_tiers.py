@@ -200,26 +200,3 @@ def test_without_tracking_the_full_cloud_is_the_last_result(
     assert [kind for kind, _ in record.events] == ["near", "tracked"] * 5
     assert all(t.tracks is None and t.cloud is not None for t in record.tracked)
     assert sum(t.obstacles.shape[0] for t in record.tracked) > 5
-
-
-def test_the_near_field_keeps_the_plane_of_its_submission(
-    engine: Engine, frames: list[DriveFrame]
-) -> None:
-    """The corridor is selected when the job is made (before a lane runs it): a plane
-    fitted in between, by the full cloud on another lane, is the next cloud's."""
-    segmenter = engine["segmenter"]
-    pipeline = Pipeline(segmenter, associator, engine["predictor"])
-    with TieredExecutor(start=False, clock=SimulatedClock()) as executor:
-        segmentation = Segmentation(
-            segmenter, segmenter, pipeline, NearField(), executor, (CHUNK_POINTS,)
-        )
-        points = frames[3].points
-        before = segmentation.near_field(points)
-        segmentation.plane = pipeline.fit_ground(points)
-        after = segmentation.near_field(points)
-        early, late = before(), after()
-    assert early.default_plane and not late.default_plane
-    # The fitted plane leaves road points out of the corridor; the default one does not.
-    assert early.points > late.points
-    reference = segmentation.near_field(points)()
-    np.testing.assert_array_equal(late.obstacles, reference.obstacles)
