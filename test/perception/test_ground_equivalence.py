@@ -32,7 +32,7 @@ def _reference_refit(xyz: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def reference_fit(
-    points: np.ndarray, seed: int = 0, max_sample_points: int = 1000, refit_rounds: int = 2
+    points: np.ndarray, seed: int = 0, max_sample_points: int = 4000, refit_rounds: int = 2
 ) -> tuple[float, ...]:
     threshold_m, max_tilt_deg = 0.2, 20.0
     xyz = points[:, :3].astype(np.float64)
@@ -96,7 +96,6 @@ def test_the_kitti_scan_fits_as_the_reference(
     # Its first sector and a float64 copy, as the streaming path and callers give them.
     _assert_same(kitti_points[: kitti_points.shape[0] // 8], seed=seed, refit_rounds=refit_rounds)
     _assert_same(kitti_points[:, :3].astype(np.float64), seed=seed, max_sample_points=2000)
-    _assert_same(kitti_points, seed=seed, max_sample_points=4000, refit_rounds=refit_rounds)
 
 
 @pytest.mark.parametrize("seed", range(2))
