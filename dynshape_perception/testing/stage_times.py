@@ -48,16 +48,18 @@ class StageTimes:
         """The nodes whose whole-frame time has come in at least once."""
         return [n for n in self.stages if self._values.get((n, TOTAL))]
 
-    def complete(self, nodes: Sequence[str]) -> bool:
+    def complete(self, nodes: Sequence[str], every_stage: bool = False) -> bool:
         """Whether each of ``nodes`` sent, since the last ``take``, its whole-frame time and
-        every stage it has sent before. A node records its stages from more than one lane,
-        the whole frame's not always last (``perception_pipeline`` records the lidar stages
-        after its tracked objects, which may be after the prediction's total): waiting for
-        the total alone would give a stage of this frame to the next."""
+        every stage it has sent before (with ``every_stage``, every stage subscribed to). A
+        node records its stages from more than one lane, the whole frame's not always last
+        (``perception_pipeline`` records the lidar stages after its tracked objects, which
+        may be after the prediction's total): waiting for the total alone would give a stage
+        of this frame to the next. Before a stage has ever come in, only ``every_stage``
+        waits for it, as a warm-up frame must: its late stages would be the next frame's."""
         return all(
             len(values) > self._taken[(node, stage)]
             for (node, stage), values in self._values.items()
-            if node in nodes and (stage == TOTAL or values)
+            if node in nodes and (every_stage or stage == TOTAL or values)
         )
 
     def take(self) -> dict[str, dict[str, float]]:

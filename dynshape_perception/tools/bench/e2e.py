@@ -261,10 +261,10 @@ def measure(
             arrived = timing.after_publish_ms[PREDICTED] is not None
             # Each node publishes its times (debug.publish_processing_time) just after its
             # output: wait for them, so that none is taken for the next frame's. While
-            # warming up, for every node (a first one may come late or be lost).
+            # warming up, for every stage of every node (a first one may come late or be lost).
             warming = k < args.warmup or not primed
             timed = list(NODE_STAGES[setup]) if warming else stage_times.publishing()
-            session.probe.spin_until(partial(stage_times.complete, timed), STAGE_WAIT_S)
+            session.probe.spin_until(partial(stage_times.complete, timed, warming), STAGE_WAIT_S)
             compute = stage_times.take()
             collections.idle()
             if warming:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dynshape_perception.nodes.debug_times import message_type, topic_names
 from dynshape_perception.testing.probe import probe_session
 from dynshape_perception.testing.processes import dds_settings_applied, domain_lease
 from dynshape_perception.testing.stage_times import StageTimes
+
+pytestmark = pytest.mark.ros
 
 WAIT_S = 10.0
 
@@ -39,3 +43,31 @@ def test_a_stage_that_comes_after_the_total_stays_in_its_frame() -> None:
         cluster.publish(message_type()(data=3.0))
         assert probe.spin_until(lambda: times.complete(["node"]), WAIT_S)
         assert times.take() == {"node": {"cluster": 3.0, "total": 4.0}}
+
+
+def test_a_warm_up_frame_waits_for_stages_never_seen() -> None:
+    with domain_lease() as domain, dds_settings_applied(), probe_session(domain) as probe:
+        times = StageTimes(probe, {"node": ("segment", "total")})
+        segment, total = (
+            probe.create_publisher(message_type(), "/node" + topic_names(s)[0][1:], 10)
+            for s in ("segment", "total")
+        )
+        totals: list[float] = []
+        probe.create_subscription(
+            message_type(),
+            "/node" + topic_names("total")[0][1:],
+            lambda m: totals.append(m.data),
+            10,
+        )
+        assert probe.spin_until(
+            lambda: segment.get_subscription_count() >= 1 and total.get_subscription_count() >= 2,
+            WAIT_S,
+        )
+        # The first frame's total before its segment time: only a warm-up wait holds out.
+        total.publish(message_type()(data=2.0))
+        assert probe.spin_until(lambda: len(totals) == 1, WAIT_S)
+        assert times.complete(["node"])
+        assert not times.complete(["node"], every_stage=True)
+        segment.publish(message_type()(data=1.0))
+        assert probe.spin_until(lambda: times.complete(["node"], every_stage=True), WAIT_S)
+        assert times.take() == {"node": {"segment": 1.0, "total": 2.0}}
