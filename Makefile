@@ -26,7 +26,7 @@ export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_profile.xml
 export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(FASTDDS_DEFAULT_PROFILES_FILE)
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: demo test test-kilted test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
+.PHONY: demo test test-kilted test-slow test-jazzy venv venv-jazzy system-deps lint emu-aarch64 bench-extras clean
 .PHONY: fleet-extras
 .PHONY: ros-deps
 
@@ -136,26 +136,29 @@ lint: venv
 
 # The two distros' runs keep apart (a venv each, leased DDS domains, temp folders of their
 # own): `make -j2 test` (.ci/run) builds both venvs and runs Jazzy's tests beside Kilted's
-# lint and suite, each waiting on the other while its nodes start or its clusters settle.
-test: test-jazzy test-kilted
+# suite, each waiting on the other while its nodes start or its clusters settle. The lint
+# and the `slow` tests (fits, emulation, compile streams: long and on one core) take the
+# lane Jazzy's run leaves, so that the longest lane is Kilted's suite alone.
+test: test-jazzy test-kilted test-slow
 
 # The bench peers too: `bench kernels --smoke` checks each of them against TVM in the suite.
-# Lint once every set is in: mypy reads the tests' imports of torch and Ray.
 test-kilted: venv bench-extras fleet-extras system-deps
-	$(MAKE) --no-print-directory lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" test
+
+# Lint once every set is in: mypy reads the tests' imports of torch and Ray.
+SLOW_LOG ?=
+test-slow: venv bench-extras fleet-extras system-deps
+	$(call held,$(SLOW_LOG),slow,$(MAKE) --no-print-directory lint && $(BIN)/python -m pytest -q -p no:cacheprovider -m slow test)
+
+# $(call held,LOG,TAG,COMMAND): COMMAND, its output kept in LOG until it ends and then
+# printed with [TAG] before each line; without LOG, printed live. Under .ci/run the lanes
+# beside Kilted's run are held, so no two runs' lines mix and Kilted's progress stays live.
+held = $(if $(1),$(3) > $(1) 2>&1; rc=$$?; sed 's/^/[$(2)] /' $(1); exit $$rc,$(3))
 
 # The tests marked `ros` (test/test_ros_marker.py keeps the marks right) again, on Jazzy's rclpy.
-# JAZZY_LOG=FILE keeps the run's output there until it ends (.ci/run, where it runs beside
-# Kilted's), so the two runs' lines never mix and Kilted's progress stays live.
 JAZZY_LOG ?=
 test-jazzy: venv-jazzy system-deps
-ifeq ($(JAZZY_LOG),)
-	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test
-else
-	$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test > $(JAZZY_LOG) 2>&1; \
-	  rc=$$?; sed 's/^/[jazzy] /' $(JAZZY_LOG); exit $$rc
-endif
+	$(call held,$(JAZZY_LOG),jazzy,$(VENV_JAZZY)/bin/python -m pytest -q -p no:cacheprovider -m ros test)
 
 # Peers for `bench kernels`: PyTorch (CPU build), ONNX Runtime and ONNX, pinned.
 $(BENCH_STAMP): requirements-bench.txt $(STAMP)

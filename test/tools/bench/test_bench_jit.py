@@ -259,6 +259,7 @@ def test_the_p99_target_is_judged_on_the_interval_not_the_mean() -> None:
     assert stats.verdict([low or 0.0, high or 0.0], 1.1) == "undecided"
 
 
+@pytest.mark.slow
 def test_bench_jit_reports_every_strategy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
