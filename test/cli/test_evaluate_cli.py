@@ -30,10 +30,10 @@ SEGMENT_OFFSET = -5.0
 # `dynshape-perception evaluate prediction --eth-ucy ../shared/data/eth_ucy/biwi_eth.txt --json`
 # and `dynshape-perception evaluate segmentation --kitti-bin .../kitti_000008.bin --json`.
 COMMITTED_ETH = {
-    "minADE": 0.4754,
-    "minFDE": 0.8463,
-    "top1_ADE": 0.9989,
-    "top1_FDE": 2.1136,
+    "minADE": 0.4679,
+    "minFDE": 0.8402,
+    "top1_ADE": 0.9982,
+    "top1_FDE": 2.1105,
     "cv_ADE": 1.0776,
     "cv_FDE": 2.2883,
     "cv6_minADE": 0.6309,
