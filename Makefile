@@ -153,7 +153,7 @@ test-slow: venv bench-extras fleet-extras system-deps
 # $(call held,LOG,TAG,COMMAND): COMMAND, its output kept in LOG until it ends and then
 # printed with [TAG] before each line; without LOG, printed live. Under .ci/run the lanes
 # beside Kilted's run are held, so no two runs' lines mix and Kilted's progress stays live.
-held = $(if $(1),$(3) > $(1) 2>&1; rc=$$?; sed 's/^/[$(2)] /' $(1); exit $$rc,$(3))
+held = $(if $(1),( $(3) ) > $(1) 2>&1; rc=$$?; sed 's/^/[$(2)] /' $(1); exit $$rc,$(3))
 
 # The tests marked `ros` (test/test_ros_marker.py keeps the marks right) again, on Jazzy's rclpy.
 JAZZY_LOG ?=
