@@ -19,6 +19,8 @@ except ImportError:
     _Stamped = None
 from std_msgs.msg import Float64
 
+from dynshape_perception.nodes.outputs import quiet_publisher
+
 # The stage whose time is the node's whole frame: the un-suffixed topics carry it.
 TOTAL = "total"
 PREFIX = "~/debug"
@@ -82,8 +84,8 @@ class DebugTimes:
                     qos = QoSProfile(depth=DEPTH)
                     processing, cyclic = topic_names(stage)
                     pair = (
-                        self.node.create_publisher(self.msg_type, processing, qos),
-                        self.node.create_publisher(self.msg_type, cyclic, qos),
+                        quiet_publisher(self.node, self.msg_type, processing, qos),
+                        quiet_publisher(self.node, self.msg_type, cyclic, qos),
                     )
                     self._publishers[stage] = pair
                 last = self._last_s.get(stage)

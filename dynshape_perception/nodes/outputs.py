@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import QoSProfile
 
 from dynshape_perception.nodes.diagnostics import NodeDiagnostics
 from dynshape_perception.nodes.messages import stamp_s
+
+
+def quiet_publisher(node: Node, msg_type: Any, topic: str, qos: QoSProfile) -> Publisher[Any]:
+    """A publisher without rclpy's default QoS event handlers.
+
+    rclpy gives every publisher two (incompatible QoS, incompatible type), and the executor
+    rebuilds its wait set over every handler of the node at each wake-up, holding the GIL
+    the lanes need. A subscriber that asks for incompatible QoS warns in its own log.
+    """
+    callbacks = PublisherEventCallbacks(use_default_callbacks=False)
+    return node.create_publisher(msg_type, topic, qos, event_callbacks=callbacks)
 
 
 class Output:
@@ -23,7 +36,7 @@ class Output:
         topic: str,
         stamped: bool,
     ) -> None:
-        self.publisher = node.create_publisher(msg_type, topic, qos)
+        self.publisher = quiet_publisher(node, msg_type, topic, qos)
         self.name = self.publisher.topic_name
         self.stamped = stamped
         self.diagnostics = diagnostics
