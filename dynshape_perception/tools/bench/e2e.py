@@ -264,7 +264,7 @@ def measure(
             # warming up, for every stage of every node (a first one may come late or be lost).
             warming = k < args.warmup or not primed
             timed = list(NODE_STAGES[setup]) if warming else stage_times.publishing()
-            session.probe.spin_until(partial(stage_times.complete, timed, warming), STAGE_WAIT_S)
+            stage_times.spin_until(partial(stage_times.complete, timed, warming), STAGE_WAIT_S)
             compute = stage_times.take()
             collections.idle()
             if warming:
@@ -284,6 +284,7 @@ def measure(
             scan_to = {t: timing.after_publish_ms[t] for t in HOPS}
             if all(v is not None for v in scan_to.values()):
                 per_frame.append({"scan_to_ms": scan_to, "compute_ms": compute})
+        stage_times.close()
         session.probe.spin_for(float(STATUS_WAIT_S))
         # A loaded host may publish the diagnostics late: wait for every node's.
         session.probe.spin_until(

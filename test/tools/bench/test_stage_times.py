@@ -41,21 +41,28 @@ def wired(stage: str) -> Iterator[tuple[Probe, StageTimes, Publisher, Publisher,
             ),
             WAIT_S,
         )
-        yield probe, times, stage_pub, total_pub, totals
+        try:
+            yield probe, times, stage_pub, total_pub, totals
+        finally:
+            times.close()
 
 
 def test_a_stage_that_comes_after_the_total_stays_in_its_frame() -> None:
     with wired("cluster") as (probe, times, cluster, total, totals):
         cluster.publish(message_type()(data=1.0))
         total.publish(message_type()(data=2.0))
-        assert probe.spin_until(lambda: times.complete(["node"]), WAIT_S)
+        # The probe's spinning leaves them to the times' own executor.
+        assert probe.spin_until(lambda: len(totals) == 1, WAIT_S)
+        assert not times.complete(["node"])
+        assert times.spin_until(lambda: times.complete(["node"]), WAIT_S)
         assert times.take() == {"node": {"cluster": 1.0, "total": 2.0}}
         # The next frame's total first, its cluster time after it.
         total.publish(message_type()(data=4.0))
         assert probe.spin_until(lambda: len(totals) == 2, WAIT_S)
+        times.spin_until(lambda: False, 0.5)
         assert not times.complete(["node"])
         cluster.publish(message_type()(data=3.0))
-        assert probe.spin_until(lambda: times.complete(["node"]), WAIT_S)
+        assert times.spin_until(lambda: times.complete(["node"]), WAIT_S)
         assert times.take() == {"node": {"cluster": 3.0, "total": 4.0}}
 
 
@@ -64,8 +71,8 @@ def test_a_warm_up_frame_waits_for_stages_never_seen() -> None:
         # The first frame's total before its segment time: only a warm-up wait holds out.
         total.publish(message_type()(data=2.0))
         assert probe.spin_until(lambda: len(totals) == 1, WAIT_S)
-        assert times.complete(["node"])
+        assert times.spin_until(lambda: times.complete(["node"]), WAIT_S)
         assert not times.complete(["node"], every_stage=True)
         segment.publish(message_type()(data=1.0))
-        assert probe.spin_until(lambda: times.complete(["node"], every_stage=True), WAIT_S)
+        assert times.spin_until(lambda: times.complete(["node"], every_stage=True), WAIT_S)
         assert times.take() == {"node": {"segment": 1.0, "total": 2.0}}
