@@ -76,6 +76,16 @@ class NearField:
         high=MAX_GROUND_BAND_M,
     )
 
+    # Tier 1 clusters after the full cloud's plane fit where that costs at most this long:
+    # both are GIL-bound, and side by side each takes about twice as long.
+    handover_wait_ms: float = param(
+        3.0,
+        "how long the near field may wait, before clustering, for the full cloud's plane fit "
+        "to end (both hold the GIL); 0 never waits",
+        low=0.0,
+        high=10.0,
+    )
+
     def __post_init__(self) -> None:
         check_fields(self)
         if not self.min_z_m < self.max_z_m:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -115,6 +116,33 @@ class Segmentation:
         self.executor = executor
         self.chunks = ChunkSizer(chunk_edges)
         self.plane: GroundPlane | None = None
+        # Full clouds fitting their plane now: GIL-bound NumPy from start to end.
+        self._fitting = 0
+        self._handover = threading.Condition()
+
+    @property
+    def planes_fitting(self) -> int:
+        """Full clouds in their plane fit now."""
+        return self._fitting
+
+    def await_handover(self, wait_s: float) -> None:
+        """Until no full cloud fits its plane, at most ``wait_s``.
+
+        The near field's clustering and a plane fit are both GIL-bound: run together they
+        hand the GIL back and forth at every NumPy call and both take about twice as long.
+        The full cloud's segmenter call that follows its fit lets go of the GIL for
+        milliseconds, which the clustering then has to itself.
+        """
+        if wait_s <= 0.0:
+            return
+        with self._handover:
+            self._handover.wait_for(lambda: self._fitting == 0, timeout=wait_s)
+
+    def _fit_phase(self, delta: int) -> None:
+        with self._handover:
+            self._fitting += delta
+            if self._fitting == 0:
+                self._handover.notify_all()
 
     def near_field(self, points: np.ndarray) -> Callable[[], NearResult]:
         near = self.near
@@ -130,6 +158,7 @@ class Segmentation:
                 obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)
             else:
                 scores = self.fast("forward", selected, ground.as_array())[0]
+                self.await_handover(near.handover_wait_ms / MS_PER_S)
                 obstacles = cluster_obstacles(selected, scores, cluster, ground)
                 dropped = max(0, obstacles.shape[0] - self.pipeline.bounds.N)
                 obstacles = obstacles[: self.pipeline.bounds.N]
@@ -148,12 +177,17 @@ class Segmentation:
         keep = self.executor.far_field_keep_fraction()
         cloud = subsample_far_field(points, self.near, keep, seed=seed)
         yield
-        ground = self.pipeline.fit_ground(cloud)
-        self.plane = ground
-        plane = ground.as_array()
-        # Road and canopy points would not join a cluster at any score.
-        wanted = rows_to_score(cloud, self.pipeline.params.cluster, ground)
-        rows = cloud if wanted is None else np.take(cloud, wanted, axis=0)
+        # No yield in the fit phase: tier-1 work that this lane ran there would wait on it.
+        self._fit_phase(1)
+        try:
+            ground = self.pipeline.fit_ground(cloud)
+            self.plane = ground
+            plane = ground.as_array()
+            # Road and canopy points would not join a cluster at any score.
+            wanted = rows_to_score(cloud, self.pipeline.params.cluster, ground)
+            rows = cloud if wanted is None else np.take(cloud, wanted, axis=0)
+        finally:
+            self._fit_phase(-1)
         yield
         scores: list[np.ndarray] = []
         done = 0
