@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -19,8 +20,51 @@ def percentile(values: ArrayLike, q: float) -> float:
 
 def percentile_or_none(values: ArrayLike, q: float, digits: int = DIGITS) -> float | None:
     """``percentile`` rounded to ``digits``; None where the sample is empty."""
+    return percentiles_or_none(values, (q,), digits)[0]
+
+
+def percentiles(values: ArrayLike, qs: Sequence[float]) -> list[float]:
+    """``percentile`` at each of ``qs``, to the bit, from one partial sort of a non-empty sample.
+
+    ``np.percentile`` costs some 50 microseconds a call before it touches the data, which
+    made the small samples of a diagnostics snapshot cost more than their sorting.
+    """
+    data = np.asarray(values, dtype=np.float64).ravel()
+    n = data.size
+    if n == 0:
+        raise ValueError("percentiles of an empty sample")
+    # NumPy's linear method: the virtual index (n - 1) * q / 100 between its two neighbours,
+    # both the last entry from n - 1 on (where NumPy's weight counts from index -1), and a
+    # lerp that counts from the upper neighbour from a weight of 0.5 on.
+    spots = []
+    for q in qs:
+        if not 0.0 <= q <= 100.0:
+            raise ValueError(f"percentiles lie in [0, 100], got {q}")
+        virtual = (n - 1) * (q / 100.0)
+        if virtual >= n - 1:
+            spots.append((n - 1, n - 1, virtual + 1))
+        else:
+            low = math.floor(virtual)
+            spots.append((low, low + 1, virtual - low))
+    ordered = np.partition(data, sorted({n - 1, *(i for s in spots for i in s[:2])}))
+    if math.isnan(ordered[n - 1]):
+        return [math.nan] * len(spots)
+    result = []
+    for below, above, t in spots:
+        a, b = float(ordered[below]), float(ordered[above])
+        diff = b - a
+        result.append(b - diff * (1 - t) if t >= 0.5 else a + diff * t)
+    return result
+
+
+def percentiles_or_none(
+    values: ArrayLike, qs: Sequence[float], digits: int = DIGITS
+) -> list[float | None]:
+    """``percentiles`` rounded to ``digits``; all None where the sample is empty."""
     data = np.asarray(values, dtype=np.float64)
-    return round(percentile(data, q), digits) if data.size else None
+    if not data.size:
+        return [None] * len(qs)
+    return [round(v, digits) for v in percentiles(data, qs)]
 
 
 def masked_percentile(values: ArrayLike, mask: np.ndarray, q: float) -> float:

@@ -19,6 +19,40 @@ def test_percentiles_interpolate_and_an_empty_sample_has_none() -> None:
     assert stats.masked_percentile([10.0, 1000.0, 30.0, 5000.0], mask, 100) == 30.0
 
 
+def test_percentiles_match_numpy_to_the_bit_on_random_samples() -> None:
+    rng = np.random.default_rng(7)
+    qs = (0, 1, 2.5, 12.345, 25, 50, 75, 90, 97.5, 99, 99.9, 100)
+    for i in range(600):
+        n = int(rng.integers(1, 400)) if i % 50 else 20_000
+        sample: np.ndarray
+        if i % 3 == 0:
+            sample = rng.random(n) * float(rng.choice([1e-3, 1.0, 1e6]))
+        elif i % 3 == 1:
+            # Ties and repeated values: latencies rounded to a coarse clock.
+            sample = rng.integers(0, 5, n).astype(np.float64) * 0.1
+        else:
+            sample = np.round(rng.lognormal(1.0, 1.0, n), 3)
+        assert stats.percentiles(sample, qs) == [float(np.percentile(sample, q)) for q in qs]
+        rounded = [stats.percentile_or_none(sample, q) for q in qs]
+        assert stats.percentiles_or_none(sample, qs) == rounded
+        assert rounded == [round(float(np.percentile(sample, q)), stats.DIGITS) for q in qs]
+
+
+def test_percentiles_follow_numpy_on_non_finite_samples_and_refuse_bad_input() -> None:
+    qs = (0, 50, 99, 100)
+    for sample in ([1.0, math.nan, 2.0], [1.0, math.inf, 3.0], [-math.inf, 1.0, 2.0]):
+        with np.errstate(invalid="ignore"):
+            want = [float(np.percentile(sample, q)) for q in qs]
+        got = stats.percentiles(sample, qs)
+        assert [math.isnan(v) for v in got] == [math.isnan(v) for v in want]
+        assert [v for v in got if not math.isnan(v)] == [v for v in want if not math.isnan(v)]
+    assert stats.percentiles_or_none([], qs) == [None] * 4
+    with pytest.raises(ValueError, match="empty"):
+        stats.percentiles([], qs)
+    with pytest.raises(ValueError, match=r"\[0, 100\]"):
+        stats.percentiles([1.0], (101,))
+
+
 def test_latency_stats_are_rounded_and_zero_for_no_samples() -> None:
     assert stats.latency_stats([]) == {"mean_ms": 0.0, "p50_ms": 0.0, "p99_ms": 0.0}
     got = stats.latency_stats(float(v) for v in range(1, 101))

@@ -35,7 +35,7 @@ from dynshape_perception.scheduling.work import (
     Work,
     size_bucket,
 )
-from dynshape_perception.stats import percentile_or_none
+from dynshape_perception.stats import percentile_or_none, percentiles_or_none
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +342,7 @@ class ExecutorBase:
             starvations,
             starved,
         ) in copies.items():
+            p50, p99 = percentiles_or_none(lat, (50, 99))
             tiers[str(int(tier))] = {
                 "name": tier.name.lower(),
                 "deadline_ms": deadlines[tier],
@@ -354,8 +355,8 @@ class ExecutorBase:
                 "queued": queued.get(int(tier), 0),
                 "starvations": starvations,
                 "starved": starved,
-                "p50_ms": percentile_or_none(lat, 50),
-                "p99_ms": percentile_or_none(lat, 99),
+                "p50_ms": p50,
+                "p99_ms": p99,
                 "max_ms": round(float(lat.max()), 3) if lat.size else None,
                 "wait_p99_ms": percentile_or_none(wait, 99),
             }
