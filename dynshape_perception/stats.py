@@ -74,7 +74,20 @@ def masked_percentile(values: ArrayLike, mask: np.ndarray, q: float) -> float:
 
 
 def median(values: ArrayLike) -> float:
-    return float(np.median(np.asarray(values, dtype=np.float64)))
+    """``np.median``, to the bit, without its fixed cost per call (see ``percentiles``)."""
+    data = np.asarray(values, dtype=np.float64).ravel()
+    n = data.size
+    if n == 0:
+        return float(np.median(data))
+    half = n // 2
+    ordered = np.partition(data, sorted({half - 1 if n % 2 == 0 else half, half, n - 1}))
+    if math.isnan(ordered[n - 1]):
+        return math.nan
+    # np.median's mean of the middle one or two, summed from 0.0 as NumPy's sum is: a
+    # median of -0.0 comes out 0.0.
+    if n % 2:
+        return 0.0 + float(ordered[half])
+    return (0.0 + float(ordered[half - 1]) + float(ordered[half])) / 2
 
 
 def bootstrap_means(

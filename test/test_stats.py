@@ -53,6 +53,22 @@ def test_percentiles_follow_numpy_on_non_finite_samples_and_refuse_bad_input() -
         stats.percentiles([1.0], (101,))
 
 
+def test_median_matches_numpy_to_the_bit_zero_signs_and_nan_included() -> None:
+    rng = np.random.default_rng(11)
+    for i in range(600):
+        sample = rng.random(int(rng.integers(1, 1200))) * float(rng.choice([1e-3, 1.0, 1e6]))
+        if i % 2:
+            sample = np.round(sample - sample.mean(), 2)
+        assert stats.median(sample) == float(np.median(sample))
+    for zeros in ([-0.0], [-0.0, -0.0], [-0.0, 1.0, -0.0]):
+        assert math.copysign(1.0, stats.median(zeros)) == math.copysign(1.0, np.median(zeros))
+        got = stats.percentiles(zeros, (0, 50, 100))
+        want = [float(np.percentile(zeros, q)) for q in (0, 50, 100)]
+        assert [math.copysign(1.0, v) for v in got] == [math.copysign(1.0, v) for v in want]
+    assert math.isnan(stats.median([1.0, math.nan, 2.0]))
+    assert stats.median([1.0, math.inf]) == math.inf
+
+
 def test_latency_stats_are_rounded_and_zero_for_no_samples() -> None:
     assert stats.latency_stats([]) == {"mean_ms": 0.0, "p50_ms": 0.0, "p99_ms": 0.0}
     got = stats.latency_stats(float(v) for v in range(1, 101))
