@@ -57,9 +57,12 @@ def _proc_tree_usage(root: int) -> TreeUsage:
     ``children(recursive=True)`` reads the stat file of every process on the host, which
     made this once-a-second reading take milliseconds on a busy one."""
     rss = threads = fds = alive = 0
-    pending = [root]
+    pending, seen = [root], set()
     while pending:
-        read = _read_member(pending.pop())
+        pid = pending.pop()
+        # A PID reused while the walk runs must not bring a member in twice.
+        read = None if pid in seen else _read_member(pid)
+        seen.add(pid)
         if read is None:
             continue
         (member_rss, member_threads, member_fds), children = read
@@ -77,16 +80,24 @@ def _read_member(pid: int) -> tuple[tuple[int, int, int], list[int]] | None:
     children, reparented away, are out of the tree."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
-        children: list[int] = []
-        for tid in tids:
-            children.extend(
-                int(child) for child in _read(f"/proc/{pid}/task/{tid}/children").split()
-            )
+    except OSError:
+        return None
+    children: list[int] = []
+    threads = 0
+    for tid in tids:
+        try:
+            listed = _read(f"/proc/{pid}/task/{tid}/children")
+        except OSError:
+            # A thread that ended since the listing: the process lives on without it.
+            continue
+        threads += 1
+        children.extend(int(child) for child in listed.split())
+    try:
         resident_pages = int(_read(f"/proc/{pid}/statm").split()[1])
         open_fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (OSError, ValueError, IndexError):
         return None
-    return (resident_pages * _PAGE_SIZE, len(tids), open_fds), children
+    return (resident_pages * _PAGE_SIZE, threads, open_fds), children
 
 
 def _read(path: str) -> bytes:

@@ -110,3 +110,25 @@ def test_a_process_that_is_gone_has_no_usage() -> None:
     gone.wait()
     assert tree_usage(gone.pid) == process_tree.TreeUsage(0, 0, 0, 0)
     assert process_tree._psutil_tree_usage(gone.pid) == process_tree.TreeUsage(0, 0, 0, 0)
+
+
+def test_a_thread_that_ends_during_the_walk_leaves_its_process_counted() -> None:
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            brief = [threading.Thread(target=time.sleep, args=(0.0005,)) for _ in range(8)]
+            for thread in brief:
+                thread.start()
+            for thread in brief:
+                thread.join()
+
+    expected = tree_usage().processes
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        counted = [tree_usage().processes for _ in range(2000)]
+    finally:
+        stop.set()
+        churner.join()
+    assert counted == [expected] * len(counted)
