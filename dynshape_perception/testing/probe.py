@@ -347,9 +347,10 @@ class Probe(Node):
 
     # -- waiting ------------------------------------------------------------------------
     def spin_for(self, seconds: float) -> None:
+        """Serve callbacks for ``seconds``, returning at their end, not a spin step after."""
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.executor_.spin_once(timeout_sec=SPIN_STEP_S)
+        while (left_s := deadline - time.monotonic()) > 0.0:
+            self.executor_.spin_once(timeout_sec=min(SPIN_STEP_S, left_s))
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

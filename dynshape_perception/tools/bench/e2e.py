@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -125,6 +126,47 @@ class IdleCollections:
         self.between += 1
 
 
+class Pacer:
+    """When each scan goes out: at ``rate_hz``, as a lidar's driver sends them, or, at 0,
+    as soon as the previous one's predictions are back (closed loop).
+
+    A scan whose predecessor ran past its period goes out at once, and the ones after it
+    keep the period from there: no burst to catch up, which a driver never sends.
+    """
+
+    def __init__(self, rate_hz: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not math.isfinite(rate_hz) or rate_hz < 0.0:
+            raise ConfigError(f"--rate-hz must be 0 (closed loop) or positive, got {rate_hz}")
+        self.period_s = 1.0 / rate_hz if rate_hz else 0.0
+        self._clock = clock
+        self._due_s: float | None = None
+
+    def wait_s(self) -> float:
+        """Seconds until the next scan is due; from then on, the one after it."""
+        if not self.period_s:
+            return 0.0
+        now = self._clock()
+        due = now if self._due_s is None else max(self._due_s, now)
+        self._due_s = due + self.period_s
+        return due - now
+
+
+def jit_activity(statuses: dict[str, dict[str, str]]) -> dict[str, int]:
+    """Compiles (landed, failed or rejected) and compile worker starts, summed over the nodes
+    and their engines since they started: each one's work runs beside the frames."""
+    totals = {"compiles": 0, "worker_starts": 0}
+    for values in statuses.values():
+        for key, value in values.items():
+            engine, _, counter = key.partition(".")
+            if engine != "jit" and not engine.startswith("jit_"):
+                continue
+            if counter in ("compiles_ok", "compiles_failed", "compiles_rejected"):
+                totals["compiles"] += int(value)
+            elif counter == "compile_worker_starts":
+                totals["worker_starts"] += int(value)
+    return totals
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--setups", nargs="*", choices=SETUPS, default=list(SETUPS))
@@ -145,6 +187,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cost-repeats", type=int, default=3, help="scenes per length")
     parser.add_argument("--frames", type=int, default=50, help="measured frames per run")
     parser.add_argument("--warmup", type=int, default=5, help="frames sent before measuring")
+    parser.add_argument(
+        "--rate-hz",
+        type=float,
+        default=0.0,
+        help="scans a second, as a lidar sends them; 0 (default): each scan once the previous "
+        "one's predictions are back (closed loop)",
+    )
     parser.add_argument("--scan", type=Path, default=None, help="KITTI .bin scan to publish")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated drive")
     parser.add_argument("--params-file", type=Path, default=None, help="node parameters YAML")
@@ -208,7 +257,8 @@ def _sectors(points: np.ndarray, sectors: int) -> list[np.ndarray]:
 def measure(
     setup: str, mode: str, scans: Sequence[Scan], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """One closed-loop run: each scan is sent once the previous one's predictions are back.
+    """One run: each scan is sent once the previous one's predictions are back and, with
+    ``--rate-hz``, once its period has come.
 
     In the streaming mode a scan goes out as its sectors, spread over the scan period as a
     spinning lidar's driver sends them, and the latency counts from its last sector.
@@ -242,9 +292,12 @@ def measure(
         stage_times = StageTimes(session.probe, NODE_STAGES[setup])
         stamp = FIRST_STAMP_NS
         primed = False
+        pacer = Pacer(args.rate_hz)
         for k, scan in enumerate(scans):
             if len(per_topic[PREDICTED]) + lost >= args.frames:
                 break
+            # Idle until the scan is due, serving what comes meanwhile (diagnostics).
+            session.probe.spin_for(pacer.wait_s())
             parts = _sectors(scan.points, args.sectors) if streaming else [scan.points]
             step = STAMP_STEP_NS // max(len(parts), 1)
             stamps = [stamp + j * step for j in range(len(parts))]
@@ -297,6 +350,9 @@ def measure(
         statuses = {proc.name: session.probe.status(proc.name) for proc in session.processes}
         prediction = session.probe.task(PREDICTING_NODE[setup], PREDICTION_TASK)
     measured = len(per_topic[PREDICTED]) + lost
+    node_status = {
+        name: (status.values if status is not None else {}) for name, status in statuses.items()
+    }
     return {
         "frames": measured,
         "lost": lost,
@@ -305,11 +361,10 @@ def measure(
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
         "per_hop": per_hop(per_frame, NODE_STAGES[setup]),
         "harness_gc": {"in_frames": collections.in_frames, "between": collections.between},
+        "jit": jit_activity(node_status),
         # What speculation saved, or why nothing (the prediction task's message).
         "prediction_message": prediction.message if prediction is not None else None,
-        "node_status": {
-            name: (status.values if status is not None else {}) for name, status in statuses.items()
-        },
+        "node_status": node_status,
     }
 
 
@@ -425,16 +480,21 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "benchmark": "e2e",
         "machine": {"cpu_count": _cpu_count(), "platform": platform.platform()},
         "transport": "Fast DDS LARGE_DATA, ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST",
-        "figure": "scan (its last sector when streaming) to predicted_objects, closed loop",
+        "figure": "scan (its last sector when streaming) to predicted_objects, "
+        + (f"scans at {args.rate_hz:g} Hz" if args.rate_hz else "closed loop"),
         "modes": modes,
     }
     if modes:
-        print(f"{'mode':<13}{'run':<18}{'frames':>7}{'lost':>6}{'p50_ms':>9}{'p99_ms':>9}")
+        print(
+            f"{'mode':<13}{'run':<18}{'frames':>7}{'lost':>6}{'p50_ms':>9}{'p99_ms':>9}"
+            f"{'compiles':>10}"
+        )
         for mode, entry in modes.items():
             for name, r in entry["runs"].items():
                 print(
                     f"{mode:<13}{name:<18}{r['frames']:>7}{r['lost']:>6}"
-                    f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}  {r['prediction_message'] or ''}"
+                    f"{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['jit']['compiles']:>10}"
+                    f"  {r['prediction_message'] or ''}"
                 )
         print("per hop:")
         for mode, entry in modes.items():

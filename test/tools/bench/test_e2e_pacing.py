@@ -1,0 +1,61 @@
+"""``bench e2e``'s pacing of scans and its count of the JIT's work beside the frames."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.tools.bench.e2e import Pacer, jit_activity
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_closed_loop_never_waits() -> None:
+    clock = ManualClock()
+    pacer = Pacer(0.0, clock)
+    assert [pacer.wait_s() for _ in range(3)] == [0.0, 0.0, 0.0]
+
+
+def test_scans_keep_the_period_and_a_late_one_goes_out_at_once_without_a_burst() -> None:
+    clock = ManualClock()
+    pacer = Pacer(10.0, clock)
+    assert pacer.wait_s() == 0.0
+    clock.now += 0.03  # the first frame took 30 ms
+    assert pacer.wait_s() == pytest.approx(0.07)
+    clock.now += 0.07 + 0.25  # sent on time; that frame then ran 250 ms, past its period
+    assert pacer.wait_s() == 0.0
+    # The period counts from the late scan: no catching up on the ones a driver skipped.
+    clock.now += 0.01
+    assert pacer.wait_s() == pytest.approx(0.09)
+
+
+@pytest.mark.parametrize("rate", [-1.0, math.nan, math.inf])
+def test_a_rate_that_is_none_is_refused(rate: float) -> None:
+    with pytest.raises(ConfigError, match="rate-hz"):
+        Pacer(rate)
+
+
+def test_jit_activity_sums_every_engine_of_every_node() -> None:
+    statuses = {
+        "pointcloud_node": {
+            "jit.compiles_ok": "1",
+            "jit.compiles_failed": "0",
+            "jit.compiles_rejected": "2",
+            "jit.compile_worker_starts": "1",
+            "jit_tier1.compiles_ok": "3",
+            "jit_tier1.compile_time_s": "0.4",
+            "frames_in": "104",
+        },
+        "tracker_node": {"jit.compiles_failed": "1", "jit.compile_worker_starts": "2"},
+        "prediction_node": {},
+    }
+    assert jit_activity(statuses) == {"compiles": 7, "worker_starts": 3}
+    assert jit_activity({}) == {"compiles": 0, "worker_starts": 0}
