@@ -92,6 +92,9 @@ class Engine:
                 # the hand-shake would leave the worker reading a closed pipe.
                 with uninterrupted():
                     self.pool = self._new_pool(compile_fn)
+                    if self.jit.start_workers:
+                        # Now, to import the compiler while the generic builds load.
+                        self.pool.start_workers()
             self.bookkeeper = bookkeeper or Bookkeeper()
             for name in models:
                 model = model_definition(name)
@@ -112,8 +115,12 @@ class Engine:
             # the generic builds were just used, so they stay.
             self.cache.keep_bound()
             self.metrics.bump("disk_evictions", self.cache.evicted)
-            # The compile workers start with the first compile the policy decides on, not
-            # here: a node that never specialises never holds them (compile_pool).
+            # Unless asked to start with the engine, the compile workers start with the first
+            # compile the policy decides on: a node that never specialises never holds them.
+            # Started here, serving waits for the import, which beside the first frames
+            # would stretch them as a start mid-run does.
+            if self.pool is not None and self.jit.start_workers:
+                self.pool.wait_started(self.jit.compile_timeout_s)
         except BaseException:
             # The pool's threads and worker process would outlive the failed engine.
             self.close()

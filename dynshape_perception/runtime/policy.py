@@ -78,10 +78,19 @@ class JitConfig:
     worker_idle_s: float = param(
         60.0,
         "seconds a compile worker may idle before it exits (0: it stays); workers start "
-        "with the first compile the JIT decides on",
+        "with the first compile the JIT decides on, or with the node (start_workers)",
         read_only=True,
         low=0.0,
         high=86400.0,
+    )
+    # A worker's start (an interpreter importing TVM) beside the frames stretched their tail
+    # more than its compiles did: at launch, nothing is being served yet.
+    start_workers: bool = param(
+        False,
+        "start the compile workers with the node, not with its first compile: no worker "
+        "start beside the frames, for a worker's memory (about 200 MB) held until "
+        "worker_idle_s passes without a compile",
+        read_only=True,
     )
     max_strikes: int = derived("its default: a tuning constant of the JIT", 3)
     degrade_min_misses: int = derived("its default: a tuning constant of the JIT", 20)

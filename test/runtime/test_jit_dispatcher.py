@@ -592,6 +592,24 @@ def test_an_engine_starts_its_compile_worker_with_the_first_compile(cache_root: 
         assert eng.pool.worker_starts == 1 and eng.metrics.compiles_ok == 1
 
 
+def test_an_engine_asked_to_start_its_compile_worker_does_so_at_once(cache_root: Path) -> None:
+    """With ``start_workers`` the worker (its interpreter and TVM import) starts before any
+    call; the first compile then runs on it rather than starting another."""
+    config = eager_config(compile_mode="process", start_workers=True)
+    with associator_engine(cache_root, config) as eng:
+        assert eng.pool is not None
+        assert eng.pool.worker_starts == 1
+        (pid,) = eng.pool.worker_pids()
+        # Built once the worker had imported the compiler: its start runs beside no call.
+        assert eng.pool.wait_started(0.0)
+        inputs = call_inputs("associator", {"N": 9, "M": 7}, seed=3)
+        for _ in range(3):
+            eng["associator"]("forward", *inputs)
+        assert eng.pool.wait_idle(180)
+        assert eng.metrics.compiles_ok == 1
+        assert eng.pool.worker_starts == 1 and eng.pool.worker_pids() == [pid]
+
+
 def test_an_engine_whose_compile_worker_cannot_start_serves_generic(
     cache_root: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
