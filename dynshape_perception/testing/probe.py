@@ -17,6 +17,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.context import Context
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -151,6 +152,19 @@ TOPIC_TASK = " topic status"
 
 class Probe(Node):
     """Records outputs by stamp (ns) with their arrival time (``time.perf_counter``)."""
+
+    # An instrument: its executor walks every QoS event handler of the node at each wake-up,
+    # before the callback that stamps an arrival, and rclpy gives each publisher and
+    # subscription two by default.
+    def create_publisher(self, *args: Any, **kwargs: Any) -> Publisher[Any]:
+        kwargs.setdefault("event_callbacks", PublisherEventCallbacks(use_default_callbacks=False))
+        return super().create_publisher(*args, **kwargs)
+
+    def create_subscription(self, *args: Any, **kwargs: Any) -> Subscription[Any]:
+        kwargs.setdefault(
+            "event_callbacks", SubscriptionEventCallbacks(use_default_callbacks=False)
+        )
+        return super().create_subscription(*args, **kwargs)
 
     def __init__(
         self,
