@@ -60,10 +60,12 @@ class JitConfig:
         high=MAX_BYTES,
     )
     pool_size: int = param(1, "background compile workers", read_only=True, low=1, high=64)
+    # Not auto: its trial compiles in a thread beside the lanes for 200 calls, and that
+    # thread, at SCHED_IDLE, holds the GIL they wait for.
     compile_mode: str = param(
-        "auto",
+        "process",
         "compile workers: process (isolated), thread, or auto (picked by the measured "
-        "slowdown of live calls)",
+        "slowdown of live calls, after a trial in each)",
         read_only=True,
         choices=COMPILE_MODES,
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.datasets import read_kitti_bin
@@ -200,6 +201,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights-dir", default="", help="weights folder (default: committed)")
     parser.add_argument("--cache-dir", default="", help="artefact cache folder of the nodes")
     parser.add_argument("--jit", choices=("off", "frozen", "adaptive"), default=None)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a node parameter over --params-file, VALUE read as YAML (repeatable): "
+        "--set jit.start_workers=true",
+    )
     parser.add_argument("--frame-timeout-s", type=float, default=10.0)
     parser.add_argument("--startup-timeout-s", type=float, default=180.0)
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -239,8 +248,31 @@ def summary(latencies_ms: list[float]) -> dict[str, float]:
     }
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, bool | int | float | str]:
+def parameter_overrides(items: Sequence[str]) -> dict[str, bool | int | float | str]:
+    """``NAME=VALUE`` pairs as node parameters, each value typed as YAML types it."""
+    from dynshape_perception import parameters
+
+    specs = parameters.all_specs()
     overrides: dict[str, bool | int | float | str] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in specs:
+            raise ConfigError(f"--set takes NAME=VALUE of a node parameter, got {item!r}")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--set {name}: {text!r} is not a YAML value: {err}") from err
+        want = type(specs[name].default)
+        if want is float and type(value) is int:
+            value = float(value)
+        if type(value) is not want:
+            raise ConfigError(f"--set {name}: {text!r} is no {want.__name__}")
+        overrides[name] = value
+    return overrides
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, bool | int | float | str]:
+    overrides = parameter_overrides(args.set)
     if args.weights_dir:
         overrides["weights_dir"] = str(args.weights_dir)
     if args.cache_dir:
@@ -455,6 +487,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    # Before any node starts: a wrong name or type is the caller's, not a node's failure.
+    parameter_overrides(args.set)
     if args.params_file is not None:
         from dynshape_perception.tools.replay.params import load_params_file
 

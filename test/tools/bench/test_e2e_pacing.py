@@ -1,4 +1,4 @@
-"""``bench e2e``'s pacing of scans and its count of the JIT's work beside the frames."""
+"""``bench e2e``'s pacing of scans, its parameter overrides and its count of the JIT's work."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.tools.bench.e2e import Pacer, jit_activity
+from dynshape_perception.tools.bench.e2e import Pacer, jit_activity, parameter_overrides
 
 
 class ManualClock:
@@ -59,3 +59,40 @@ def test_jit_activity_sums_every_engine_of_every_node() -> None:
     }
     assert jit_activity(statuses) == {"compiles": 7, "worker_starts": 3}
     assert jit_activity({}) == {"compiles": 0, "worker_starts": 0}
+
+
+def test_set_types_each_value_as_its_parameter_is_typed() -> None:
+    got = parameter_overrides(
+        [
+            "jit.start_workers=true",
+            "jit.hotness_threshold=4",
+            "jit.worker_idle_s=5",
+            "jit.compile_mode=thread",
+            "jit.warm_up_shapes=",
+        ]
+    )
+    assert got == {
+        "jit.start_workers": True,
+        "jit.hotness_threshold": 4,
+        "jit.worker_idle_s": 5.0,
+        "jit.compile_mode": "thread",
+        "jit.warm_up_shapes": "",
+    }
+    assert type(got["jit.worker_idle_s"]) is float
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("jit.start_workers", "NAME=VALUE"),
+        ("no.such_parameter=1", "NAME=VALUE"),
+        ("=true", "NAME=VALUE"),
+        ("jit.start_workers=yes please", "is no bool"),
+        ("jit.hotness_threshold=2.5", "is no int"),
+        ("jit.compile_mode=[process]", "is no str"),
+        ("jit.compile_mode={a", "not a YAML value"),
+    ],
+)
+def test_set_refuses_what_is_no_parameter_value(item: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parameter_overrides([item])
