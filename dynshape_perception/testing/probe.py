@@ -150,6 +150,25 @@ class Diagnostics:
 TOPIC_TASK = " topic status"
 
 
+# rclpy's MessageInfo (a TypedDict in Kilted, a plain dict in Jazzy, which has no such class).
+MessageInfo = Mapping[str, object]
+
+
+def received_at(info: MessageInfo) -> float:
+    """When the middleware took the message in, on ``time.perf_counter``'s clock.
+
+    Not when its callback runs: messages of several topics pending together are served in
+    the wait set's order, so a callback's time could put a node's output before its input's.
+    The middleware stamps the system clock; the message's age on it moves the callback's
+    time back.
+    """
+    now = time.perf_counter()
+    received_ns = info.get("received_timestamp", 0)
+    if not isinstance(received_ns, int) or received_ns <= 0:
+        return now
+    return now - max(0.0, (time.time_ns() - received_ns) / 1e9)
+
+
 class Probe(Node):
     """Records outputs by stamp (ns) with their arrival time (``time.perf_counter``)."""
 
@@ -219,18 +238,18 @@ class Probe(Node):
         self.executor_ = SingleThreadedExecutor(context=context)
         self.executor_.add_node(self)
 
-    def _table_cb(self, topic: str) -> Callable[[PointCloud2], None]:
-        def on_table(msg: PointCloud2) -> None:
-            now = time.perf_counter()
+    def _table_cb(self, topic: str) -> Callable[[PointCloud2, MessageInfo], None]:
+        def on_table(msg: PointCloud2, info: MessageInfo) -> None:
+            now = received_at(info)
             reader = partial(cloud_to_table, dtype=TABLE_TOPICS[topic])
             item = Received(now, msg.header.frame_id, msg, reader=reader)
             self.received[topic][stamp_ns(msg.header.stamp)] = self.backlog.add(item)
 
         return on_table
 
-    def _objects_cb(self, topic: str) -> Callable[[bytes], None]:
-        def on_objects(data: bytes) -> None:
-            now = time.perf_counter()
+    def _objects_cb(self, topic: str) -> Callable[[bytes, MessageInfo], None]:
+        def on_objects(data: bytes, info: MessageInfo) -> None:
+            now = received_at(info)
             try:
                 sec, nanosec, frame_id = header_of(data)
             except DynshapeError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -96,3 +97,16 @@ def test_set_types_each_value_as_its_parameter_is_typed() -> None:
 def test_set_refuses_what_is_no_parameter_value(item: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parameter_overrides([item])
+
+
+def test_an_arrival_is_when_the_middleware_took_the_message_in() -> None:
+    from dynshape_perception.testing.probe import received_at
+
+    before = time.perf_counter()
+    taken = received_at({"received_timestamp": time.time_ns() - 5_000_000})
+    # Five milliseconds back from the callback's time, give or take the clocks' reading.
+    assert before - 0.006 < taken < time.perf_counter() - 0.004
+    # No stamp (an rmw without one), or one ahead of the clock: the callback's time.
+    for info in ({}, {"received_timestamp": 0}, {"received_timestamp": time.time_ns() + 10**9}):
+        before = time.perf_counter()
+        assert before <= received_at(info) <= time.perf_counter()
