@@ -88,10 +88,12 @@ def test_set_types_each_value_as_its_parameter_is_typed() -> None:
         ("jit.start_workers", "NAME=VALUE"),
         ("no.such_parameter=1", "NAME=VALUE"),
         ("=true", "NAME=VALUE"),
-        ("jit.start_workers=yes please", "is no bool"),
-        ("jit.hotness_threshold=2.5", "is no int"),
-        ("jit.compile_mode=[process]", "is no str"),
+        ("jit.start_workers=yes please", "must be bool"),
+        ("jit.hotness_threshold=2.5", "must be int"),
+        ("jit.compile_mode=[process]", "must be str"),
         ("jit.compile_mode={a", "not a YAML value"),
+        ("jit.compile_mode=eager", "must be one of"),
+        ("jit.hotness_threshold=0", "must be >= 1"),
     ],
 )
 def test_set_refuses_what_is_no_parameter_value(item: str, message: str) -> None:
