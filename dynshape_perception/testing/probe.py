@@ -18,7 +18,7 @@ from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.context import Context
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
@@ -148,6 +148,22 @@ class Diagnostics:
 
 # The updater's rate and stamp tasks end in this; a node's own tasks are merged into one.
 TOPIC_TASK = " topic status"
+
+
+def spin_executor_until(
+    executor: Executor,
+    condition: Callable[[], bool],
+    timeout_s: float,
+    step_s: float = SPIN_STEP_S,
+) -> bool:
+    """Serve ``executor``'s callbacks until ``condition`` holds (True) or ``timeout_s``
+    passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        executor.spin_once(timeout_sec=step_s)
+    return True
 
 
 # rclpy's MessageInfo (a TypedDict in Kilted, a plain dict in Jazzy, which has no such class).
@@ -386,12 +402,7 @@ class Probe(Node):
             self.executor_.spin_once(timeout_sec=min(SPIN_STEP_S, left_s))
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            if time.monotonic() >= deadline:
-                return False
-            self.executor_.spin_once(timeout_sec=SPIN_STEP_S)
-        return True
+        return spin_executor_until(self.executor_, condition, timeout_s)
 
     def wait_future(self, future: Future, timeout_s: float) -> Any:
         if not self.spin_until(future.done, timeout_s):

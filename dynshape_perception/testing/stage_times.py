@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from dynshape_perception.nodes.debug_times import TOTAL, message_type, topic_names
+from dynshape_perception.testing.probe import spin_executor_until
 
 DEPTH = 100
 SPIN_STEP_S = 0.05
@@ -55,12 +55,7 @@ class StageTimes:
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Take in what came, until ``condition`` holds or ``timeout_s`` passed."""
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            if time.monotonic() >= deadline:
-                return False
-            self.executor.spin_once(timeout_sec=SPIN_STEP_S)
-        return True
+        return spin_executor_until(self.executor, condition, timeout_s, SPIN_STEP_S)
 
     def close(self) -> None:
         self.executor.shutdown()
