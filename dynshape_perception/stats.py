@@ -15,7 +15,7 @@ DIGITS = 3
 
 def percentile(values: ArrayLike, q: float) -> float:
     """The ``q``-th percentile (linear interpolation) of a non-empty sample."""
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+    return percentiles(values, (q,))[0]
 
 
 def percentile_or_none(values: ArrayLike, q: float, digits: int = DIGITS) -> float | None:
