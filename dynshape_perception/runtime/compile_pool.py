@@ -276,6 +276,13 @@ class CompilePool:
         """Only worker processes can be suspended; a compiling thread runs on regardless."""
         return self.mode == "process"
 
+    def enter_yield(self) -> None:
+        """Suspend running compile processes, and start none, until ``leave_yield``; nestable."""
+        self._enter_yield()
+
+    def leave_yield(self) -> None:
+        self._leave_yield()
+
     @contextmanager
     def yielding(self) -> Iterator[None]:
         """Suspend running compile processes for the duration of a heavy call; nestable.

@@ -60,7 +60,11 @@ class ExecutorBase:
     ) -> None:
         self.config = config or TierConfig()
         self.options = options or ExecutorOptions()
-        self._pools = [p for p in pools if p is not None] if self.pauses_pools_for_tier1 else []
+        self._gated = [p for p in pools if p is not None]
+        self._pools = self._gated if self.pauses_pools_for_tier1 else []
+        # Whether the gated pools' compiles are suspended: while any unit is queued or runs,
+        # a compile beside it takes the cores, caches and memory bandwidth the frame needs.
+        self._gate_shut = False
         self._clock = clock
         self._wall = wall_clock
         lock = threading.RLock()
@@ -204,6 +208,7 @@ class ExecutorBase:
             for item, reason in dropped:
                 self._count_drop_locked(item, reason, now)
             self._apply_boost_locked()
+            self._gate_locked()
             self._wake_locked(tier == Tier.COLLISION)
         self._finish_drops(dropped)
         return future
@@ -251,6 +256,7 @@ class ExecutorBase:
                 self._count_drop_locked(item, reason, self._clock())
             if work is not None:
                 self._running += 1
+            self._gate_locked()
         self._finish_drops(shed)
         if work is None:
             return False
@@ -388,7 +394,8 @@ class ExecutorBase:
                     self._wait_locked(lane)
                 if work is not None:
                     self._running += 1
-                elif self._closed:
+                self._gate_locked()
+                if work is None and self._closed:
                     return
             self._finish_drops(shed)
             if work is not None:
@@ -439,6 +446,7 @@ class ExecutorBase:
                 with self._cv:
                     self._count_drop_locked(work, "cancelled", started)
                     self._running -= 1
+                    self._gate_locked()
                     self._cv.notify_all()
                 return
         pause = work.tier == Tier.COLLISION and bool(self._pools)
@@ -472,6 +480,7 @@ class ExecutorBase:
             self._finish_drops([(work, drop)])
         with self._cv:
             self._running -= 1
+            self._gate_locked()
             self._cv.notify_all()
 
     @staticmethod
@@ -494,6 +503,21 @@ class ExecutorBase:
             return True, None, err
 
     # -- accounting ----------------------------------------------------------------------
+    def _gate_locked(self) -> None:
+        """Suspend the pools' compiles when work arrives and resume them when none is left.
+
+        Under the lock, so that a suspend and a resume never swap places on their way out.
+        """
+        busy = self._running > 0 or any(True for _ in self._queued_locked())
+        if busy == self._gate_shut:
+            return
+        self._gate_shut = busy
+        for pool in self._gated:
+            if busy:
+                pool.enter_yield()
+            else:
+                pool.leave_yield()
+
     def _leave_locked(self, work: Work) -> None:
         if work.active:
             work.active = False

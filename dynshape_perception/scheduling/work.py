@@ -46,6 +46,10 @@ class PoolControl(Protocol):
 
     def resume(self) -> None: ...
 
+    def enter_yield(self) -> None: ...
+
+    def leave_yield(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class Arrival:

@@ -35,6 +35,7 @@ from dynshape_perception.runtime.shape_log import dump_shape_log, load_shape_log
 from dynshape_perception.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.runtime.specialisations import Specialisation
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult
+from dynshape_perception.scheduling.executor import ExecutorOptions, TieredExecutor
 from dynshape_perception.testing.faults import (
     failing_compiler_fault_injector,
     failing_worker_start_fault_injector,
@@ -662,6 +663,47 @@ def test_calls_stop_a_running_compile_process_unless_below_yield_min_ms(
         assert pool.running, "the second call makes the key hot and queues its compile"
         eng["associator"]("forward", *inputs)
         assert pool.running and (pool.yields == 1) == stops
+
+
+def process_states(pids: list[int]) -> set[str]:
+    """Each process's state letter from ``/proc/<pid>/stat`` (``T``: stopped by a signal)."""
+    return {Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] for pid in pids}
+
+
+def wait_states(pids: list[int], want: set[str], timeout_s: float = 10.0) -> set[str]:
+    deadline = time.monotonic() + timeout_s
+    while (states := process_states(pids)) != want and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return states
+
+
+def test_a_compile_process_stays_stopped_while_the_executor_has_work(cache_root: Path) -> None:
+    """An executor with a unit queued or running stops the running compile process, and lets
+    it run on once nothing is left: the frame, not a share of it, is what the compile waits
+    for. No call of the dispatcher yields here (``yield_min_ms`` is out of reach)."""
+    config = eager_config(compile_mode="process", yield_min_ms=1e6)
+    with associator_engine(cache_root, config, stalling_compiler_fault_injector) as eng:
+        pool = eng.pool
+        assert pool is not None and pool.wait_started(60.0)
+        inputs = call_inputs("associator", {"N": 3, "M": 3}, seed=1)
+        for _ in range(2):
+            eng["associator"]("forward", *inputs)
+        deadline = time.monotonic() + 30
+        while not pool.running and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert pool.running and pool.yields == 0
+        pids = pool.worker_pids()
+        assert pids
+        release = threading.Event()
+        options = ExecutorOptions(reserved_workers=1, shared_workers=1)
+        with TieredExecutor(options=options, pools=[pool]) as ex:
+            frame = ex.submit(lambda: release.wait(10.0), 2)
+            after = ex.submit(lambda: "after", 3)
+            assert wait_states(pids, {"T"}) == {"T"}
+            assert pool.yields == 1
+            release.set()
+            assert frame.result(timeout=10.0) and after.result(timeout=10.0) == "after"
+            assert "T" not in wait_states(pids, {"R"})
 
 
 def test_a_frozen_run_serves_its_warm_specialisations_however_they_timed(

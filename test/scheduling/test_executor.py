@@ -27,12 +27,19 @@ WAIT_S = 10.0
 class RecordingPool:
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.gate: list[str] = []
 
     def pause(self) -> None:
         self.calls.append("pause")
 
     def resume(self) -> None:
         self.calls.append("resume")
+
+    def enter_yield(self) -> None:
+        self.gate.append("stop")
+
+    def leave_yield(self) -> None:
+        self.gate.append("go")
 
 
 def slow_stage_fault_injector(
@@ -316,6 +323,37 @@ def test_compiles_pause_around_tier_one_only() -> None:
     assert pool.calls == ["pause", "resume"]
     ex.run_one()
     assert pool.calls == ["pause", "resume"]
+
+
+def test_compiles_stay_stopped_while_any_unit_is_queued_or_running() -> None:
+    clock, pool = FakeClock(), RecordingPool()
+    log: list[str] = []
+    ex = TieredExecutor(pools=[pool, None], clock=clock, start=False)
+    ex.submit(slow_stage_fault_injector(clock, 1, log, "t2"), 2)
+    ex.submit(slow_stage_fault_injector(clock, 1, log, "t3"), 3)
+    assert pool.gate == ["stop"]
+    ex.run_one()
+    assert pool.gate == ["stop"], "a unit still queued keeps compiles stopped"
+    ex.run_one()
+    assert pool.gate == ["stop", "go"]
+    assert not ex.run_one() and pool.gate == ["stop", "go"]
+    cancelled = ex.submit(slow_stage_fault_injector(clock, 1, log, "never"), 2)
+    assert cancelled.cancel()
+    ex.run_one()
+    assert pool.gate == ["stop", "go", "stop", "go"]
+    assert log == ["t2", "t3"]
+
+
+def test_a_shed_unit_lets_compiles_run_again() -> None:
+    clock, pool = FakeClock(), RecordingPool()
+    ex = TieredExecutor(pools=[pool], clock=clock, start=False)
+    late = ex.submit(lambda: "late", 2)
+    clock.advance_ms(101)
+    assert not ex.run_one()
+    assert drops(ex, "2")["expired"] == 1
+    with pytest.raises(CancelledError, match="expired"):
+        late.result(timeout=0)
+    assert pool.gate == ["stop", "go"]
 
 
 def test_a_failing_unit_fails_its_future_and_is_counted() -> None:
