@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import CompileError, ConfigError
 from dynshape_perception.runtime import compile_workers as workers
 from dynshape_perception.runtime.compile_workers import DaemonThreadExecutor, compile_to_cache
 from dynshape_perception.runtime.policy import InterferenceMeter
 from dynshape_perception.runtime.shapes import Signature
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult
+from dynshape_perception.runtime.worker_life import lean_start
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,11 @@ class CompilePool:
         self.yields = 0
         self._yield_started = 0.0
         # The process worker's start-up job: done once it has imported the compiler.
-        self._started: cf.Future[bool] | None = None
+        self._started: cf.Future[Any] | None = None
+        # The workers were started lean (``start_lean``): they import the compiler with their
+        # first compile, and a lean start replaces them when they retire.
+        self._lean = False
+        self._needs_import = False
         # Workers start with the first compile (``wait_started`` starts them too) and end
         # after ``idle_exit_s`` without one (0: they stay): hundreds of MB each, idle.
         self._executor: cf.Executor | None = None
@@ -132,7 +137,7 @@ class CompilePool:
         for worker in self._workers:
             worker.start()
 
-    def _new_executor(self, mode: str) -> cf.Executor:
+    def _new_executor(self, mode: str, lean: bool = False) -> cf.Executor:
         self.worker_starts += 1
         if mode == "process":
             # spawn: forking a process that holds TVM and rclpy threads is unsafe.
@@ -140,10 +145,14 @@ class CompilePool:
                 max_workers=self._size,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=workers.init_worker,
-                initargs=(workers.start_worker, os.getpid()),
+                initargs=(lean_start if lean else workers.start_worker, os.getpid()),
             )
             # Start the worker now: importing TVM would otherwise delay the first compile.
-            self._started = pool.submit(workers.ready)
+            # A lean one imports it with its first compile (``start_workers``).
+            self._started = None if lean else pool.submit(workers.ready)
+            self._needs_import = lean
+            if lean:
+                pool.submit(lean_start)
             # Lowered from here, not by the worker itself: its own code runs only after the
             # interpreter and TVM have been imported, seconds of CPU beside the serving thread.
             for proc in workers.processes(pool):
@@ -151,6 +160,7 @@ class CompilePool:
                     workers.lower_priority(proc.pid)
             return pool
         self._started = None
+        self._needs_import = False
         return DaemonThreadExecutor("jit-build")
 
     def _executor_locked(self) -> cf.Executor:
@@ -171,6 +181,9 @@ class CompilePool:
         """Seconds until idle workers are to exit; None while they are not to."""
         if self._executor is None or self.idle_exit_s <= 0 or self.busy or self._heap:
             return None
+        # A lean worker holds no compiler: nothing worth its restart to free.
+        if self._needs_import:
+            return None
         if self._abandoned or self._stopped or self._closed:
             return None
         return max(0.0, self._last_done + self.idle_exit_s - time.monotonic())
@@ -183,13 +196,34 @@ class CompilePool:
         workers.terminate_processes(executor)
         executor.shutdown(wait=False, cancel_futures=True)
         self.worker_exits += 1
+        if self._lean and self.mode == "process":
+            self._executor = self._new_executor(self.mode, lean=True)
         log.info("JIT: compile workers idle for %.0f s: stopped until the next compile", idle_s)
 
     def start_workers(self) -> None:
-        """Start the workers now rather than with the first compile."""
+        """Start the workers now rather than with the first compile, and have them import
+        the compiler (a lean start's workers import it now)."""
         with self._cv:
-            if not self._closed:
-                self._executor_locked()
+            if self._closed:
+                return
+            executor = self._executor_locked()
+            if self._needs_import:
+                self._needs_import = False
+                self._started = executor.submit(workers.start_worker)
+
+    def start_lean(self) -> None:
+        """Start the worker processes now, without the compiler (process mode only).
+
+        Spawning a worker costs this process milliseconds, which would stretch a frame if a
+        compile mid-run started it; a lean worker is an interpreter of about 20 MB, and it
+        imports the compiler with its first compile, as a compile runs: at idle priority,
+        stopped through the frames of a busy executor.
+        """
+        with self._cv:
+            if self._closed or self.mode != "process" or self._executor is not None:
+                return
+            self._lean = True
+            self._executor = self._new_executor(self.mode, lean=True)
 
     def wait_started(self, timeout_s: float) -> bool:
         """Whether the worker process has imported the compiler (threads need nothing);
@@ -207,10 +241,20 @@ class CompilePool:
             started.result(timeout=timeout_s)
         except cf.TimeoutError:
             return False
-        except cf.BrokenExecutor as err:
+        # A worker that died starting (BrokenExecutor), or a lean one whose import raised.
+        except Exception as err:  # noqa: BLE001 - a failed start is logged and struck
             log.warning("JIT: the compile worker failed to start: %s", err)
             return False
         return True
+
+    def _start_error(self) -> BaseException | None:
+        """What a lean worker's import of the compiler raised, if it did."""
+        with self._cv:
+            started = self._started
+        if started is None or not started.done() or started.cancelled():
+            return None
+        error = started.exception()
+        return None if isinstance(error, cf.BrokenExecutor) else error
 
     def _replace_executor(self, mode: str) -> None:
         """New workers in ``mode``; the old ones are ended, whatever they were doing.
@@ -468,6 +512,10 @@ class CompilePool:
         try:
             # A worker started for this job imports the compiler first: not the job's time.
             self.wait_started(self._timeout_s)
+            error = self._start_error()
+            if error is not None:
+                # A broken install: every compile on it fails, each a strike.
+                raise CompileError(f"the compile worker failed to start: {error}")
             future = executor.submit(self._compile_fn, job.request, self._weights[job.model])
             # A pool of several spawns its later workers with its jobs, not at start.
             for proc in workers.processes(executor):

@@ -95,6 +95,8 @@ class Engine:
                     if self.jit.start_workers:
                         # Now, to import the compiler while the generic builds load.
                         self.pool.start_workers()
+                    else:
+                        self.pool.start_lean()
             self.bookkeeper = bookkeeper or Bookkeeper()
             for name in models:
                 model = model_definition(name)
@@ -115,10 +117,10 @@ class Engine:
             # the generic builds were just used, so they stay.
             self.cache.keep_bound()
             self.metrics.bump("disk_evictions", self.cache.evicted)
-            # Unless asked to start with the engine, the compile workers start with the first
-            # compile the policy decides on: a node that never specialises never holds them.
-            # Started here, serving waits for the import, which beside the first frames
-            # would stretch them as a start mid-run does.
+            # Unless asked to start with the engine, the compile workers start lean and import
+            # the compiler with the first compile the policy decides on: a node that never
+            # specialises never holds it. Imported here, serving waits for the import, which
+            # beside the first frames would stretch them.
             if self.pool is not None and self.jit.start_workers:
                 self.pool.wait_started(self.jit.compile_timeout_s)
         except BaseException:

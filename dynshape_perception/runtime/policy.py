@@ -76,22 +76,23 @@ class JitConfig:
         low=1.0,
         high=3600.0,
     )
-    # Compile workers idle this long exit (0: they stay); the next compile starts them again.
+    # Workers that imported the compiler and idle this long exit (0: they stay); lean ones
+    # take their place.
     worker_idle_s: float = param(
         60.0,
-        "seconds a compile worker may idle before it exits (0: it stays); workers start "
-        "with the first compile the JIT decides on, or with the node (start_workers)",
+        "seconds a compile worker that has imported the compiler may idle before it exits "
+        "and a lean one (no compiler) takes its place; 0: it stays",
         read_only=True,
         low=0.0,
         high=86400.0,
     )
-    # A worker's start (an interpreter importing TVM) beside the frames stretched their tail
-    # more than its compiles did: at launch, nothing is being served yet.
+    # The import (an interpreter loading TVM) then runs before serving starts rather than
+    # between frames with the first compile, which it delays by seconds.
     start_workers: bool = param(
         False,
-        "start the compile workers with the node, not with its first compile: no worker "
-        "start beside the frames, for a worker's memory (about 200 MB) held until "
-        "worker_idle_s passes without a compile",
+        "have the compile workers import the compiler at launch, not with the first "
+        "compile: that compile lands seconds sooner, for a worker's memory (about 200 MB) "
+        "held until worker_idle_s passes without a compile",
         read_only=True,
     )
     max_strikes: int = derived("its default: a tuning constant of the JIT", 3)

@@ -27,6 +27,10 @@ def start_worker() -> None:
     import dynshape_perception.compiler.cache  # noqa: F401
 
 
+def lean_start() -> None:
+    """Worker initialiser of a lean start: the compiler is imported with the first compile."""
+
+
 def init_worker(start: Callable[[], None], parent_pid: int) -> None:
     """Tie the worker's life to its parent's, then run ``start``.
 

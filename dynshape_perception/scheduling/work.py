@@ -151,6 +151,17 @@ class ExecutorOptions:
         high=MAX_ALLOCATOR_KEEP_MB,
         none_if=OFF,
     )
+    # Between the frames of a saturated input there are a few milliseconds: a compile let run
+    # in each would still be running as the next frame starts, beside its first stage. At a
+    # lidar's pace the node is idle for most of each period.
+    compile_idle_ms: float = param(
+        20.0,
+        "milliseconds with no unit queued or running before the JIT's background compiles "
+        "run again; 0: as soon as none is left",
+        read_only=True,
+        low=0.0,
+        high=1000.0,
+    )
     latency_window: int = derived("the library (no node parameter sets it)", 100_000)
 
     def __post_init__(self) -> None:

@@ -1,12 +1,15 @@
-"""Compile workers start with the first compile and exit after ``idle_exit_s`` without one."""
+"""Compile workers start with the first compile (or lean, ahead of it) and exit after
+``idle_exit_s`` without one."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from dynshape_perception.models import model_definition
 from dynshape_perception.models.registry import parameter_shapes
@@ -106,3 +109,44 @@ def test_with_no_idle_exit_the_workers_stay(tmp_path: Path) -> None:
     finally:
         pool.shutdown()
     assert gone([pid])
+
+
+def holds_the_compiler(pid: int) -> bool:
+    return "libtvm" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux")
+def test_a_lean_start_stays_while_idle_and_comes_back_lean_after_its_compiles(
+    tmp_path: Path,
+) -> None:
+    """A lean worker holds no compiler, so idling frees nothing: it stays. One that has
+    compiled retires when idle, and a lean one takes its place, so that the next compile
+    spawns nothing in the middle of serving."""
+    pool = CompilePool(
+        WEIGHTS,
+        "x86_64",
+        tmp_path,
+        mode="process",
+        compile_fn=failing_compiler_fault_injector,
+        idle_exit_s=IDLE_EXIT_S,
+    )
+    try:
+        pool.start_lean()
+        (lean,) = pool.worker_pids()
+        time.sleep(3 * IDLE_EXIT_S)
+        assert pool.worker_pids() == [lean] and pool.worker_exits == 0
+        assert not holds_the_compiler(lean)
+        reason = compile_once(pool, Signature.of("forward", {"N": 4, "M": 4}), tmp_path)
+        assert "injected" in reason, reason
+        assert pool.worker_starts == 1 and holds_the_compiler(lean), "compiled on the lean one"
+        assert gone([lean]), "a worker that imported the compiler exits when idle"
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while pool.worker_starts < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.worker_exits == 1 and pool.worker_starts == 2
+        (fresh,) = pool.worker_pids()
+        assert fresh != lean and not holds_the_compiler(fresh)
+        compile_once(pool, Signature.of("forward", {"N": 5, "M": 4}), tmp_path)
+        assert pool.worker_starts == 2 and pool.worker_pids() == [fresh]
+    finally:
+        pool.shutdown()

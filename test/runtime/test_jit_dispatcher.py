@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
+import sys
 import threading
 import time
 from collections import Counter
@@ -581,16 +582,28 @@ def test_compiles_wait_for_judgements_in_place_before_more_queue(
         assert held in dispatcher.accepted_keys()
 
 
-def test_an_engine_starts_its_compile_worker_with_the_first_compile(cache_root: Path) -> None:
-    """An engine that never specialises never holds a worker (hundreds of MB)."""
+def holds_the_compiler(pid: int) -> bool:
+    return "libtvm" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux")
+def test_an_engine_starts_a_lean_worker_that_imports_the_compiler_with_the_first_compile(
+    cache_root: Path,
+) -> None:
+    """The worker's spawn (milliseconds of the engine's own process) comes with the engine,
+    not in the middle of serving; until the first compile it holds no compiler, so an engine
+    that never specialises never holds hundreds of MB."""
     with associator_engine(cache_root, eager_config(compile_mode="process")) as eng:
         assert eng.pool is not None
-        assert eng.pool.worker_pids() == [] and eng.pool.worker_starts == 0
+        (pid,) = eng.pool.worker_pids()
+        assert eng.pool.worker_starts == 1
+        assert eng.pool.wait_idle(10.0) and not holds_the_compiler(pid)
         inputs = call_inputs("associator", {"N": 9, "M": 7}, seed=3)
         for _ in range(3):
             eng["associator"]("forward", *inputs)
         assert eng.pool.wait_idle(180)
-        assert eng.pool.worker_starts == 1 and eng.metrics.compiles_ok == 1
+        assert eng.metrics.compiles_ok == 1 and holds_the_compiler(pid)
+        assert eng.pool.worker_starts == 1 and eng.pool.worker_pids() == [pid]
 
 
 def test_an_engine_asked_to_start_its_compile_worker_does_so_at_once(cache_root: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Generator
 from concurrent.futures import CancelledError
 from typing import Any
@@ -329,19 +330,38 @@ def test_compiles_stay_stopped_while_any_unit_is_queued_or_running() -> None:
     clock, pool = FakeClock(), RecordingPool()
     log: list[str] = []
     ex = TieredExecutor(pools=[pool, None], clock=clock, start=False)
+    hold_ms = ex.options.compile_idle_ms
+    assert hold_ms > 0
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t2"), 2)
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t3"), 3)
     assert pool.gate == ["stop"]
     ex.run_one()
     assert pool.gate == ["stop"], "a unit still queued keeps compiles stopped"
     ex.run_one()
-    assert pool.gate == ["stop", "go"]
+    assert pool.gate == ["stop"], "idle for less than compile_idle_ms"
+    clock.advance_ms(hold_ms / 2)
+    ex.submit(slow_stage_fault_injector(clock, 1, log, "next frame"), 2)
+    ex.run_one()
+    clock.advance_ms(hold_ms - 1)
+    assert not ex.run_one() and pool.gate == ["stop"], "a frame within the hold: no resume"
+    clock.advance_ms(2)
     assert not ex.run_one() and pool.gate == ["stop", "go"]
     cancelled = ex.submit(slow_stage_fault_injector(clock, 1, log, "never"), 2)
     assert cancelled.cancel()
     ex.run_one()
-    assert pool.gate == ["stop", "go", "stop", "go"]
-    assert log == ["t2", "t3"]
+    clock.advance_ms(hold_ms + 1)
+    assert not ex.run_one() and pool.gate == ["stop", "go", "stop", "go"]
+    assert log == ["t2", "t3", "next frame"]
+
+
+def test_without_a_hold_compiles_run_as_soon_as_no_unit_is_left() -> None:
+    clock, pool = FakeClock(), RecordingPool()
+    options = ExecutorOptions(compile_idle_ms=0.0)
+    ex = TieredExecutor(options=options, pools=[pool], clock=clock, start=False)
+    ex.submit(lambda: None, 2)
+    assert pool.gate == ["stop"]
+    ex.run_one()
+    assert pool.gate == ["stop", "go"]
 
 
 def test_a_shed_unit_lets_compiles_run_again() -> None:
@@ -353,7 +373,21 @@ def test_a_shed_unit_lets_compiles_run_again() -> None:
     assert drops(ex, "2")["expired"] == 1
     with pytest.raises(CancelledError, match="expired"):
         late.result(timeout=0)
-    assert pool.gate == ["stop", "go"]
+    clock.advance_ms(ex.options.compile_idle_ms + 1)
+    assert not ex.run_one() and pool.gate == ["stop", "go"]
+
+
+def test_the_gate_keeper_resumes_compiles_after_the_hold_and_on_close() -> None:
+    pool = RecordingPool()
+    options = ExecutorOptions(reserved_workers=0, shared_workers=1, compile_idle_ms=50.0)
+    with TieredExecutor(options=options, pools=[pool]) as ex:
+        assert ex.submit(lambda: "done", 2).result(timeout=WAIT_S) == "done"
+        deadline = time.monotonic() + WAIT_S
+        while pool.gate != ["stop", "go"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert pool.gate == ["stop", "go"]
+        ex.submit(lambda: None, 2).result(timeout=WAIT_S)
+    assert pool.gate == ["stop", "go", "stop", "go"], "closing resumes what it held"
 
 
 def test_a_failing_unit_fails_its_future_and_is_counted() -> None:
