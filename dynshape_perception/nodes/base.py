@@ -195,6 +195,7 @@ class PerceptionNode(Node):
                     parameters.tier_config(self.values),
                     parameters.executor_options(self.values),
                     pools=[self.fast_engine.pool, self.engine.pool],
+                    gates=[self.fast_engine.gate, self.engine.gate],
                     wall_clock=self.ros_time_s,
                 )
                 self._say_lanes()
@@ -392,12 +393,20 @@ class PerceptionNode(Node):
     # -- input handling -----------------------------------------------------------------
     @contextmanager
     def handling(self, what: str) -> Iterator[None]:
-        """Count one input; turn any failure into a counted, throttled drop."""
+        """Count one input, hold the compiles back while it is handled, and turn any failure
+        into a counted, throttled drop."""
         self.count("frames_in")
+        # The frame's compile gates: with an executor, its units hold them on from here.
+        gates = [engine.gate for engine in self.engines()]
+        for gate in gates:
+            gate.enter()
         try:
             yield
         except Exception as err:  # noqa: BLE001 - one bad message must never stop the node
             self.count_failure(what, err)
+        finally:
+            for gate in gates:
+                gate.leave()
 
     def count_failure(self, what: str, err: Exception) -> None:
         if isinstance(err, CloudError):

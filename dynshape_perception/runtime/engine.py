@@ -20,6 +20,7 @@ from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import check_arrays
 from dynshape_perception.runtime.bookkeeper import Bookkeeper
+from dynshape_perception.runtime.compile_gate import CompileGate
 from dynshape_perception.runtime.compile_pool import CompileFn, CompilePool
 from dynshape_perception.runtime.compile_workers import compile_to_cache
 from dynshape_perception.runtime.dispatcher import Dispatcher
@@ -84,6 +85,8 @@ class Engine:
                 _, w = committed_weights(name, weights_dir)
             self.weights[name] = w
         self.pool: CompilePool | None = None
+        # Held by the node's frame work: its compiles run between frames. Open until a pool.
+        self.gate = CompileGate((), 0.0)
         # The engine owns it, given or not, and stops its thread on close.
         self.bookkeeper: Bookkeeper | None = None
         try:
@@ -92,6 +95,7 @@ class Engine:
                 # the hand-shake would leave the worker reading a closed pipe.
                 with uninterrupted():
                     self.pool = self._new_pool(compile_fn)
+                    self.gate = CompileGate([self.pool], self.jit.compile_idle_ms)
                     if self.jit.start_workers:
                         # Now, to import the compiler while the generic builds load.
                         self.pool.start_workers()
@@ -217,6 +221,7 @@ class Engine:
             self.metrics.settle()
             self.bookkeeper.close()
             self.bookkeeper = None
+        self.gate.close()
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None

@@ -95,6 +95,17 @@ class JitConfig:
         "held until worker_idle_s passes without a compile",
         read_only=True,
     )
+    # Between the frames of a saturated input there are a few milliseconds: a compile let
+    # run in each would still be running as the next frame starts, beside its first stage.
+    # At a lidar's pace the node is idle for most of each period.
+    compile_idle_ms: float = param(
+        20.0,
+        "milliseconds after a node's last frame work before its background compiles run "
+        "again (they are stopped while a frame is under way); 0: at once",
+        read_only=True,
+        low=0.0,
+        high=1000.0,
+    )
     max_strikes: int = derived("its default: a tuning constant of the JIT", 3)
     degrade_min_misses: int = derived("its default: a tuning constant of the JIT", 20)
     degrade_completion_rate: float = derived("its default: a tuning constant of the JIT", 0.3)

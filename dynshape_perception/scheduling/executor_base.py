@@ -33,6 +33,7 @@ from dynshape_perception.scheduling.work import (
     TierStats,
     Window,
     Work,
+    WorkGate,
     size_bucket,
 )
 from dynshape_perception.stats import percentile_or_none, percentiles_or_none
@@ -54,19 +55,17 @@ class ExecutorBase:
         config: TierConfig | None = None,
         options: ExecutorOptions | None = None,
         pools: Sequence[PoolControl | None] = (),
+        gates: Sequence[WorkGate] = (),
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         start: bool = True,
     ) -> None:
         self.config = config or TierConfig()
         self.options = options or ExecutorOptions()
-        self._gated = [p for p in pools if p is not None]
-        self._pools = self._gated if self.pauses_pools_for_tier1 else []
-        # Whether the gated pools' compiles are suspended: while any unit is queued or runs,
-        # and for ``compile_idle_ms`` after, a compile beside it takes the cores, caches and
-        # memory bandwidth the frame needs. Idle since (executor clock); None while busy.
-        self._gate_shut = False
-        self._idle_since: float | None = None
+        self._pools = [p for p in pools if p is not None] if self.pauses_pools_for_tier1 else []
+        # Held while any unit is queued or runs: the compile gates of the engines it serves.
+        self._gates = list(gates)
+        self._holding = False
         self._clock = clock
         self._wall = wall_clock
         lock = threading.RLock()
@@ -74,7 +73,6 @@ class ExecutorBase:
         # Reserved lanes wait apart: they run tier 1 only, and each wake-up of a real-time
         # lane for other work took the GIL from the lane that had that work.
         self._tier1_cv = threading.Condition(lock)
-        self._gate_cv = threading.Condition(lock)
         self._seq = itertools.count()
         self._closed = False
         self._running = 0
@@ -113,12 +111,6 @@ class ExecutorBase:
                 )
                 self._threads.append(thread)
                 thread.start()
-            if self._gated and self.options.compile_idle_ms > 0.0:
-                keeper = threading.Thread(
-                    target=self._keep_gate, name=f"{self.kind}-gate", daemon=True
-                )
-                self._threads.append(keeper)
-                keeper.start()
 
     # -- policy hooks ----------------------------------------------------------------
     def _init_queue(self) -> None:
@@ -291,7 +283,6 @@ class ExecutorBase:
             self._apply_boost_locked()
             self._wake_locked(True)
             self._gate_locked()
-            self._gate_cv.notify_all()
         self._finish_drops(dropped)
         end = time.monotonic() + timeout_s
         for thread in self._threads:
@@ -515,51 +506,19 @@ class ExecutorBase:
 
     # -- accounting ----------------------------------------------------------------------
     def _gate_locked(self) -> None:
-        """Suspend the pools' compiles when work arrives, and resume them once none has been
-        queued or running for ``compile_idle_ms``.
+        """Hold the gates while any unit is queued or runs; let go once none is left.
 
-        Under the lock, so that a suspend and a resume never swap places on their way out.
+        Under the lock, so that an enter and a leave never swap places on their way out.
         """
-        if not self._gated:
+        busy = self._running > 0 or any(True for _ in self._queued_locked())
+        if busy == self._holding:
             return
-        if self._running > 0 or any(True for _ in self._queued_locked()):
-            self._idle_since = None
-            if not self._gate_shut:
-                self._gate_shut = True
-                for pool in self._gated:
-                    pool.enter_yield()
-            return
-        if not self._gate_shut:
-            return
-        now = self._clock()
-        if self._idle_since is None:
-            self._idle_since = now
-        if self._closed or now - self._idle_since >= self.options.compile_idle_ms / 1e3:
-            self._open_gate_locked()
-        else:
-            self._gate_cv.notify()
-
-    def _open_gate_locked(self) -> None:
-        self._gate_shut = False
-        self._idle_since = None
-        for pool in self._gated:
-            pool.leave_yield()
-
-    def _keep_gate(self) -> None:
-        """Resume the compiles once the executor has been idle for ``compile_idle_ms``."""
-        hold_s = self.options.compile_idle_ms / 1e3
-        with self._cv:
-            while not self._closed:
-                if self._gate_shut and self._idle_since is not None:
-                    left = self._idle_since + hold_s - self._clock()
-                    if left <= 0.0:
-                        self._open_gate_locked()
-                        continue
-                    self._gate_cv.wait(left)
-                else:
-                    self._gate_cv.wait()
-            if self._gate_shut and self._running == 0:
-                self._open_gate_locked()
+        self._holding = busy
+        for gate in self._gates:
+            if busy:
+                gate.enter()
+            else:
+                gate.leave()
 
     def _leave_locked(self, work: Work) -> None:
         if work.active:

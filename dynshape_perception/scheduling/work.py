@@ -46,9 +46,13 @@ class PoolControl(Protocol):
 
     def resume(self) -> None: ...
 
-    def enter_yield(self) -> None: ...
 
-    def leave_yield(self) -> None: ...
+class WorkGate(Protocol):
+    """What the executor holds while any unit is queued or runs (``Engine.gate``)."""
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -150,17 +154,6 @@ class ExecutorOptions:
         low=OFF,
         high=MAX_ALLOCATOR_KEEP_MB,
         none_if=OFF,
-    )
-    # Between the frames of a saturated input there are a few milliseconds: a compile let run
-    # in each would still be running as the next frame starts, beside its first stage. At a
-    # lidar's pace the node is idle for most of each period.
-    compile_idle_ms: float = param(
-        20.0,
-        "milliseconds with no unit queued or running before the JIT's background compiles "
-        "run again; 0: as soon as none is left",
-        read_only=True,
-        low=0.0,
-        high=1000.0,
     )
     latency_window: int = derived("the library (no node parameter sets it)", 100_000)
 

@@ -690,10 +690,11 @@ def wait_states(pids: list[int], want: set[str], timeout_s: float = 10.0) -> set
     return states
 
 
-def test_a_compile_process_stays_stopped_while_the_executor_has_work(cache_root: Path) -> None:
-    """An executor with a unit queued or running stops the running compile process, and lets
-    it run on once nothing is left: the frame, not a share of it, is what the compile waits
-    for. No call of the dispatcher yields here (``yield_min_ms`` is out of reach)."""
+def test_a_compile_process_stays_stopped_while_frame_work_is_under_way(cache_root: Path) -> None:
+    """The engine's gate, held by an executor with a unit queued or running (or by a node's
+    frame callback), stops the running compile process, and lets it run on once nothing has
+    been under way for ``compile_idle_ms``. No call of the dispatcher yields here
+    (``yield_min_ms`` is out of reach)."""
     config = eager_config(compile_mode="process", yield_min_ms=1e6)
     with associator_engine(cache_root, config, stalling_compiler_fault_injector) as eng:
         pool = eng.pool
@@ -709,14 +710,15 @@ def test_a_compile_process_stays_stopped_while_the_executor_has_work(cache_root:
         assert pids
         release = threading.Event()
         options = ExecutorOptions(reserved_workers=1, shared_workers=1)
-        with TieredExecutor(options=options, pools=[pool]) as ex:
+        with TieredExecutor(options=options, gates=[eng.gate]) as ex:
             frame = ex.submit(lambda: release.wait(10.0), 2)
             after = ex.submit(lambda: "after", 3)
             assert wait_states(pids, {"T"}) == {"T"}
-            assert pool.yields == 1
+            assert pool.yields == 1 and eng.gate.shut
             release.set()
             assert frame.result(timeout=10.0) and after.result(timeout=10.0) == "after"
             assert "T" not in wait_states(pids, {"R"})
+            assert not eng.gate.shut
 
 
 def test_a_frozen_run_serves_its_warm_specialisations_however_they_timed(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Generator
 from concurrent.futures import CancelledError
 from typing import Any
@@ -28,7 +27,6 @@ WAIT_S = 10.0
 class RecordingPool:
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.gate: list[str] = []
 
     def pause(self) -> None:
         self.calls.append("pause")
@@ -36,11 +34,16 @@ class RecordingPool:
     def resume(self) -> None:
         self.calls.append("resume")
 
-    def enter_yield(self) -> None:
-        self.gate.append("stop")
 
-    def leave_yield(self) -> None:
-        self.gate.append("go")
+class RecordingGate:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def enter(self) -> None:
+        self.calls.append("enter")
+
+    def leave(self) -> None:
+        self.calls.append("leave")
 
 
 def slow_stage_fault_injector(
@@ -326,68 +329,53 @@ def test_compiles_pause_around_tier_one_only() -> None:
     assert pool.calls == ["pause", "resume"]
 
 
-def test_compiles_stay_stopped_while_any_unit_is_queued_or_running() -> None:
-    clock, pool = FakeClock(), RecordingPool()
+def test_the_gates_are_held_while_any_unit_is_queued_or_running() -> None:
+    clock, gate = FakeClock(), RecordingGate()
     log: list[str] = []
-    ex = TieredExecutor(pools=[pool, None], clock=clock, start=False)
-    hold_ms = ex.options.compile_idle_ms
-    assert hold_ms > 0
+    ex = TieredExecutor(gates=[gate], clock=clock, start=False)
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t2"), 2)
     ex.submit(slow_stage_fault_injector(clock, 1, log, "t3"), 3)
-    assert pool.gate == ["stop"]
+    assert gate.calls == ["enter"]
     ex.run_one()
-    assert pool.gate == ["stop"], "a unit still queued keeps compiles stopped"
+    assert gate.calls == ["enter"], "a unit still queued keeps the gate held"
     ex.run_one()
-    assert pool.gate == ["stop"], "idle for less than compile_idle_ms"
-    clock.advance_ms(hold_ms / 2)
-    ex.submit(slow_stage_fault_injector(clock, 1, log, "next frame"), 2)
-    ex.run_one()
-    clock.advance_ms(hold_ms - 1)
-    assert not ex.run_one() and pool.gate == ["stop"], "a frame within the hold: no resume"
-    clock.advance_ms(2)
-    assert not ex.run_one() and pool.gate == ["stop", "go"]
+    assert gate.calls == ["enter", "leave"]
+    assert not ex.run_one() and gate.calls == ["enter", "leave"]
     cancelled = ex.submit(slow_stage_fault_injector(clock, 1, log, "never"), 2)
     assert cancelled.cancel()
     ex.run_one()
-    clock.advance_ms(hold_ms + 1)
-    assert not ex.run_one() and pool.gate == ["stop", "go", "stop", "go"]
-    assert log == ["t2", "t3", "next frame"]
+    assert gate.calls == ["enter", "leave", "enter", "leave"]
+    assert log == ["t2", "t3"]
 
 
-def test_without_a_hold_compiles_run_as_soon_as_no_unit_is_left() -> None:
-    clock, pool = FakeClock(), RecordingPool()
-    options = ExecutorOptions(compile_idle_ms=0.0)
-    ex = TieredExecutor(options=options, pools=[pool], clock=clock, start=False)
-    ex.submit(lambda: None, 2)
-    assert pool.gate == ["stop"]
-    ex.run_one()
-    assert pool.gate == ["stop", "go"]
-
-
-def test_a_shed_unit_lets_compiles_run_again() -> None:
-    clock, pool = FakeClock(), RecordingPool()
-    ex = TieredExecutor(pools=[pool], clock=clock, start=False)
+def test_a_shed_unit_lets_go_of_the_gates() -> None:
+    clock, gate = FakeClock(), RecordingGate()
+    ex = TieredExecutor(gates=[gate], clock=clock, start=False)
     late = ex.submit(lambda: "late", 2)
     clock.advance_ms(101)
     assert not ex.run_one()
     assert drops(ex, "2")["expired"] == 1
     with pytest.raises(CancelledError, match="expired"):
         late.result(timeout=0)
-    clock.advance_ms(ex.options.compile_idle_ms + 1)
-    assert not ex.run_one() and pool.gate == ["stop", "go"]
+    assert gate.calls == ["enter", "leave"]
 
 
-def test_the_gate_keeper_resumes_compiles_after_the_hold_and_on_close() -> None:
-    pool = RecordingPool()
-    options = ExecutorOptions(reserved_workers=0, shared_workers=1, compile_idle_ms=50.0)
-    with TieredExecutor(options=options, pools=[pool]) as ex:
-        assert ex.submit(lambda: "done", 2).result(timeout=WAIT_S) == "done"
-        deadline = time.monotonic() + WAIT_S
-        while pool.gate != ["stop", "go"] and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert pool.gate == ["stop", "go"]
-        ex.submit(lambda: None, 2).result(timeout=WAIT_S)
-    assert pool.gate == ["stop", "go", "stop", "go"], "closing resumes what it held"
+def test_closing_lets_go_of_the_gates_once_the_running_unit_ends() -> None:
+    gate = RecordingGate()
+    started, release = threading.Event(), threading.Event()
+
+    def frame() -> bool:
+        started.set()
+        return release.wait(WAIT_S)
+
+    options = ExecutorOptions(reserved_workers=0, shared_workers=1)
+    with TieredExecutor(options=options, gates=[gate]) as ex:
+        running = ex.submit(frame, 2)
+        queued = ex.submit(lambda: None, 3)
+        assert started.wait(WAIT_S)
+        threading.Timer(0.05, release.set).start()
+    assert running.result(timeout=0) is True and queued.done()
+    assert gate.calls == ["enter", "leave"]
 
 
 def test_a_failing_unit_fails_its_future_and_is_counted() -> None:
