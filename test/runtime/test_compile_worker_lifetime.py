@@ -19,6 +19,7 @@ from dynshape_perception.runtime.process_tree import tree_usage
 from dynshape_perception.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.testing.faults import failing_compiler_fault_injector
+from dynshape_perception.testing.processes import maps_tvm
 
 ASSOC = model_definition("associator")
 WEIGHTS = {"associator": init_weights(parameter_shapes(ASSOC), seed=8)}
@@ -68,15 +69,20 @@ def gone(pids: list[int]) -> bool:
     return False
 
 
-def test_workers_start_with_the_first_compile_and_exit_when_idle(tmp_path: Path) -> None:
-    pool = CompilePool(
+def idle_exit_pool(cache_root: Path) -> CompilePool:
+    """Process workers whose compiles fail at once, exiting after ``IDLE_EXIT_S`` idle."""
+    return CompilePool(
         WEIGHTS,
         "x86_64",
-        tmp_path,
+        cache_root,
         mode="process",
         compile_fn=failing_compiler_fault_injector,
         idle_exit_s=IDLE_EXIT_S,
     )
+
+
+def test_workers_start_with_the_first_compile_and_exit_when_idle(tmp_path: Path) -> None:
+    pool = idle_exit_pool(tmp_path)
     try:
         time.sleep(IDLE_EXIT_S)
         assert pool.worker_pids() == [] and pool.worker_starts == 0, "no compile, no worker"
@@ -111,10 +117,6 @@ def test_with_no_idle_exit_the_workers_stay(tmp_path: Path) -> None:
     assert gone([pid])
 
 
-def holds_the_compiler(pid: int) -> bool:
-    return "libtvm" in Path(f"/proc/{pid}/maps").read_text()
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux")
 def test_a_lean_start_stays_while_idle_and_comes_back_lean_after_its_compiles(
     tmp_path: Path,
@@ -122,30 +124,23 @@ def test_a_lean_start_stays_while_idle_and_comes_back_lean_after_its_compiles(
     """A lean worker holds no compiler, so idling frees nothing: it stays. One that has
     compiled retires when idle, and a lean one takes its place, so that the next compile
     spawns nothing in the middle of serving."""
-    pool = CompilePool(
-        WEIGHTS,
-        "x86_64",
-        tmp_path,
-        mode="process",
-        compile_fn=failing_compiler_fault_injector,
-        idle_exit_s=IDLE_EXIT_S,
-    )
+    pool = idle_exit_pool(tmp_path)
     try:
         pool.start_lean()
         (lean,) = pool.worker_pids()
         time.sleep(3 * IDLE_EXIT_S)
         assert pool.worker_pids() == [lean] and pool.worker_exits == 0
-        assert not holds_the_compiler(lean)
+        assert not maps_tvm(lean)
         reason = compile_once(pool, Signature.of("forward", {"N": 4, "M": 4}), tmp_path)
         assert "injected" in reason, reason
-        assert pool.worker_starts == 1 and holds_the_compiler(lean), "compiled on the lean one"
+        assert pool.worker_starts == 1 and maps_tvm(lean), "compiled on the lean one"
         assert gone([lean]), "a worker that imported the compiler exits when idle"
         deadline = time.monotonic() + EXIT_WAIT_S
         while pool.worker_starts < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert pool.worker_exits == 1 and pool.worker_starts == 2
         (fresh,) = pool.worker_pids()
-        assert fresh != lean and not holds_the_compiler(fresh)
+        assert fresh != lean and not maps_tvm(fresh)
         compile_once(pool, Signature.of("forward", {"N": 5, "M": 4}), tmp_path)
         assert pool.worker_starts == 2 and pool.worker_pids() == [fresh]
     finally:

@@ -42,6 +42,7 @@ from dynshape_perception.testing.faults import (
     failing_worker_start_fault_injector,
     stalling_compiler_fault_injector,
 )
+from dynshape_perception.testing.processes import maps_tvm
 
 RTOL, ATOL = 1e-4, 1e-5
 ASSOC = model_definition("associator")
@@ -582,10 +583,6 @@ def test_compiles_wait_for_judgements_in_place_before_more_queue(
         assert held in dispatcher.accepted_keys()
 
 
-def holds_the_compiler(pid: int) -> bool:
-    return "libtvm" in Path(f"/proc/{pid}/maps").read_text()
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux")
 def test_an_engine_starts_a_lean_worker_that_imports_the_compiler_with_the_first_compile(
     cache_root: Path,
@@ -597,12 +594,12 @@ def test_an_engine_starts_a_lean_worker_that_imports_the_compiler_with_the_first
         assert eng.pool is not None
         (pid,) = eng.pool.worker_pids()
         assert eng.pool.worker_starts == 1
-        assert eng.pool.wait_idle(10.0) and not holds_the_compiler(pid)
+        assert eng.pool.wait_idle(10.0) and not maps_tvm(pid)
         inputs = call_inputs("associator", {"N": 9, "M": 7}, seed=3)
         for _ in range(3):
             eng["associator"]("forward", *inputs)
         assert eng.pool.wait_idle(180)
-        assert eng.metrics.compiles_ok == 1 and holds_the_compiler(pid)
+        assert eng.metrics.compiles_ok == 1 and maps_tvm(pid)
         assert eng.pool.worker_starts == 1 and eng.pool.worker_pids() == [pid]
 
 
