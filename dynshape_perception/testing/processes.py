@@ -219,8 +219,3 @@ def start_node(
         log.close()
         raise ConfigError(f"cannot start {cmd[0]}: {err}") from err
     return NodeProcess(name, popen, log_path, log)
-
-
-def maps_tvm(pid: int) -> bool:
-    """Whether process ``pid`` has TVM's library mapped (Linux: ``/proc/<pid>/maps``)."""
-    return "libtvm" in Path(f"/proc/{pid}/maps").read_text()

@@ -19,7 +19,7 @@ from dynshape_perception.runtime.process_tree import tree_usage
 from dynshape_perception.runtime.shapes import Signature, sample_inputs
 from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.testing.faults import failing_compiler_fault_injector
-from dynshape_perception.testing.processes import maps_tvm
+from dynshape_perception.testing.workers import maps_tvm
 
 ASSOC = model_definition("associator")
 WEIGHTS = {"associator": init_weights(parameter_shapes(ASSOC), seed=8)}

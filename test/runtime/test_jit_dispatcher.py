@@ -42,7 +42,7 @@ from dynshape_perception.testing.faults import (
     failing_worker_start_fault_injector,
     stalling_compiler_fault_injector,
 )
-from dynshape_perception.testing.processes import maps_tvm
+from dynshape_perception.testing.workers import maps_tvm
 
 RTOL, ATOL = 1e-4, 1e-5
 ASSOC = model_definition("associator")
