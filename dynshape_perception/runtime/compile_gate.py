@@ -45,6 +45,7 @@ class CompileGate:
         self._cv = threading.Condition()
         self._busy = 0
         self._shut = False
+        # Set only while the gate is shut and no work is under way: the hold runs from here.
         self._idle_since: float | None = None
         self._closed = False
         self.stops = 0
@@ -106,11 +107,15 @@ class CompileGate:
         if self._thread is not None:
             self._thread.join()
 
-    def _poll_locked(self) -> None:
+    def _resume_at_locked(self) -> float | None:
+        """When the hold ends (gate clock); None while work is under way or nothing is held."""
         since = self._idle_since
-        if self._shut and not self._busy and since is not None:
-            if self._clock() - since >= self._hold_s:
-                self._open_locked()
+        return None if since is None else since + self._hold_s
+
+    def _poll_locked(self) -> None:
+        resume_at = self._resume_at_locked()
+        if resume_at is not None and self._clock() >= resume_at:
+            self._open_locked()
 
     def _open_locked(self) -> None:
         self._shut = False
@@ -121,12 +126,10 @@ class CompileGate:
     def _keep(self) -> None:
         with self._cv:
             while not self._closed:
-                since = self._idle_since
-                if not (self._shut and not self._busy and since is not None):
+                resume_at = self._resume_at_locked()
+                if resume_at is None:
                     self._cv.wait()
-                    continue
-                left = since + self._hold_s - self._clock()
-                if left > 0.0:
+                elif (left := resume_at - self._clock()) > 0.0:
                     self._cv.wait(left)
                 else:
                     self._open_locked()

@@ -124,8 +124,9 @@ class CompilePool:
         # first compile, and a lean start replaces them when they retire.
         self._lean = False
         self._needs_import = False
-        # Workers start with the first compile (``wait_started`` starts them too) and end
-        # after ``idle_exit_s`` without one (0: they stay): hundreds of MB each, idle.
+        # Workers start with the first compile (``wait_started`` and ``start_lean`` start them
+        # too) and end after ``idle_exit_s`` without one (0: they stay): hundreds of MB each,
+        # idle.
         self._executor: cf.Executor | None = None
         self.idle_exit_s = idle_exit_s
         self.worker_starts = 0
@@ -198,6 +199,8 @@ class CompilePool:
         self.worker_exits += 1
         if self._lean and self.mode == "process":
             self._executor = self._new_executor(self.mode, lean=True)
+            log.info("JIT: compile workers idle for %.0f s: replaced by lean ones", idle_s)
+            return
         log.info("JIT: compile workers idle for %.0f s: stopped until the next compile", idle_s)
 
     def start_workers(self) -> None:
@@ -320,13 +323,6 @@ class CompilePool:
         """Only worker processes can be suspended; a compiling thread runs on regardless."""
         return self.mode == "process"
 
-    def enter_yield(self) -> None:
-        """Suspend running compile processes, and start none, until ``leave_yield``; nestable."""
-        self._enter_yield()
-
-    def leave_yield(self) -> None:
-        self._leave_yield()
-
     @contextmanager
     def yielding(self) -> Iterator[None]:
         """Suspend running compile processes for the duration of a heavy call; nestable.
@@ -335,14 +331,15 @@ class CompilePool:
         compile gets the idle time between calls rather than a share of each one.
         """
         # Entered inside the try: an interrupt landing mid-entry must not leave the pool
-        # held for good (``_leave_yield`` floors the count at zero).
+        # held for good (``leave_yield`` floors the count at zero).
         try:
-            self._enter_yield()
+            self.enter_yield()
             yield
         finally:
-            self._leave_yield()
+            self.leave_yield()
 
-    def _enter_yield(self) -> None:
+    def enter_yield(self) -> None:
+        """Suspend running compile processes, and start none, until ``leave_yield``; nestable."""
         with self._cv:
             self._yielding += 1
             if self._yielding > 1 or not self.can_yield or self.busy == 0:
@@ -352,7 +349,7 @@ class CompilePool:
                 self.yields += 1
                 self._yield_started = time.perf_counter()
 
-    def _leave_yield(self) -> None:
+    def leave_yield(self) -> None:
         with self._cv:
             self._yielding = max(0, self._yielding - 1)
             if self._yielding:

@@ -775,7 +775,7 @@ def test_a_yield_interrupted_mid_entry_does_not_hold_compiles_back(
         raise KeyboardInterrupt
 
     try:
-        monkeypatch.setattr(pool, "_enter_yield", interrupted_entry_fault_injector)
+        monkeypatch.setattr(pool, "enter_yield", interrupted_entry_fault_injector)
         with pytest.raises(KeyboardInterrupt), pool.yielding():
             pass
         assert pool._yielding == 0
