@@ -53,6 +53,7 @@ from dynshape_perception.runtime.process_tree import tree_values
 from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
 from dynshape_perception.scheduling.lidar_tiers import executor_values, since
 from dynshape_perception.scheduling.tiers import TIERS
+from dynshape_perception.scheduling.work import WorkCount, WorkGate
 
 OVER_BOUND = "over_bound"
 STALE_STAMP = "stale_stamp"
@@ -185,6 +186,8 @@ class PerceptionNode(Node):
             depth=int(self.values["qos.output_depth"]),
             reliability=ReliabilityPolicy.RELIABLE,
         )
+        # Frame callbacks and executor units: what the diagnostics update waits out.
+        self.work = WorkCount()
         self.engine = self._build_engine(models)
         self.fast_engine: Engine | None = None
         self.deadline_executor: TieredExecutor | None = None
@@ -195,15 +198,16 @@ class PerceptionNode(Node):
                     parameters.tier_config(self.values),
                     parameters.executor_options(self.values),
                     pools=[self.fast_engine.pool, self.engine.pool],
-                    gates=[self.fast_engine.gate, self.engine.gate],
+                    gates=[self.fast_engine.gate, self.engine.gate, self.work],
                     wall_clock=self.ros_time_s,
                 )
                 self._say_lanes()
             self.bounds = parameters.bounds_from(self.values)
             on_parameters(self, self._on_set, self._after_set)
             self.diagnostics = diag.NodeDiagnostics(
-                self, str(self.values["target_profile"]), self.values
+                self, str(self.values["target_profile"]), self.values, lambda: self.work.busy
             )
+            self.work.listen(self.diagnostics.work_ended)
             self.diagnostics.add_task(diag.INPUT, self._report_input)
             self.diagnostics.add_task(diag.JIT, self._report_jit)
             if self.deadline_executor is not None:
@@ -393,11 +397,12 @@ class PerceptionNode(Node):
     # -- input handling -----------------------------------------------------------------
     @contextmanager
     def handling(self, what: str) -> Iterator[None]:
-        """Count one input, hold the compiles back while it is handled, and turn any failure
-        into a counted, throttled drop."""
+        """Count one input, hold the compiles and the diagnostics update back while it is
+        handled, and turn any failure into a counted, throttled drop."""
         self.count("frames_in")
-        # The frame's compile gates: with an executor, its units hold them on from here.
-        gates = [engine.gate for engine in self.engines()]
+        # With an executor, its units hold these on from here.
+        gates: list[WorkGate] = [engine.gate for engine in self.engines()]
+        gates.append(self.work)
         for gate in gates:
             gate.enter()
         try:

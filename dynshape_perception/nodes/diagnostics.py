@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,9 +34,26 @@ class NodeDiagnostics:
     """The node's ``diagnostic_updater.Updater``: a task per concern (each a function that
     reports its level, problems and values), and rate and stamp checks of the topics."""
 
-    def __init__(self, node: Node, hardware_id: str, values: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        node: Node,
+        hardware_id: str,
+        values: Mapping[str, Any],
+        busy: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.updater = Updater(node)
         self.updater.setHardwareID(hardware_id)
+        # An update takes milliseconds of the GIL (every task's values, hundreds of key-values
+        # built and published): one that lands mid-frame is that frame's tail. It waits for
+        # the node's frame work (``busy``) to end, then runs on the executor at once; a node
+        # busy through a whole period reports at the next tick regardless.
+        self._busy = busy
+        self._due = False
+        self._due_lock = threading.Lock()
+        self.updates = self.deferred = 0
+        node.destroy_timer(self.updater.timer)
+        self.updater.timer = node.create_timer(self.updater.period, self._on_period)
+        self._wake = node.create_guard_condition(self._on_wake)
         self._freq = FrequencyStatusParam(
             {
                 "min": float(values["diagnostics.min_rate_hz"]),
@@ -49,6 +67,32 @@ class NodeDiagnostics:
             float(values["diagnostics.max_stamp_delay_s"]),
         )
         self.topics: dict[str, HeaderlessTopicDiagnostic] = {}
+
+    def _on_period(self) -> None:
+        with self._due_lock:
+            waited = self._due
+            self._due = self._busy() and not waited
+        if self._due:
+            self.deferred += 1
+        else:
+            self._update()
+
+    def work_ended(self) -> None:
+        """The node's frame work has ended (a ``WorkCount`` listener: any thread, never
+        blocks): a deferred update runs now, on the executor."""
+        with self._due_lock:
+            if self._due:
+                self._wake.trigger()
+
+    def _on_wake(self) -> None:
+        with self._due_lock:
+            due, self._due = self._due, False
+        if due:
+            self._update()
+
+    def _update(self) -> None:
+        self.updates += 1
+        self.updater.update()
 
     def add_task(self, name: str, report: Callable[[], Report]) -> None:
         def run(stat: DiagnosticStatusWrapper) -> DiagnosticStatusWrapper:

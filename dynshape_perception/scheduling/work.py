@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -53,6 +55,52 @@ class WorkGate(Protocol):
     def enter(self) -> None: ...
 
     def leave(self) -> None: ...
+
+
+class WorkCount:
+    """Frame work under way in a node (a ``WorkGate``): its callbacks and its executor's
+    units, counted, so that nested and overlapping holders end it together.
+
+    The listeners run each time the last of it ends, on the thread that ends it, which may
+    hold the executor's lock: they must only signal, never block or take a lock of their own
+    that waits on other work.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._listeners: list[Callable[[], None]] = []
+        self.ends = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._busy > 0
+
+    def listen(self, on_end: Callable[[], None]) -> None:
+        self._listeners.append(on_end)
+
+    def enter(self) -> None:
+        with self._lock:
+            self._busy += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            if not self._busy:
+                return
+            self._busy -= 1
+            if self._busy:
+                return
+            self.ends += 1
+        for on_end in self._listeners:
+            on_end()
+
+    @contextmanager
+    def working(self) -> Iterator[None]:
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
 
 
 @dataclass(frozen=True)
