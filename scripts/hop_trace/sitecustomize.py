@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import gc
 import importlib.abc
 import importlib.machinery
@@ -17,21 +16,25 @@ from typing import Any
 
 NS_PER_S = 1_000_000_000
 _DIR = os.environ.get("HOP_TRACE_DIR")
-_lines: list[str] = []
 _gc_start = [0.0]
+_out: list[Any] = []  # this process's log file, opened on its first line
+
+
+def _write(line: str) -> None:
+    # Written as it comes (line-buffered), not at exit: a node stopped by a signal may end
+    # without running atexit, and a forked child must not write its parent's lines.
+    assert _DIR is not None
+    if not _out or _out[0][0] != os.getpid():
+        out = open(os.path.join(_DIR, f"{os.getpid()}.log"), "a", buffering=1)
+        out.write(f"# {' '.join(sys.argv)}\n")
+        _out[:] = [(os.getpid(), out)]
+    _out[0][1].write(line)
 
 
 def log(kind: str, topic: str = "-", stamp_ns: int = 0) -> None:
     # perf_counter is CLOCK_MONOTONIC on Linux: one clock for every process of the run.
     thread = threading.current_thread().name.replace(" ", "_")
-    _lines.append(f"{time.perf_counter():.6f} {kind} {topic} {stamp_ns} {thread}\n")
-
-
-def _flush() -> None:
-    assert _DIR is not None
-    with open(os.path.join(_DIR, f"{os.getpid()}.log"), "a") as out:
-        out.write(f"# {' '.join(sys.argv)}\n")
-        out.writelines(_lines)
+    _write(f"{time.perf_counter():.6f} {kind} {topic} {stamp_ns} {thread}\n")
 
 
 def _on_gc(phase: str, info: dict[str, int]) -> None:
@@ -39,7 +42,7 @@ def _on_gc(phase: str, info: dict[str, int]) -> None:
         _gc_start[0] = time.perf_counter()
         return
     ms = (time.perf_counter() - _gc_start[0]) * 1e3
-    _lines.append(f"{time.perf_counter():.6f} gc{info['generation']} {ms:.3f} 0 gc\n")
+    _write(f"{time.perf_counter():.6f} gc{info['generation']} {ms:.3f} 0 gc\n")
 
 
 def _stamp_ns(data: Any, raw: bool) -> int:
@@ -102,12 +105,12 @@ def _patch_probe(module: ModuleType) -> None:
         log("send", "points", ns)
         publish_cloud(self, cloud, ns, frame_id)
 
-    def traced_objects_cb(self: Any, topic: str) -> Callable[[bytes], None]:
+    def traced_objects_cb(self: Any, topic: str) -> Callable[[bytes, Any], None]:
         inner = objects_cb(self, topic)
 
-        def on_objects(data: bytes) -> None:
+        def on_objects(data: bytes, info: Any) -> None:
             log("probe", topic, _stamp_ns(data, raw=True))
-            inner(data)
+            inner(data, info)
 
         return on_objects
 
@@ -150,6 +153,5 @@ class _Patcher(importlib.abc.MetaPathFinder):
 
 
 if _DIR:
-    atexit.register(_flush)
     gc.callbacks.append(_on_gc)
     sys.meta_path.insert(0, _Patcher())
