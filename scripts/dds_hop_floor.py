@@ -1,0 +1,127 @@
+"""The least a hop between two nodes costs on this host: publish to callback, nothing else.
+
+Usage: PYTHON scripts/dds_hop_floor.py [BYTES] [MESSAGES]  (default: 5000 300)
+Two processes with the transport settings the nodes get (loopback, config/fastdds_profile.xml)
+on a leased ROS domain, and the QoS of the object topics (reliable, keep last 10): one
+publishes a message of BYTES every 16 ms, as serialized bytes with its send time in it, and
+the other takes it raw in a ``SingleThreadedExecutor``, as the nodes take theirs. Prints the
+median and 90th percentile from the publish call to the callback (one monotonic clock for
+both processes), the floor under each hop of ``bench e2e --setups separate``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rclpy.qos import QoSProfile
+
+GAP_S = 0.016
+DISCOVERY_S = 1.0
+LISTEN_S = 60.0
+# A UInt8MultiArray in little-endian CDR: encapsulation, an empty layout (no dimensions, offset
+# 0), the data's length; the send time sits in the data's first 8 bytes.
+_HEAD = struct.Struct("<4sIII")
+_STAMP = struct.Struct("<d")
+_END = -1.0
+
+
+def _message(size: int, sent: float) -> bytes:
+    data = bytearray(_HEAD.size + max(size, _STAMP.size))
+    _HEAD.pack_into(data, 0, b"\x00\x01\x00\x00", 0, 0, len(data) - _HEAD.size)
+    _STAMP.pack_into(data, _HEAD.size, sent)
+    return bytes(data)
+
+
+def _qos() -> QoSProfile:
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE
+    )
+
+
+def subscriber() -> None:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from std_msgs.msg import UInt8MultiArray
+
+    rclpy.init()
+    node = Node("dds_hop_floor_sub")
+    hops_ms: list[float] = []
+    done: list[bool] = []
+
+    def on_message(data: bytes) -> None:
+        now = time.perf_counter()
+        sent = _STAMP.unpack_from(data, _HEAD.size)[0]
+        if sent == _END:
+            done.append(True)
+        else:
+            hops_ms.append((now - sent) * 1e3)
+
+    node.create_subscription(UInt8MultiArray, "hop", on_message, _qos(), raw=True)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    deadline = time.monotonic() + LISTEN_S
+    while not done and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.1)
+    print(" ".join(f"{h:.4f}" for h in hops_ms), flush=True)
+    rclpy.try_shutdown()
+
+
+def publish(size: int, count: int) -> None:
+    import rclpy
+    from rclpy.node import Node
+    from std_msgs.msg import UInt8MultiArray
+
+    rclpy.init()
+    node = Node("dds_hop_floor_pub")
+    pub = node.create_publisher(UInt8MultiArray, "hop", _qos())
+    while pub.get_subscription_count() == 0:
+        time.sleep(0.05)
+    time.sleep(DISCOVERY_S)
+    for _ in range(count):
+        pub.publish(_message(size, time.perf_counter()))
+        time.sleep(GAP_S)
+    pub.publish(_message(size, _END))
+    time.sleep(DISCOVERY_S)
+    rclpy.try_shutdown()
+
+
+def main() -> None:
+    from dynshape_perception.testing.processes import dds_env, domain_lease
+
+    size = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+    with domain_lease() as domain:
+        env = dds_env(domain)
+        sub = subprocess.Popen(
+            [sys.executable, __file__, "--sub"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        subprocess.run(
+            [sys.executable, __file__, "--pub", str(size), str(count)], env=env, check=True
+        )
+        out, _ = sub.communicate(timeout=LISTEN_S + 30)
+    hops = sorted(float(v) for v in out.split())
+    if not hops:
+        raise SystemExit("no message came through")
+    p90 = hops[int(0.9 * (len(hops) - 1))]
+    print(
+        f"{size} bytes, {len(hops)} of {count} messages: publish to callback "
+        f"p50 {statistics.median(hops):.3f} ms, p90 {p90:.3f} ms"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--sub"]:
+        subscriber()
+    elif sys.argv[1:2] == ["--pub"]:
+        publish(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()
