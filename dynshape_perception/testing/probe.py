@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -79,6 +80,8 @@ class Received:
     message: Any
     msg_type: Any = None
     reader: Callable[[Any], np.ndarray] | None = field(default=None, repr=False)
+    # When its writer published it (object topics; None where the middleware gives none).
+    published_s: float | None = None
     backlog: Backlog | None = field(default=None, repr=False)
     _table: np.ndarray | None = field(default=None, repr=False)
     _error: str = field(default="", repr=False)
@@ -170,19 +173,57 @@ def spin_executor_until(
 MessageInfo = Mapping[str, object]
 
 
+# Paired reads of the two clocks taken for each conversion; the tightest pair is used.
+CLOCK_PAIRS = 3
+
+
+def perf_minus_system_s() -> float:
+    """``time.perf_counter`` minus the system clock, in seconds, from the tightest of a few
+    paired reads: a thread preempted between its two reads would shift every time converted
+    with that pair by as long as it waited."""
+    best_gap, offset = math.inf, 0.0
+    for _ in range(CLOCK_PAIRS):
+        before = time.perf_counter()
+        system_ns = time.time_ns()
+        after = time.perf_counter()
+        if after - before < best_gap:
+            best_gap, offset = after - before, (before + after) / 2 - system_ns / NS_PER_S
+    return offset
+
+
+def _stamp_s(info: MessageInfo, key: str, offset_s: float) -> float | None:
+    ns = info.get(key, 0)
+    if not isinstance(ns, int) or ns <= 0:
+        return None
+    return ns / NS_PER_S + offset_s
+
+
 def received_at(info: MessageInfo) -> float:
     """When the middleware took the message in, on ``time.perf_counter``'s clock.
 
     Not when its callback runs: messages of several topics pending together are served in
     the wait set's order, so a callback's time could put a node's output before its input's.
-    The middleware stamps the system clock; the message's age on it moves the callback's
-    time back.
+    The middleware stamps the system clock.
     """
     now = time.perf_counter()
-    received_ns = info.get("received_timestamp", 0)
-    if not isinstance(received_ns, int) or received_ns <= 0:
-        return now
-    return now - max(0.0, (time.time_ns() - received_ns) / 1e9)
+    received = _stamp_s(info, "received_timestamp", perf_minus_system_s())
+    return now if received is None else min(received, now)
+
+
+def stamps_of(info: MessageInfo) -> tuple[float, float | None]:
+    """When the message was received (``received_at``) and when its writer published it
+    (None where the middleware gives no source time), on one conversion of the clocks.
+
+    Publication times keep the order that causality gives, whatever the load: a node
+    publishes its output after its input was published. Reception times at a third process
+    need not: there two topics' messages are taken in by the middleware's own threads, in
+    whatever order those get a core.
+    """
+    now = time.perf_counter()
+    offset = perf_minus_system_s()
+    received = _stamp_s(info, "received_timestamp", offset)
+    published = _stamp_s(info, "source_timestamp", offset)
+    return (now if received is None else min(received, now)), published
 
 
 class Probe(Node):
@@ -265,14 +306,16 @@ class Probe(Node):
 
     def _objects_cb(self, topic: str) -> Callable[[bytes, MessageInfo], None]:
         def on_objects(data: bytes, info: MessageInfo) -> None:
-            now = received_at(info)
+            now, published = stamps_of(info)
             try:
                 sec, nanosec, frame_id = header_of(data)
             except DynshapeError as err:
                 self.unreadable[topic] = str(err)
                 return
             reader = partial(self._object_table, topic)
-            item = Received(now, frame_id, data, OBJECT_TOPICS[topic], reader)
+            item = Received(
+                now, frame_id, data, OBJECT_TOPICS[topic], reader, published_s=published
+            )
             self.received[topic][sec * NS_PER_S + nanosec] = self.backlog.add(item)
 
         return on_objects

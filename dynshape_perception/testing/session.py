@@ -48,10 +48,13 @@ OUTPUTS = (DETECTED, TRACKED, PREDICTED, "markers")
 
 @dataclass
 class FrameTiming:
-    """Arrival of each output after the cloud was published, in ms (None: not received)."""
+    """Arrival of each output after the cloud was published, in ms (None: not received), and
+    the output's own publication after the cloud's (None: not received, or the middleware
+    gives no source time)."""
 
     stamp_ns: int
     after_publish_ms: dict[str, float | None] = field(default_factory=dict)
+    published_ms: dict[str, float | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -121,6 +124,8 @@ class NodeSession:
         for topic in OUTPUTS:
             item = got[topic].get(stamp_ns)
             timing.after_publish_ms[topic] = None if item is None else (item.t_s - sent) * 1e3
+            published = None if item is None else item.published_s
+            timing.published_ms[topic] = None if published is None else (published - sent) * 1e3
             if item is not None and item.table is not None:
                 timing.counts[topic] = int(item.table.shape[0])
                 if topic == PREDICTED:

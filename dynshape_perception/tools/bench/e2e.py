@@ -375,7 +375,11 @@ def measure(
             lost += not arrived
             scan_to = {t: timing.after_publish_ms[t] for t in HOPS}
             if all(v is not None for v in scan_to.values()):
-                per_frame.append({"scan_to_ms": scan_to, "compute_ms": compute})
+                frame: dict[str, Any] = {"scan_to_ms": scan_to, "compute_ms": compute}
+                published = {t: timing.published_ms[t] for t in HOPS}
+                if all(v is not None for v in published.values()):
+                    frame["published_ms"] = published
+                per_frame.append(frame)
         stage_times.close()
         session.probe.spin_for(float(STATUS_WAIT_S))
         # A loaded host may publish the diagnostics late: wait for every node's.
