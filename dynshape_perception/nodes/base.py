@@ -53,7 +53,7 @@ from dynshape_perception.runtime.process_tree import tree_values
 from dynshape_perception.scheduling.executor import TieredExecutor, diagnostic_status
 from dynshape_perception.scheduling.lidar_tiers import executor_values, since
 from dynshape_perception.scheduling.tiers import TIERS
-from dynshape_perception.scheduling.work import WorkCount, WorkGate
+from dynshape_perception.scheduling.work import WorkCount, WorkGate, holding
 
 OVER_BOUND = "over_bound"
 STALE_STAMP = "stale_stamp"
@@ -403,15 +403,11 @@ class PerceptionNode(Node):
         # With an executor, its units hold these on from here.
         gates: list[WorkGate] = [engine.gate for engine in self.engines()]
         gates.append(self.work)
-        for gate in gates:
-            gate.enter()
-        try:
-            yield
-        except Exception as err:  # noqa: BLE001 - one bad message must never stop the node
-            self.count_failure(what, err)
-        finally:
-            for gate in gates:
-                gate.leave()
+        with holding(gates):
+            try:
+                yield
+            except Exception as err:  # noqa: BLE001 - one bad message must never stop the node
+                self.count_failure(what, err)
 
     def count_failure(self, what: str, err: Exception) -> None:
         if isinstance(err, CloudError):

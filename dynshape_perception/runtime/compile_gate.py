@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 
@@ -83,14 +82,6 @@ class CompileGate:
             self._idle_since = self._clock()
             self._poll_locked()
             self._cv.notify()
-
-    @contextmanager
-    def working(self) -> Iterator[None]:
-        self.enter()
-        try:
-            yield
-        finally:
-            self.leave()
 
     def poll(self) -> None:
         """Resume the compiles if the hold has passed (where no keeper thread runs)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -94,13 +94,15 @@ class WorkCount:
         for on_end in self._listeners:
             on_end()
 
-    @contextmanager
-    def working(self) -> Iterator[None]:
-        self.enter()
-        try:
-            yield
-        finally:
-            self.leave()
+
+@contextmanager
+def holding(gates: Sequence[WorkGate]) -> Iterator[None]:
+    """Enter every gate for the block, and leave each one entered however the block ends."""
+    with ExitStack() as stack:
+        for gate in gates:
+            gate.enter()
+            stack.callback(gate.leave)
+        yield
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from rclpy.parameter import Parameter
 
 from dynshape_perception import parameters
 from dynshape_perception.nodes.diagnostics import NodeDiagnostics
-from dynshape_perception.scheduling.work import WorkCount
+from dynshape_perception.scheduling.work import WorkCount, holding
 from dynshape_perception.testing.processes import domain_lease
 
 pytestmark = pytest.mark.ros
@@ -120,7 +120,7 @@ def test_a_node_busy_through_a_whole_period_updates_at_the_next_tick(rig: Rig) -
 
 def test_frames_ending_with_nothing_due_update_nothing(rig: Rig) -> None:
     for _ in range(3):
-        with rig.work.working():
+        with holding([rig.work]):
             pass
     for _ in range(20):
         rig.executor.spin_once(timeout_sec=0.01)

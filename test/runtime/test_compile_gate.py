@@ -6,6 +6,7 @@ import threading
 import time
 
 from dynshape_perception.runtime.compile_gate import CompileGate
+from dynshape_perception.scheduling.work import holding
 from dynshape_perception.testing.clocks import FakeClock
 
 HOLD_MS = 20.0
@@ -45,7 +46,7 @@ def test_work_within_the_hold_keeps_the_pools_stopped() -> None:
     clock, pool = FakeClock(), RecordingPool()
     gate = CompileGate([pool], HOLD_MS, clock=clock, keeper=False)
     for _ in range(5):
-        with gate.working():
+        with holding([gate]):
             clock.advance_ms(10)
         clock.advance_ms(HOLD_MS / 2)
         gate.poll()
@@ -58,7 +59,7 @@ def test_work_within_the_hold_keeps_the_pools_stopped() -> None:
 def test_without_a_hold_the_pools_run_as_soon_as_work_ends() -> None:
     pool = RecordingPool()
     gate = CompileGate([pool], 0.0, keeper=False)
-    with gate.working():
+    with holding([gate]):
         assert pool.calls == ["stop"]
     assert pool.calls == ["stop", "go"]
 
@@ -67,7 +68,7 @@ def test_work_that_fails_lets_go_of_the_gate() -> None:
     pool = RecordingPool()
     gate = CompileGate([pool], 0.0, keeper=False)
     try:
-        with gate.working():
+        with holding([gate]):
             raise RuntimeError("injected stage failure")
     except RuntimeError:
         pass
@@ -78,7 +79,7 @@ def test_the_keeper_resumes_the_pools_after_the_hold() -> None:
     pool = RecordingPool()
     gate = CompileGate([pool], HOLD_MS)
     try:
-        with gate.working():
+        with holding([gate]):
             pass
         deadline = time.monotonic() + WAIT_S
         while pool.calls != ["stop", "go"] and time.monotonic() < deadline:
@@ -97,13 +98,13 @@ def test_closing_resumes_what_the_gate_holds_and_holds_nothing_after() -> None:
     closer.join(WAIT_S)
     assert not closer.is_alive() and pool.calls == ["stop", "go"]
     gate.leave()
-    with gate.working():
+    with holding([gate]):
         pass
     assert pool.calls == ["stop", "go"]
 
 
 def test_a_gate_without_pools_holds_nothing() -> None:
     gate = CompileGate([], HOLD_MS)
-    with gate.working():
+    with holding([gate]):
         assert not gate.shut
     gate.close()
