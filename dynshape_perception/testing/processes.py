@@ -15,10 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.resources import PACKAGE, config_path
+
+if TYPE_CHECKING:
+    from rclpy.context import Context
 
 # Fast DDS ports grow with the domain id; ids above 101 can collide with ephemeral ports.
 DOMAIN_IDS = range(1, 102)
@@ -113,6 +116,21 @@ def domain_lease(lock_dir: Path | None = None) -> Iterator[int]:
             handle.close()
         return
     raise ConfigError(f"every ROS domain id in {DOMAIN_IDS} is taken on this host")
+
+
+@contextmanager
+def leased_context() -> Iterator[Context]:
+    """An rclpy context on a leased domain (``domain_lease``), shut down after the block."""
+    import rclpy
+    from rclpy.context import Context
+
+    with domain_lease() as domain:
+        context = Context()
+        rclpy.init(args=[], context=context, domain_id=domain)
+        try:
+            yield context
+        finally:
+            rclpy.shutdown(context=context)
 
 
 def ros_value(value: bool | int | float | str) -> str:

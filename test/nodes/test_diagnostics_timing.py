@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
@@ -15,7 +14,7 @@ from rclpy.parameter import Parameter
 from dynshape_perception import parameters
 from dynshape_perception.nodes.diagnostics import NodeDiagnostics
 from dynshape_perception.scheduling.work import WorkCount, holding
-from dynshape_perception.testing.processes import domain_lease
+from dynshape_perception.testing.processes import leased_context
 
 pytestmark = pytest.mark.ros
 
@@ -27,11 +26,8 @@ NEVER_S = 3600.0
 
 @pytest.fixture
 def context() -> Iterator[Context]:
-    with domain_lease() as domain:
-        ctx = Context()
-        rclpy.init(args=[], context=ctx, domain_id=domain)
+    with leased_context() as ctx:
         yield ctx
-        rclpy.shutdown(context=ctx)
 
 
 class Rig:

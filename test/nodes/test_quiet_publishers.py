@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import rclpy
 from rclpy.context import Context
 from rclpy.event_handler import EventHandler
 from rclpy.executors import SingleThreadedExecutor
@@ -15,18 +14,15 @@ from std_msgs.msg import Float64
 
 from dynshape_perception.nodes.debug_times import DebugTimes, topic_names
 from dynshape_perception.nodes.outputs import quiet_publisher
-from dynshape_perception.testing.processes import domain_lease
+from dynshape_perception.testing.processes import leased_context
 
 pytestmark = pytest.mark.ros
 
 
 @pytest.fixture
 def context() -> Iterator[Context]:
-    with domain_lease() as domain:
-        ctx = Context()
-        rclpy.init(args=[], context=ctx, domain_id=domain)
+    with leased_context() as ctx:
         yield ctx
-        rclpy.shutdown(context=ctx)
 
 
 def _handlers(node: Node) -> int:

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import rclpy
-from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -30,7 +28,7 @@ from dynshape_perception.io.qos import (
     parse_overrides,
 )
 from dynshape_perception.nodes.bag_player import BagPlayer, PlayOptions, tracks_for
-from dynshape_perception.testing.processes import domain_lease
+from dynshape_perception.testing.processes import leased_context
 
 pytestmark = pytest.mark.ros
 
@@ -95,13 +93,10 @@ def test_override_files_that_do_not_parse_are_refused(tmp_path: Path) -> None:
 
 @pytest.fixture
 def node() -> Iterator[Node]:
-    with domain_lease() as domain:
-        ctx = Context()
-        rclpy.init(args=[], context=ctx, domain_id=domain)
+    with leased_context() as ctx:
         made = Node("qos_player_test", context=ctx)
         yield made
         made.destroy_node()
-        rclpy.shutdown(context=ctx)
 
 
 def offered(node: Node, topic: str) -> tuple[ReliabilityPolicy, DurabilityPolicy]:
