@@ -205,9 +205,7 @@ def received_at(info: MessageInfo) -> float:
     the wait set's order, so a callback's time could put a node's output before its input's.
     The middleware stamps the system clock.
     """
-    now = time.perf_counter()
-    received = _stamp_s(info, "received_timestamp", perf_minus_system_s())
-    return now if received is None else min(received, now)
+    return stamps_of(info)[0]
 
 
 def stamps_of(info: MessageInfo) -> tuple[float, float | None]:

@@ -326,9 +326,8 @@ def measure(
 
         stage_times = StageTimes(session.probe, NODE_STAGES[setup])
         stamp = FIRST_STAMP_NS
-        primed = False
-        # The warm-up frame after which the harness froze its objects: the next one is not
-        # measured either (IdleCollections.warmed_up).
+        # The first warm-up frame that came back, after which the harness froze its objects:
+        # the next one is not measured either (IdleCollections.warmed_up).
         frozen_at: int | None = None
         pacer = Pacer(args.rate_hz)
         for k, scan in enumerate(scans):
@@ -360,11 +359,10 @@ def measure(
             collections.idle()
             if warming:
                 # Discovery settles and the models warm up; nothing is measured yet.
-                primed = primed or arrived
-                if primed and frozen_at is None:
+                if arrived and frozen_at is None:
                     collections.warmed_up()
                     frozen_at = k
-                if k >= args.warmup + PRIME_ATTEMPTS and not primed:
+                if k >= args.warmup + PRIME_ATTEMPTS and frozen_at is None:
                     session.check_alive()
                     raise ConfigError(f"no predictions came back in {setup}/{mode}")
                 continue
