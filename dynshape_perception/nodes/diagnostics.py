@@ -70,9 +70,8 @@ class NodeDiagnostics:
 
     def _on_period(self) -> None:
         with self._due_lock:
-            waited = self._due
-            self._due = self._busy() and not waited
-        if self._due:
+            defer = self._due = self._busy() and not self._due
+        if defer:
             self.deferred += 1
         else:
             self._update()
