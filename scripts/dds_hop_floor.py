@@ -1,4 +1,4 @@
-"""The least a hop between two nodes costs on this host: publish to callback, nothing else.
+"""The least a hop between two nodes costs on the host it runs on: publish to callback.
 
 Usage: PYTHON scripts/dds_hop_floor.py [BYTES] [MESSAGES]  (default: 5000 300)
 Two processes with the transport settings the nodes get (loopback, config/fastdds_profile.xml)
