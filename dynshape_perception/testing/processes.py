@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ DDS_ENV = {
 # The profile that gives shared memory segments large enough for whole clouds.
 FASTDDS_PROFILE = "fastdds_profile.xml"
 STOP_TIMEOUT_S = 20.0
+# How long a stopped process's helpers may take to leave after it: multiprocessing's
+# resource tracker ends only once it reads EOF from every process that held its pipe.
+ORPHAN_WAIT_S = 5.0
 # Leases taken by this process so far: each starts its search one domain further on.
 _LEASES = itertools.count()
 
@@ -197,6 +201,18 @@ def session_members(session_id: int) -> dict[int, str]:
         state, session = fields[0], int(fields[3])
         if session == session_id and state not in ("Z", "X"):
             members[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return members
+
+
+def session_left(session_id: int, wait_s: float = ORPHAN_WAIT_S) -> dict[int, str]:
+    """What of a session is still alive ``wait_s`` after its leader ended (nothing, as soon
+    as it is empty): helpers that leave on their own once their parent has gone are not
+    left over."""
+    deadline = time.monotonic() + wait_s
+    members = session_members(session_id)
+    while members and time.monotonic() < deadline:
+        time.sleep(0.05)
+        members = session_members(session_id)
     return members
 
 

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.testing.processes import STOP_TIMEOUT_S, dds_env, session_members
+from dynshape_perception.testing.processes import (
+    STOP_TIMEOUT_S,
+    dds_env,
+    session_left,
+    session_members,
+)
 
 # Discovery of a remote node by a fresh ros2 process (daemon or not) may take seconds here.
 RETRY_S = 30.0
@@ -178,7 +183,7 @@ class Launched:
         self.popen.wait()
 
     def leftovers(self) -> dict[int, str]:
-        return session_members(self.popen.pid)
+        return session_left(self.popen.pid)
 
 
 def launch_exits(log: str) -> dict[str, int]:
