@@ -10,6 +10,8 @@ from types import FrameType
 
 # Only the standard library here: the handlers are installed before the heavy imports.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# ``kill -USR1 <pid>``: every thread's Python stack to the node's stderr, and the node runs on.
+STACKS_SIGNAL = signal.SIGUSR1
 
 
 class StartupInterrupted(BaseException):

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
 import os
 import signal
 import sys
 
-from dynshape_perception.interrupts import install_handlers, requested
+from dynshape_perception.interrupts import STACKS_SIGNAL, install_handlers, requested
 from dynshape_perception.runtime.lean_imports import keep_unused_out
 
 
 def run(module: str) -> int:
     """Install the handlers, then import and run ``dynshape_perception.nodes.<module>``."""
     install_handlers()
+    # At C level, so it answers while the main thread waits in DDS or holds the GIL in C
+    # code: the one way to see where a node that does not stop is stuck.
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)
     keep_unused_out()
     try:
         node_main = importlib.import_module(f"dynshape_perception.nodes.{module}").main

@@ -12,13 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.interrupts import STACKS_SIGNAL
 from dynshape_perception.resources import PACKAGE, config_path
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ STOP_TIMEOUT_S = 20.0
 # How long a stopped process's helpers may take to leave after it: multiprocessing's
 # resource tracker ends only once it reads EOF from every process that held its pipe.
 ORPHAN_WAIT_S = 5.0
+# How long a node is given to write its stacks before it is killed.
+STACKS_WAIT_S = 1.0
 # Leases taken by this process so far: each starts its search one domain further on.
 _LEASES = itertools.count()
 
@@ -162,12 +165,14 @@ class NodeProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """Signal the node, wait; kill its whole process group if it does not exit in time."""
+        """Signal the node, wait; if it does not exit in time, have it write its threads'
+        stacks to its log, then kill its whole process group."""
         if self.alive():
             self.popen.send_signal(sig)
             try:
                 self.popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
+                dump_stacks([self.pid])
                 self.kill()
         self.kill_group()
         self._log.close()
@@ -183,6 +188,36 @@ class NodeProcess:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether the process has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]:
+    """Have each node that catches ``STACKS_SIGNAL`` write every thread's stack to its
+    stderr (its log); the nodes asked. The signal's default action would end any other
+    process, so those are left alone."""
+    asked = []
+    for pid in pids:
+        if catches(pid, STACKS_SIGNAL):
+            try:
+                os.kill(pid, STACKS_SIGNAL)
+            except ProcessLookupError:
+                continue
+            asked.append(pid)
+    if asked:
+        # Written from the signal handler itself: a moment, even under load.
+        time.sleep(wait_s)
+    return asked
 
 
 def session_members(session_id: int) -> dict[int, str]:

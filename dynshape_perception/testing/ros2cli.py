@@ -17,6 +17,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.testing.processes import (
     STOP_TIMEOUT_S,
     dds_env,
+    dump_stacks,
     session_left,
     session_members,
 )
@@ -175,6 +176,8 @@ class Launched:
         return int(self.popen.returncode)
 
     def kill(self) -> None:
+        """Every process of the session, each node having written its stacks to the log."""
+        dump_stacks(session_members(self.popen.pid))
         for pid in session_members(self.popen.pid):
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -242,7 +242,8 @@ def test_replay_drives_a_running_pipeline_node(
         code = node.stop()
     log = node.log()
     assert proc.returncode == 0, proc.stderr + log[-2000:]
-    assert code == 0
+    # A node that did not stop in time wrote its threads' stacks to the log's end.
+    assert code == 0, log[-6000:]
     with bags.BagReader(run / "output") as reader:
         tracked = [reader.deserialize(m) for m in reader.messages(["/tracked_objects"])]
         detected = [reader.deserialize(m) for m in reader.messages(["/detected_objects"])]

@@ -18,7 +18,13 @@ import yaml
 
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
-from dynshape_perception.testing.processes import NodeProcess, dds_env, domain_lease, start_node
+from dynshape_perception.testing.processes import (
+    NodeProcess,
+    catches,
+    dds_env,
+    domain_lease,
+    start_node,
+)
 
 pytestmark = pytest.mark.ros
 
@@ -31,14 +37,6 @@ WARMED = "warm-up:"
 # Predictor shapes of distinct specialisation keys: a frozen warm-up compiles each of them,
 # seconds apiece, before the node may spin.
 HOT_SHAPES = [{"A": a, "T": t} for a in (3, 9, 17, 33) for t in (4, 12, 24)]
-
-
-def catches(pid: int, sig: signal.Signals) -> bool:
-    """Whether the process has a handler for ``sig`` (its SigCgt mask in /proc)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    return False
 
 
 def wait_for(proc: NodeProcess, ready: Callable[[], bool], what: str) -> None:

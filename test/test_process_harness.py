@@ -1,16 +1,25 @@
-"""``session_left``: a session's helper that ends on its own after its leader (as
-multiprocessing's resource tracker does, on EOF) is not left over; one that stays is."""
+"""The process harness: ``session_left`` does not count a session's helper that ends on its
+own after its leader (as multiprocessing's resource tracker does, on EOF), and counts one
+that stays; a node that does not stop in time writes its stacks before it is killed."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-from dynshape_perception.testing.processes import session_left, session_members
+from dynshape_perception.testing.processes import (
+    NodeProcess,
+    dump_stacks,
+    session_left,
+    session_members,
+)
 
 # The leader starts a child in its session that reads the pipe until EOF, prints the child's
 # pid, and exits.
@@ -68,3 +77,53 @@ def test_a_child_that_ends_during_the_wait_is_not_left() -> None:
 def test_a_child_that_stays_is_left_after_the_wait() -> None:
     with orphan_reading_a_pipe() as (session, child, _close):
         assert list(session_left(session, wait_s=0.5)) == [child]
+
+
+# A node whose shutdown never ends: it ignores SIGINT once it has said so.
+STUCK = """
+import faulthandler, signal, sys, time
+from dynshape_perception.interrupts import STACKS_SIGNAL
+faulthandler.register(STACKS_SIGNAL, all_threads=True)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def stuck_in_shutdown():
+    print("stopping", flush=True)
+    time.sleep(600)
+
+stuck_in_shutdown()
+"""
+
+
+def started(code: str, tmp_path: Path) -> NodeProcess:
+    log_path = tmp_path / "node.log"
+    log = log_path.open("wb")
+    popen = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    node = NodeProcess("stuck", popen, log_path, log)
+    deadline = time.monotonic() + 60.0
+    while "stopping" not in node.log():
+        assert node.alive() and time.monotonic() < deadline, node.log()
+        time.sleep(0.02)
+    return node
+
+
+def test_a_node_that_does_not_stop_writes_its_stacks_before_it_is_killed(
+    tmp_path: Path,
+) -> None:
+    node = started(STUCK, tmp_path)
+    assert node.stop(timeout_s=0.5) == -signal.SIGKILL
+    log = node.log()
+    assert "most recent call first" in log and "stuck_in_shutdown" in log, log
+
+
+def test_a_process_that_does_not_catch_the_signal_is_not_sent_it(tmp_path: Path) -> None:
+    node = started('print("stopping", flush=True); import time; time.sleep(600)', tmp_path)
+    try:
+        assert dump_stacks([node.pid], wait_s=0.2) == []
+        assert node.alive()
+    finally:
+        node.stop(signal.SIGKILL)
