@@ -14,12 +14,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from dynshape_perception.testing.processes import (
     NodeProcess,
     dump_stacks,
     session_left,
     session_members,
 )
+
+pytestmark = pytest.mark.ros
 
 # The leader starts a child in its session that reads the pipe until EOF, prints the child's
 # pid, and exits.
