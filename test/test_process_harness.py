@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,10 +107,7 @@ def started(code: str, tmp_path: Path) -> NodeProcess:
         start_new_session=True,
     )
     node = NodeProcess("stuck", popen, log_path, log)
-    deadline = time.monotonic() + 60.0
-    while "stopping" not in node.log():
-        assert node.alive() and time.monotonic() < deadline, node.log()
-        time.sleep(0.02)
+    assert node.wait_until(lambda: "stopping" in node.log(), 60.0), node.log()
     return node
 
 
@@ -131,3 +127,12 @@ def test_a_process_that_does_not_catch_the_signal_is_not_sent_it(tmp_path: Path)
         assert node.alive()
     finally:
         node.stop(signal.SIGKILL)
+
+
+def test_waiting_on_a_node_ends_when_it_exits(tmp_path: Path) -> None:
+    node = started('print("stopping", flush=True)', tmp_path)
+    try:
+        assert not node.wait_until(lambda: False, 600.0)
+        assert not node.alive()
+    finally:
+        node.stop()

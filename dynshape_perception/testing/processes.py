@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +164,16 @@ class NodeProcess:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def wait_until(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
+        """Whether ``ready`` came true within ``timeout_s``; asked a last time, and answered,
+        as soon as the node has exited or the time is up."""
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if not self.alive() or time.monotonic() >= deadline:
+                return ready()
+            time.sleep(poll_s)
+        return True
+
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """Signal the node, wait; if it does not exit in time, have it write its threads'
         stacks to its log, then kill its whole process group."""
@@ -206,7 +216,7 @@ def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]
     """Have each node that catches ``STACKS_SIGNAL`` write every thread's stack to its
     stderr (its log); the nodes asked. The signal's default action would end any other
     process, so those are left alone."""
-    asked = []
+    asked: list[int] = []
     for pid in pids:
         if catches(pid, STACKS_SIGNAL):
             try:
@@ -237,6 +247,15 @@ def session_members(session_id: int) -> dict[int, str]:
         if session == session_id and state not in ("Z", "X"):
             members[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return members
+
+
+def kill_session(session_id: int) -> None:
+    """SIGKILL to every live process of a session (those that end meanwhile are skipped)."""
+    for pid in session_members(session_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def session_left(session_id: int, wait_s: float = ORPHAN_WAIT_S) -> dict[int, str]:

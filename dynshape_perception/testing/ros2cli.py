@@ -18,6 +18,7 @@ from dynshape_perception.testing.processes import (
     STOP_TIMEOUT_S,
     dds_env,
     dump_stacks,
+    kill_session,
     session_left,
     session_members,
 )
@@ -178,11 +179,7 @@ class Launched:
     def kill(self) -> None:
         """Every process of the session, each node having written its stacks to the log."""
         dump_stacks(session_members(self.popen.pid))
-        for pid in session_members(self.popen.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_session(self.popen.pid)
         self.popen.wait()
 
     def leftovers(self) -> dict[int, str]:

@@ -17,6 +17,7 @@ from dynshape_perception.testing.processes import (
     ORPHAN_WAIT_S,
     dds_env,
     domain_lease,
+    kill_session,
     session_left,
     session_members,
     start_node,
@@ -70,14 +71,18 @@ def test_a_node_killed_mid_compile_leaves_no_process_of_its_tree(
         )
         try:
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
+
+            def queued() -> bool:
+                return "specialisation(s) queued" in node.log()
+
+            def compiling() -> bool:
+                return _compiling(cache) and _all_guarded(session_members(node.pid))
+
             # The node builds its generic model first (staging in the cache too), then queues
             # the warm-up: only a staging folder after that is a worker's compile.
-            while "specialisation(s) queued" not in node.log():
-                assert node.alive() and time.monotonic() < deadline, node.log()[-3000:]
-                time.sleep(0.05)
-            while not (_compiling(cache) and _all_guarded(session_members(node.pid))):
-                assert node.alive() and time.monotonic() < deadline, node.log()[-3000:]
-                time.sleep(0.01)
+            assert node.wait_until(queued, STARTUP_TIMEOUT_S), node.log()[-3000:]
+            left_s = deadline - time.monotonic()
+            assert node.wait_until(compiling, left_s, poll_s=0.01), node.log()[-3000:]
             tree = session_members(node.pid)
             assert any("resource_tracker" in cmd for cmd in tree.values()), tree
             os.kill(node.pid, signal.SIGKILL)
@@ -85,5 +90,4 @@ def test_a_node_killed_mid_compile_leaves_no_process_of_its_tree(
             assert session_left(node.pid) == {}, node.log()[-3000:]
         finally:
             node.stop(signal.SIGKILL, timeout_s=1.0)
-            for pid in session_members(node.pid):
-                os.kill(pid, signal.SIGKILL)
+            kill_session(node.pid)

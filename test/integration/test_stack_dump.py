@@ -29,16 +29,12 @@ def test_usr1_writes_every_threads_stack_and_the_node_runs_on(
     with domain_lease() as domain:
         node = start_node(NODE, env=dds_env(domain), log_dir=tmp_path, overrides=node_overrides)
         try:
-            deadline = time.monotonic() + WAIT_S
-            while BUILT not in node.log():
-                assert node.alive() and time.monotonic() < deadline, node.log()[-3000:]
-                time.sleep(0.1)
+            assert node.wait_until(lambda: BUILT in node.log(), WAIT_S), node.log()[-3000:]
             assert catches(node.pid, STACKS_SIGNAL)
             os.kill(node.pid, STACKS_SIGNAL)
             # The main thread, rclpy's and Fast DDS's threads that run Python, the lanes.
-            while len(THREAD.findall(node.log())) < 2:
-                assert node.alive() and time.monotonic() < deadline, node.log()[-3000:]
-                time.sleep(0.1)
+            dumped = node.wait_until(lambda: len(THREAD.findall(node.log())) >= 2, WAIT_S)
+            assert dumped, node.log()[-3000:]
             log = node.log()
             assert "dynshape_perception" in log[log.index("most recent call first") :], log
             time.sleep(1.0)

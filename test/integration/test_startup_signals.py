@@ -40,11 +40,9 @@ HOT_SHAPES = [{"A": a, "T": t} for a in (3, 9, 17, 33) for t in (4, 12, 24)]
 
 
 def wait_for(proc: NodeProcess, ready: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not ready():
+    if not proc.wait_until(ready, WAIT_S, poll_s=0.005):
         assert proc.alive(), f"{NODE} exited before {what}:\n{proc.log()[-3000:]}"
-        assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s:\n{proc.log()[-3000:]}"
-        time.sleep(0.005)
+        raise AssertionError(f"no {what} within {WAIT_S} s:\n{proc.log()[-3000:]}")
 
 
 def stop(proc: NodeProcess, sig: signal.Signals) -> tuple[int, float]:

@@ -874,6 +874,7 @@ def test_a_process_killed_mid_compile_leaves_no_process_behind(tmp_path: Path, s
     a worker stopped through a heavy call included."""
     from dynshape_perception.testing.processes import (
         ORPHAN_WAIT_S,
+        kill_session,
         session_left,
         session_members,
     )
@@ -902,6 +903,5 @@ def test_a_process_killed_mid_compile_leaves_no_process_behind(tmp_path: Path, s
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for pid in session_members(proc.pid):
-            os.kill(pid, signal.SIGKILL)
+        kill_session(proc.pid)
         proc.wait()
