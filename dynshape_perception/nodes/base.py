@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 import rclpy
@@ -34,6 +35,7 @@ from dynshape_perception.io.pointcloud2 import REASONS, CloudError, CloudLike, c
 from dynshape_perception.nodes import diagnostics as diag
 from dynshape_perception.nodes.debug_times import switch_debug_times
 from dynshape_perception.nodes.guard import InternalErrors, guarded
+from dynshape_perception.nodes.inputs import InputThread
 from dynshape_perception.nodes.messages import NS_PER_S, stamp_s
 from dynshape_perception.nodes.outputs import Output
 from dynshape_perception.perception import scan
@@ -98,6 +100,8 @@ POSE_NOTES = frozenset({"odometry", "pose", "mount"})
 # Tier-1 work runs on an engine of its own (see nodes/tiered.py).
 TIER1_MODELS = ("segmenter",)
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def descriptor(spec: parameters.ParamSpec) -> ParameterDescriptor:
@@ -154,6 +158,9 @@ class PerceptionNode(Node):
     def __init__(self, kind: str, models: Sequence[str], reasons: Sequence[str]) -> None:
         super().__init__(kind)
         self.kind = kind
+        # One callback at a time, whichever thread runs it: the input thread or rclpy's.
+        self.turn = threading.RLock()
+        self.inputs = InputThread(self.context, kind, self.turn)
         self.specs = parameters.node_specs(kind)
         self.values = self._declare()
         # Read once and on each change: a frame's stamp screen must not re-read the values.
@@ -203,9 +210,13 @@ class PerceptionNode(Node):
                 )
                 self._say_lanes()
             self.bounds = parameters.bounds_from(self.values)
-            on_parameters(self, self._on_set, self._after_set)
+            on_parameters(self, self.in_turn(self._on_set), self.in_turn(self._after_set))
             self.diagnostics = diag.NodeDiagnostics(
-                self, str(self.values["target_profile"]), self.values, lambda: self.work.busy
+                self,
+                str(self.values["target_profile"]),
+                self.values,
+                lambda: self.work.busy,
+                self.turn,
             )
             self.work.listen(self.diagnostics.work_ended)
             self.diagnostics.add_task(diag.INPUT, self._report_input)
@@ -348,8 +359,19 @@ class PerceptionNode(Node):
         for engine in self.engines():
             engine.close()
 
+    def start(self) -> None:
+        """Take input: the input thread starts; ``rclpy.spin`` serves the rest."""
+        self.inputs.start()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the input thread, if anything but ``close`` did."""
+        return self.inputs.failure
+
     def close(self) -> None:
-        """Stop the executor and the background compile workers, then leave the graph."""
+        """Stop taking input, then the executor and the background compile workers, then
+        leave the graph."""
+        self.inputs.close()
         self._stop_workers()
         self.destroy_node()
 
@@ -366,8 +388,32 @@ class PerceptionNode(Node):
             self.diagnostics.tick(name, stamp_s_of(msg) if raw else stamp_s(msg.header.stamp))
             callback(msg)
 
-        guarded_receive = self.guarded(name, receive)
-        self.create_subscription(msg_type, topic, guarded_receive, self.input_qos, raw=raw)
+        self.take_input(msg_type, topic, self.guarded(name, receive), self.input_qos, raw=raw)
+
+    def take_input(
+        self,
+        msg_type: Any,
+        topic: str,
+        callback: Callable[[Any], None],
+        qos: QoSProfile,
+        raw: bool = False,
+    ) -> None:
+        """A subscription the input thread takes (``inputs``), its callback under ``turn``."""
+        self.inputs.add(
+            self.create_subscription(
+                msg_type, topic, callback, qos, callback_group=self.inputs.group, raw=raw
+            )
+        )
+
+    def in_turn(self, callback: Callable[P, R]) -> Callable[P, R]:
+        """``callback`` run under ``turn``: for those rclpy's executor runs."""
+
+        @functools.wraps(callback)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            with self.turn:
+                return callback(*args, **kwargs)
+
+        return run
 
     def guarded(self, what: str, callback: Callable[[Any], None]) -> Callable[[Any], None]:
         return guarded(self, what, callback)
@@ -675,15 +721,20 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
             raise
         startup_done()
         try:
+            node.start()
             rclpy.spin(node)
         except Exception:
             # A signal may shut the context down just before the executor builds its wait
-            # set (RCLError): a requested exit too.
-            if not rclpy.ok():
-                return 0
-            raise
+            # set (RCLError): a requested exit too, unless the input thread failed and shut
+            # it down.
+            if node.failure is None:
+                if not rclpy.ok():
+                    return 0
+                raise
         finally:
             node.close()
+        if node.failure is not None:
+            raise node.failure
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except DynshapeError as err:

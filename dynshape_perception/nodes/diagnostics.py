@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
@@ -40,6 +41,7 @@ class NodeDiagnostics:
         hardware_id: str,
         values: Mapping[str, Any],
         busy: Callable[[], bool] = lambda: False,
+        turn: AbstractContextManager[Any] | None = None,
     ) -> None:
         self.updater = Updater(node)
         self.updater.setHardwareID(hardware_id)
@@ -48,6 +50,8 @@ class NodeDiagnostics:
         # the node's frame work (``busy``) to end, then runs on the executor at once; a node
         # busy through a whole period reports at the next tick regardless.
         self._busy = busy
+        # What the node's other callbacks hold: an update reads what they change.
+        self._turn = turn if turn is not None else nullcontext()
         self._due = False
         self._due_lock = threading.Lock()
         self.updates = self.deferred = 0
@@ -90,8 +94,9 @@ class NodeDiagnostics:
             self._update()
 
     def _update(self) -> None:
-        self.updates += 1
-        self.updater.update()
+        with self._turn:
+            self.updates += 1
+            self.updater.update()
 
     def add_task(self, name: str, report: Callable[[], Report]) -> None:
         def run(stat: DiagnosticStatusWrapper) -> DiagnosticStatusWrapper:

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 from nav_msgs.msg import Odometry
-from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile
 from rclpy.time import Time
 from tf2_msgs.msg import TFMessage
@@ -71,7 +70,7 @@ class OdometryInput:
         # Read from the CDR bytes inside the node's guard: bytes that hold no Odometry are a
         # counted drop, where the executor's own read would raise out of spin.
         name = node.resolve_topic_name("odom")
-        node.create_subscription(
+        node.take_input(
             Odometry, "odom", node.guarded(name, self._on_bytes), node.input_qos, raw=True
         )
 
@@ -206,7 +205,6 @@ class TfInput:
     def __init__(self, node: PerceptionNode, buffer: Buffer) -> None:
         self.node = node
         self.buffer = buffer
-        group = ReentrantCallbackGroup()
         for topic, durability, static in (
             (TF_TOPIC, DurabilityPolicy.VOLATILE, False),
             (TF_STATIC_TOPIC, DurabilityPolicy.TRANSIENT_LOCAL, True),
@@ -216,9 +214,7 @@ class TfInput:
             def on_bytes(data: bytes, static: bool = static, topic: str = topic) -> None:
                 self.take(data, static, topic)
 
-            node.create_subscription(
-                TFMessage, topic, node.guarded(topic, on_bytes), qos, callback_group=group, raw=True
-            )
+            node.take_input(TFMessage, topic, node.guarded(topic, on_bytes), qos, raw=True)
 
     def take(self, data: bytes, static: bool, topic: str) -> None:
         try:

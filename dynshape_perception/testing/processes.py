@@ -127,7 +127,8 @@ def domain_lease(lock_dir: Path | None = None) -> Iterator[int]:
 
 @contextmanager
 def leased_context() -> Iterator[Context]:
-    """An rclpy context on a leased domain (``domain_lease``), shut down after the block."""
+    """An rclpy context on a leased domain (``domain_lease``), shut down after the block
+    unless the block did."""
     import rclpy
     from rclpy.context import Context
 
@@ -137,7 +138,7 @@ def leased_context() -> Iterator[Context]:
         try:
             yield context
         finally:
-            rclpy.shutdown(context=context)
+            context.try_shutdown()
 
 
 def ros_value(value: bool | int | float | str) -> str:

@@ -34,6 +34,7 @@ from dynshape_perception.nodes.base import (
 )
 from dynshape_perception.nodes.frames import OdometryInput
 from dynshape_perception.nodes.guard import InternalErrors
+from dynshape_perception.nodes.inputs import InputThread
 from dynshape_perception.nodes.messages import NS_PER_S, cloud_msg, header, time_msg
 from dynshape_perception.nodes.segmenting import SEGMENTING_COUNTERS, SegmentingNode
 from dynshape_perception.perception.drops import DropCounter
@@ -60,6 +61,7 @@ class InputNode(Node):
     guarded = PerceptionNode.guarded
     failures_count = PerceptionNode.failures_count
     count_failure = PerceptionNode.count_failure
+    take_input = PerceptionNode.take_input
 
     def __init__(self, context: Context, node: str, **overrides: parameters.Value) -> None:
         super().__init__(f"input_{node}", context=context)
@@ -78,6 +80,9 @@ class InputNode(Node):
         self.input_qos = 5
         self._closing = False
         self.internal_errors = InternalErrors()
+        # Never started: the tests hand the messages to the callbacks themselves.
+        self.turn = threading.RLock()
+        self.inputs = InputThread(context, f"input_{node}", self.turn)
 
 
 def perception_node(node: InputNode) -> PerceptionNode:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import rclpy
+from rclpy.executors import ExternalShutdownException
 
 from dynshape_perception.nodes.base import run_node
 
@@ -13,10 +14,15 @@ pytestmark = pytest.mark.ros
 
 
 class ClosingNode:
-    """Stands in for a PerceptionNode: run_node needs only ``close``."""
+    """Stands in for a PerceptionNode: run_node needs only ``start``, ``failure`` and
+    ``close``."""
 
     def __init__(self) -> None:
         self.closed = False
+        self.failure: BaseException | None = None
+
+    def start(self) -> None:
+        pass
 
     def close(self) -> None:
         self.closed = True
@@ -47,5 +53,22 @@ def test_an_executor_fault_with_the_context_valid_is_raised(
     node = ClosingNode()
     monkeypatch.setattr(rclpy, "spin", spin_failing_fault_injector)
     with pytest.raises(RuntimeError, match="real executor fault"):
+        run_node(lambda: node, args=[])  # type: ignore[arg-type, return-value]
+    assert node.closed
+
+
+def test_a_failed_input_thread_is_raised_though_it_shut_the_context_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = ClosingNode()
+
+    def spin_input_thread_failing_fault_injector(_: Any) -> None:
+        """Fault injector: the input thread fails, shuts the context down to end the spin."""
+        node.failure = RuntimeError("the input thread failed")
+        rclpy.shutdown()
+        raise ExternalShutdownException()
+
+    monkeypatch.setattr(rclpy, "spin", spin_input_thread_failing_fault_injector)
+    with pytest.raises(RuntimeError, match="input thread failed"):
         run_node(lambda: node, args=[])  # type: ignore[arg-type, return-value]
     assert node.closed

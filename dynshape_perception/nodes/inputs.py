@@ -1,0 +1,161 @@
+"""A node's subscriptions taken on a thread of their own, from a wait set that holds only them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any, cast
+
+from rclpy.callback_groups import CallbackGroup
+from rclpy.context import Context
+from rclpy.event_handler import EventHandler
+from rclpy.exceptions import InvalidHandle
+from rclpy.guard_condition import GuardCondition
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.subscription import Subscription
+
+from dynshape_perception.errors import DynshapeError
+
+# A wait that nothing wakes still ends this often (ns), to see a context shut down under it.
+POLL_NS = 200_000_000
+JOIN_S = 5.0
+
+
+class InputGroup(CallbackGroup):
+    """Keeps rclpy's executors off its subscriptions and their QoS event handlers: the input
+    thread waits on them all. rmw_fastrtps waits on a subscription's events through the
+    status condition of its reader, which its messages change too; an executor that waited
+    on the events of subscriptions it does not take spun while a message waited for the
+    input thread, and held frames back until the thread's next poll."""
+
+    def can_execute(self, entity: Any) -> bool:
+        return False
+
+    def beginning_execution(self, entity: Any) -> bool:
+        return False
+
+    def ending_execution(self, entity: Any) -> None:
+        pass
+
+
+class InputThread:
+    """Takes each message of its subscriptions and runs their callbacks under ``turn``.
+
+    rclpy's executor rebuilds a wait set of all of a node's entities (parameter services,
+    timers, guard conditions, event handlers) for every wake-up, then runs the callback
+    through a task: that is most of a hop between two nodes of the frame path. Here a
+    message's wake-up goes straight to its callback. ``turn`` is the lock the node's other
+    callbacks (rclpy's executor runs those) take too, so that one callback runs at a time,
+    as in a single-threaded executor.
+    """
+
+    def __init__(
+        self, context: Context, name: str, turn: threading.RLock, poll_ns: int = POLL_NS
+    ) -> None:
+        self.group = InputGroup()
+        self._poll_ns = poll_ns
+        self._context = context
+        self._turn = turn
+        self._subscriptions: list[Subscription[Any]] = []
+        self._lock = threading.Lock()
+        self._changed = False
+        self._stopping = False
+        self.failure: BaseException | None = None
+        self._wake = GuardCondition(None, None, context=context)
+        self._thread = threading.Thread(target=self._run, name=f"{name}_inputs", daemon=True)
+
+    def add(self, subscription: Subscription[Any]) -> None:
+        """Take ``subscription``'s messages (created with ``callback_group=self.group``)."""
+        if subscription.callback_group is not self.group:
+            raise DynshapeError(f"{subscription.topic_name}: not in the input thread's group")
+        with self._lock:
+            self._subscriptions.append(subscription)
+            self._changed = True
+        self._wake.trigger()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop taking messages; waits for a callback under way to end."""
+        self._stopping = True
+        try:
+            self._wake.trigger()
+        except InvalidHandle:
+            pass
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(JOIN_S)
+        try:
+            self._wake.destroy()
+        except InvalidHandle:
+            pass
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except InvalidHandle:
+            pass
+        except BaseException as err:  # noqa: BLE001 - the node's main thread reports it
+            if not self._stopping and self._context.ok():
+                self.failure = err
+                self._context.try_shutdown()
+
+    def _run_event(self, event: EventHandler) -> None:
+        """A QoS event (an incompatible publisher, say): its handler logs it."""
+        data = event.take_data()
+        step = event.execute(data)
+        with self._turn:
+            try:
+                step.send(None)
+            except StopIteration:
+                return
+        step.close()
+
+    def _loop(self) -> None:
+        handle = self._context.handle
+        if handle is None:
+            return
+        subscriptions: list[Subscription[Any]] = []
+        events: list[EventHandler] = []
+        wait_set: Any = None
+        while not self._stopping and self._context.ok():
+            with self._lock:
+                if self._changed or wait_set is None:
+                    subscriptions = list(self._subscriptions)
+                    events = [event for sub in subscriptions for event in sub.event_handlers]
+                    wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0, len(events), handle)
+                    self._changed = False
+            with ExitStack() as held:
+                # Held as rclpy's executor holds them: none is destroyed during the wait.
+                for sub in subscriptions:
+                    held.enter_context(sub.handle)
+                for event in events:
+                    held.enter_context(event)
+                held.enter_context(self._wake.handle)
+                wait_set.clear_entities()
+                for sub in subscriptions:
+                    wait_set.add_subscription(sub.handle)
+                for event in events:
+                    event.add_to_wait_set(wait_set)
+                wait_set.add_guard_condition(self._wake.handle)
+                wait_set.wait(self._poll_ns)
+                for event in events:
+                    if event.is_ready(wait_set):
+                        self._run_event(event)
+                ready = wait_set.get_ready_entities("subscription")
+                for sub in subscriptions:
+                    if self._stopping or sub.handle.pointer not in ready:
+                        continue
+                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
+                    if taken is None:
+                        continue
+                    # Message-only callbacks: the node creates no others.
+                    callback = cast(Callable[[Any], None], sub.callback)
+                    with self._turn:
+                        if not self._stopping:
+                            callback(taken[0])
