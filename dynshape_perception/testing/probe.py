@@ -246,8 +246,23 @@ class Probe(Node):
         name: str = "dynshape_probe",
         namespace: str = "",
         markers: bool = True,
+        deferred: Sequence[str] = (),
     ) -> None:
+        unknown = set(deferred) - set(OBJECT_TOPICS)
+        if unknown:
+            raise DynshapeError(f"only object topics can be read later, not {sorted(unknown)}")
         super().__init__(name, context=context, namespace=namespace)
+        # The readers of ``deferred`` topics sit on a node and executor of their own, which
+        # only ``read_deferred`` spins: a frame's earlier outputs wait in the middleware,
+        # which stamps their arrival, and the probe takes no core from the nodes it times
+        # while that frame is still in flight.
+        self.deferred = tuple(deferred)
+        self._later: Node | None = None
+        self._later_executor: SingleThreadedExecutor | None = None
+        if self.deferred:
+            self._later = Node(f"{name}_deferred", context=context, namespace=namespace)
+            self._later_executor = SingleThreadedExecutor(context=context)
+            self._later_executor.add_node(self._later)
         qos = QoSProfile(
             history=HistoryPolicy.KEEP_LAST,
             depth=RECORD_DEPTH,
@@ -277,9 +292,15 @@ class Probe(Node):
                 PointCloud2, topic, self._table_cb(topic), qos
             )
         for topic, msg_type in OBJECT_TOPICS.items():
+            reader = self._later if topic in self.deferred and self._later else self
             # Raw: the arrival is stamped before any message object is built.
-            self.readers[topic] = self.create_subscription(
-                msg_type, topic, self._objects_cb(topic), qos, raw=True
+            self.readers[topic] = reader.create_subscription(
+                msg_type,
+                topic,
+                self._objects_cb(topic),
+                qos,
+                raw=True,
+                event_callbacks=SubscriptionEventCallbacks(use_default_callbacks=False),
             )
         self._record_qos = qos
         self.read_markers(markers)
@@ -445,6 +466,19 @@ class Probe(Node):
     def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         return spin_executor_until(self.executor_, condition, timeout_s)
 
+    def read_deferred(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Take what came on the ``deferred`` topics until ``condition`` holds."""
+        if self._later_executor is None:
+            return condition()
+        return spin_executor_until(self._later_executor, condition, timeout_s)
+
+    def destroy_node(self) -> None:
+        if self._later_executor is not None:
+            self._later_executor.shutdown(timeout_sec=1.0)
+        if self._later is not None:
+            self._later.destroy_node()
+        super().destroy_node()
+
     def wait_future(self, future: Future, timeout_s: float) -> Any:
         if not self.spin_until(future.done, timeout_s):
             raise TimeoutError(f"no reply within {timeout_s} s")
@@ -515,15 +549,22 @@ class Probe(Node):
 
 @contextmanager
 def probe_session(
-    domain_id: int, name: str = "dynshape_probe", namespace: str = "", markers: bool = True
+    domain_id: int,
+    name: str = "dynshape_probe",
+    namespace: str = "",
+    markers: bool = True,
+    deferred: Sequence[str] = (),
 ) -> Iterator[Probe]:
     """A probe in its own rclpy context on ``domain_id`` (no signal handlers installed); its
-    topics resolve in ``namespace``; without ``markers`` it leaves that topic unread."""
+    topics resolve in ``namespace``; without ``markers`` it leaves that topic unread; it
+    reads the ``deferred`` topics only in ``read_deferred``."""
     context = Context()
     rclpy.init(context=context, domain_id=domain_id)
     probe: Probe | None = None
     try:
-        probe = Probe(context=context, name=name, namespace=namespace, markers=markers)
+        probe = Probe(
+            context=context, name=name, namespace=namespace, markers=markers, deferred=deferred
+        )
         yield probe
     finally:
         if probe is not None:

@@ -44,6 +44,9 @@ STAMP_STEP_NS = 100_000_000
 # The standard outputs, by stage: detection, tracking, prediction; and the markers.
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 OUTPUTS = (DETECTED, TRACKED, PREDICTED, "markers")
+# How long the deferred outputs of a frame whose awaited ones came may still take: they were
+# published first, so they are already in, unless a node dropped them.
+DEFERRED_WAIT_S = 1.0
 
 
 @dataclass
@@ -118,7 +121,14 @@ class NodeSession:
     def collect(self, stamp_ns: int, timeout_s: float, wait_for: tuple[str, ...]) -> FrameTiming:
         """Wait for the outputs of ``stamp_ns``: when each came after it was published."""
         got = self.probe.received
-        self.probe.spin_until(lambda: all(stamp_ns in got[t] for t in wait_for), timeout_s)
+        later = self.probe.deferred
+        now = [t for t in wait_for if t not in later]
+        self.probe.spin_until(lambda: all(stamp_ns in got[t] for t in now), timeout_s)
+        # Published before what was waited for, they wait in the middleware, stamped on arrival.
+        self.probe.read_deferred(
+            lambda: all(stamp_ns in got[t] for t in later),
+            timeout_s if set(later) & set(wait_for) else DEFERRED_WAIT_S,
+        )
         sent = self.probe.published[stamp_ns]
         timing = FrameTiming(stamp_ns)
         for topic in OUTPUTS:
@@ -156,10 +166,13 @@ def node_session(
     log_dir: Path | None = None,
     startup_timeout_s: float = 120.0,
     read_markers: bool = True,
+    deferred: Sequence[str] = (),
 ) -> Iterator[NodeSession]:
     """Start the nodes of ``mode`` and a probe on a leased domain; always stop them again.
 
     Without ``read_markers`` the probe leaves ``markers`` unread, so the nodes build none.
+    The probe takes the ``deferred`` outputs of a frame only once it has those it waits for
+    (``Probe.read_deferred``).
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {sorted(MODES)}, got {mode!r}")
@@ -181,7 +194,7 @@ def node_session(
                     overrides=overrides,
                 )
             )
-        probe = stack.enter_context(probe_session(domain, markers=read_markers))
+        probe = stack.enter_context(probe_session(domain, markers=read_markers, deferred=deferred))
         session = NodeSession(mode, domain, probe, processes, logs)
         session.wait_ready(startup_timeout_s)
         yield session

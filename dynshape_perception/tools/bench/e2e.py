@@ -320,6 +320,9 @@ def measure(
             startup_timeout_s=args.startup_timeout_s,
             # As on a vehicle with no RViz attached: nothing reads the markers.
             read_markers=False,
+            # Taken once the frame's predictions are in: their arrival times come from the
+            # middleware either way.
+            deferred=(DETECTED, TRACKED),
         ) as session,
     ):
         from dynshape_perception.testing.stage_times import StageTimes

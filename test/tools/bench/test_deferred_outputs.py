@@ -1,0 +1,58 @@
+"""The probe's deferred topics: taken only when asked for, stamped with their arrival."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from dynshape_perception.errors import DynshapeError
+from dynshape_perception.io.objects import TrackStates, detected_objects, tracked_objects
+from dynshape_perception.perception.objects import ObjectParams
+from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
+from dynshape_perception.testing.probe import Probe, probe_session
+from dynshape_perception.testing.processes import dds_settings_applied, domain_lease
+
+pytestmark = pytest.mark.ros
+
+WAIT_S = 10.0
+STAMP_NS = 1_700_000_000_000_000_000
+LATER_S = 0.3
+
+
+def test_a_deferred_output_waits_for_read_deferred_and_keeps_its_arrival_time() -> None:
+    with (
+        domain_lease() as domain,
+        dds_settings_applied(),
+        probe_session(domain, deferred=("detected_objects",)) as probe,
+    ):
+        tracked_pub = probe.create_publisher(
+            probe.readers["tracked_objects"].msg_type, "tracked_objects", 10
+        )
+        assert probe.spin_until(
+            lambda: (
+                probe.readers["detected_objects"].get_publisher_count() >= 1
+                and tracked_pub.get_subscription_count() >= 1
+            ),
+            WAIT_S,
+        )
+        probe.detected_pub.publish(
+            detected_objects(STAMP_NS, "base_link", np.zeros(0, OBSTACLE_DTYPE))
+        )
+        none = TrackStates(
+            np.zeros(0, TRACK_DTYPE), np.zeros((0, 16), np.uint8), np.zeros(0), np.zeros(0, int)
+        )
+        tracked_pub.publish(tracked_objects(STAMP_NS, "map", none, ObjectParams()))
+        assert probe.spin_until(lambda: STAMP_NS in probe.received["tracked_objects"], WAIT_S)
+        probe.spin_for(LATER_S)
+        assert STAMP_NS not in probe.received["detected_objects"], "read before it was asked for"
+        asked_s = time.perf_counter()
+        assert probe.read_deferred(lambda: STAMP_NS in probe.received["detected_objects"], WAIT_S)
+        # Its time is the middleware's, from before the probe waited LATER_S, not the read's.
+        assert probe.received["detected_objects"][STAMP_NS].t_s < asked_s - LATER_S
+
+
+def test_only_object_topics_can_be_deferred() -> None:
+    with pytest.raises(DynshapeError, match="only object topics"):
+        Probe(deferred=("markers",))
