@@ -4,9 +4,10 @@ Usage: PYTHON scripts/dds_hop_floor.py [BYTES] [MESSAGES]  (default: 5000 300)
 Two processes with the transport settings the nodes get (loopback, config/fastdds_profile.xml)
 on a leased ROS domain, and the QoS of the object topics (reliable, keep last 10): one
 publishes a message of BYTES every 16 ms, as serialized bytes with its send time in it, and
-the other takes it raw in a ``SingleThreadedExecutor``, as the nodes take theirs. Prints the
-median and 90th percentile from the publish call to the callback (one monotonic clock for
-both processes), the floor under each hop of ``bench e2e --setups separate``.
+the other takes it raw. It is taken twice over, one run each: on the input thread the nodes
+take theirs on (``nodes.inputs``), and in rclpy's ``SingleThreadedExecutor``. Prints, per
+way, the median and 90th percentile from the publish call to the callback (one monotonic
+clock for both processes): the floor under each hop of ``bench e2e --setups separate``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ LISTEN_S = 60.0
 _HEAD = struct.Struct("<4sIII")
 _STAMP = struct.Struct("<d")
 _END = -1.0
+INPUT_THREAD = "input thread"
+WAYS = (INPUT_THREAD, "SingleThreadedExecutor")
 
 
 def _message(size: int, sent: float) -> bytes:
@@ -46,31 +49,46 @@ def _qos() -> QoSProfile:
     )
 
 
-def subscriber() -> None:
+def subscriber(way: str) -> None:
+    import threading
+
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
     from std_msgs.msg import UInt8MultiArray
 
+    from dynshape_perception.nodes.inputs import InputThread
+
     rclpy.init()
     node = Node("dds_hop_floor_sub")
     hops_ms: list[float] = []
-    done: list[bool] = []
+    done = threading.Event()
 
     def on_message(data: bytes) -> None:
         now = time.perf_counter()
         sent = _STAMP.unpack_from(data, _HEAD.size)[0]
         if sent == _END:
-            done.append(True)
+            done.set()
         else:
             hops_ms.append((now - sent) * 1e3)
 
-    node.create_subscription(UInt8MultiArray, "hop", on_message, _qos(), raw=True)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    deadline = time.monotonic() + LISTEN_S
-    while not done and time.monotonic() < deadline:
-        executor.spin_once(timeout_sec=0.1)
+    if way == INPUT_THREAD:
+        inputs = InputThread(node.context, node.get_name(), threading.RLock())
+        inputs.add(
+            node.create_subscription(
+                UInt8MultiArray, "hop", on_message, _qos(), callback_group=inputs.group, raw=True
+            )
+        )
+        inputs.start()
+        done.wait(LISTEN_S)
+        inputs.close()
+    else:
+        node.create_subscription(UInt8MultiArray, "hop", on_message, _qos(), raw=True)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        deadline = time.monotonic() + LISTEN_S
+        while not done.is_set() and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
     print(" ".join(f"{h:.4f}" for h in hops_ms), flush=True)
     rclpy.try_shutdown()
 
@@ -94,6 +112,15 @@ def publish(size: int, count: int) -> None:
     rclpy.try_shutdown()
 
 
+def hop(way: str, size: int, count: int, env: dict[str, str]) -> list[float]:
+    sub = subprocess.Popen(
+        [sys.executable, __file__, "--sub", way], env=env, stdout=subprocess.PIPE, text=True
+    )
+    subprocess.run([sys.executable, __file__, "--pub", str(size), str(count)], env=env, check=True)
+    out, _ = sub.communicate(timeout=LISTEN_S + 30)
+    return sorted(float(v) for v in out.split())
+
+
 def main() -> None:
     from dynshape_perception.testing.processes import dds_env, domain_lease
 
@@ -101,26 +128,20 @@ def main() -> None:
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     with domain_lease() as domain:
         env = dds_env(domain)
-        sub = subprocess.Popen(
-            [sys.executable, __file__, "--sub"], env=env, stdout=subprocess.PIPE, text=True
-        )
-        subprocess.run(
-            [sys.executable, __file__, "--pub", str(size), str(count)], env=env, check=True
-        )
-        out, _ = sub.communicate(timeout=LISTEN_S + 30)
-    hops = sorted(float(v) for v in out.split())
-    if not hops:
-        raise SystemExit("no message came through")
-    p90 = hops[int(0.9 * (len(hops) - 1))]
-    print(
-        f"{size} bytes, {len(hops)} of {count} messages: publish to callback "
-        f"p50 {statistics.median(hops):.3f} ms, p90 {p90:.3f} ms"
-    )
+        for way in WAYS:
+            hops = hop(way, size, count, env)
+            if not hops:
+                raise SystemExit(f"{way}: no message came through")
+            p90 = hops[int(0.9 * (len(hops) - 1))]
+            print(
+                f"{way}: {size} bytes, {len(hops)} of {count} messages: publish to callback "
+                f"p50 {statistics.median(hops):.3f} ms, p90 {p90:.3f} ms"
+            )
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--sub"]:
-        subscriber()
+        subscriber(sys.argv[2])
     elif sys.argv[1:2] == ["--pub"]:
         publish(int(sys.argv[2]), int(sys.argv[3]))
     else:

@@ -144,9 +144,6 @@ class InputThread:
                     event.add_to_wait_set(wait_set)
                 wait_set.add_guard_condition(self._wake.handle)
                 wait_set.wait(self._poll_ns)
-                for event in events:
-                    if event.is_ready(wait_set):
-                        self._run_event(event)
                 ready = wait_set.get_ready_entities("subscription")
                 for sub in subscriptions:
                     if self._stopping or sub.handle.pointer not in ready:
@@ -159,3 +156,7 @@ class InputThread:
                     with self._turn:
                         if not self._stopping:
                             callback(taken[0])
+                # After the messages: an event is rare, and a message waits on none.
+                for event in events:
+                    if event.is_ready(wait_set):
+                        self._run_event(event)
