@@ -169,6 +169,27 @@ def spin_executor_until(
     return True
 
 
+class SideReader:
+    """A node and executor of their own, spun only by ``spin_until``: what its subscriptions
+    read waits in the middleware until then, and wakes no one while a frame is in flight."""
+
+    def __init__(
+        self, name: str, context: Context | None, namespace: str = "", step_s: float = SPIN_STEP_S
+    ) -> None:
+        self.node = Node(name, context=context, namespace=namespace)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.step_s = step_s
+
+    def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Take in what came, until ``condition`` holds or ``timeout_s`` passed."""
+        return spin_executor_until(self.executor, condition, timeout_s, self.step_s)
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
 # rclpy's MessageInfo (a TypedDict in Kilted, a plain dict in Jazzy, which has no such class).
 MessageInfo = Mapping[str, object]
 
@@ -257,12 +278,7 @@ class Probe(Node):
         # which stamps their arrival, and the probe takes no core from the nodes it times
         # while that frame is still in flight.
         self.deferred = tuple(deferred)
-        self._later: Node | None = None
-        self._later_executor: SingleThreadedExecutor | None = None
-        if self.deferred:
-            self._later = Node(f"{name}_deferred", context=context, namespace=namespace)
-            self._later_executor = SingleThreadedExecutor(context=context)
-            self._later_executor.add_node(self._later)
+        self._later = SideReader(f"{name}_deferred", context, namespace) if self.deferred else None
         qos = QoSProfile(
             history=HistoryPolicy.KEEP_LAST,
             depth=RECORD_DEPTH,
@@ -292,7 +308,7 @@ class Probe(Node):
                 PointCloud2, topic, self._table_cb(topic), qos
             )
         for topic, msg_type in OBJECT_TOPICS.items():
-            reader = self._later if topic in self.deferred and self._later else self
+            reader = self._later.node if self._later and topic in self.deferred else self
             # Raw: the arrival is stamped before any message object is built.
             self.readers[topic] = reader.create_subscription(
                 msg_type,
@@ -468,15 +484,13 @@ class Probe(Node):
 
     def read_deferred(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Take what came on the ``deferred`` topics until ``condition`` holds."""
-        if self._later_executor is None:
+        if self._later is None:
             return condition()
-        return spin_executor_until(self._later_executor, condition, timeout_s)
+        return self._later.spin_until(condition, timeout_s)
 
     def destroy_node(self) -> None:
-        if self._later_executor is not None:
-            self._later_executor.shutdown(timeout_sec=1.0)
         if self._later is not None:
-            self._later.destroy_node()
+            self._later.close()
         super().destroy_node()
 
     def wait_future(self, future: Future, timeout_s: float) -> Any:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from dynshape_perception.nodes.debug_times import TOTAL, message_type, topic_names
-from dynshape_perception.testing.probe import spin_executor_until
+from dynshape_perception.testing.probe import SideReader
 
 DEPTH = 100
 SPIN_STEP_S = 0.05
@@ -21,15 +20,15 @@ class StageTimes:
 
     The topics carry no stamp: a closed-loop client takes a frame's values as those that
     came in since its previous ``take`` (a sectored scan's stages add up per revolution).
-    They are read by a node and executor of their own, spun only by ``spin_until``: each
+    They are read by a ``SideReader``, spun only by ``spin_until``: each
     message would otherwise wake the probe while the frame it times is still in flight,
     and take a core from the nodes it measures. Until then they wait in the reader's history.
     """
 
     def __init__(self, probe: Node, stages: Mapping[str, Sequence[str]]) -> None:
-        self.node = Node(f"{probe.get_name()}_stage_times", context=probe.context)
-        self.executor = SingleThreadedExecutor(context=probe.context)
-        self.executor.add_node(self.node)
+        self.reader = SideReader(
+            f"{probe.get_name()}_stage_times", probe.context, step_s=SPIN_STEP_S
+        )
         self.stages = {node: tuple(names) for node, names in stages.items()}
         self._values: dict[tuple[str, str], list[float]] = {}
         self._taken: dict[tuple[str, str], int] = {}
@@ -43,7 +42,7 @@ class StageTimes:
                 self._values[key] = []
                 self._taken[key] = 0
                 topic = "/" + node + topic_names(stage)[0][1:]
-                self.node.create_subscription(msg_type, topic, self._callback(key), qos)
+                self.reader.node.create_subscription(msg_type, topic, self._callback(key), qos)
 
     def _callback(self, key: tuple[str, str]) -> Any:
         values = self._values[key]
@@ -55,11 +54,10 @@ class StageTimes:
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Take in what came, until ``condition`` holds or ``timeout_s`` passed."""
-        return spin_executor_until(self.executor, condition, timeout_s, SPIN_STEP_S)
+        return self.reader.spin_until(condition, timeout_s)
 
     def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
+        self.reader.close()
 
     def publishing(self) -> list[str]:
         """The nodes whose whole-frame time has come in at least once."""
