@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from nav_msgs.msg import Odometry
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile
 from rclpy.time import Time
@@ -13,6 +12,7 @@ from tf2_ros import Buffer, TransformException
 
 from dynshape_perception import parameters
 from dynshape_perception.errors import MessageError, TransformError
+from dynshape_perception.io.cdr import OdometryPose
 from dynshape_perception.nodes.base import (
     NO_ODOMETRY,
     ODOM_BACKWARDS,
@@ -26,7 +26,7 @@ from dynshape_perception.nodes.base import (
     PerceptionNode,
 )
 from dynshape_perception.nodes.diagnostics import POSE
-from dynshape_perception.nodes.messages import NS_PER_S, deserialized, odometry_pose
+from dynshape_perception.nodes.messages import NS_PER_S, deserialized, odometry_of, odometry_pose
 from dynshape_perception.perception.localization import (
     ODOMETRY,
     STATIC,
@@ -80,24 +80,24 @@ class OdometryInput:
 
     def _on_bytes(self, data: bytes) -> None:
         try:
-            msg = deserialized(data, Odometry)
+            odom = odometry_of(data)
         except MessageError as err:
             self.node.drops.drop(ODOM_BAD_MESSAGE, f"odometry: {err}")
             return
-        self._on_odom(msg)
+        self._on_odom(odom)
 
-    def _on_odom(self, msg: Odometry) -> None:
+    def _on_odom(self, odom: OdometryPose) -> None:
         try:
-            stamp, x, y, yaw = odometry_pose(msg)
+            stamp, x, y, yaw = odometry_pose(odom)
         except DegenerateQuaternion as err:
             self.node.drops.drop(ODOM_BAD_QUATERNION, f"odometry: {err}")
             return
-        if not np.isfinite((stamp, x, y, yaw)).all():
+        if not all(math.isfinite(v) for v in (stamp, x, y, yaw)):
             self.node.drops.drop(ODOM_NON_FINITE, "odometry holds NaN or Inf")
             return
         if not self.node.screen_stamp(self.stamps, stamp, self.buffer.newest_stamp_s, "odometry"):
             return
-        frame_id = str(msg.header.frame_id)
+        frame_id = odom.frame_id
         if self.frame_id is not None and frame_id != self.frame_id:
             self.node.get_logger().warning(
                 f"odometry frame changed from {self.frame_id!r} to {frame_id!r}: its "

@@ -17,7 +17,7 @@ from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
 from dynshape_perception.errors import MessageError
-from dynshape_perception.io.cdr import header_of
+from dynshape_perception.io.cdr import ENCAPSULATION, OdometryPose, header_of, read_odometry
 from dynshape_perception.io.markers import (
     LABEL_RGB,
     MARKER_NS_BOXES,
@@ -39,9 +39,14 @@ NS_PER_S = 1_000_000_000
 def stamp_s(stamp: Time) -> float:
     """Seconds; NaN for a nanosec field of a second or more, which no valid time holds (the
     stamp screens drop it as an outlier)."""
-    if not 0 <= stamp.nanosec < NS_PER_S:
+    return seconds(stamp.sec, stamp.nanosec)
+
+
+def seconds(sec: int, nanosec: int) -> float:
+    """``stamp_s`` of a stamp's two fields."""
+    if not 0 <= nanosec < NS_PER_S:
         return math.nan
-    return float(stamp.sec) + float(stamp.nanosec) / NS_PER_S
+    return float(sec) + float(nanosec) / NS_PER_S
 
 
 def stamp_ns(stamp: Time) -> int:
@@ -100,15 +105,31 @@ def transform_msg(parent: str, child: str, m: Matrix, stamp: Time) -> TransformS
     return msg
 
 
-def odometry_pose(msg: Odometry) -> tuple[float, float, float, float]:
+def odometry_of(data: bytes) -> OdometryPose:
+    """The header and pose of a nav_msgs/Odometry's CDR bytes; MessageError if they hold
+    none. Plain little-endian CDR, what rmw writes on the hosts this runs on, is read from the
+    bytes; any other encapsulation through rclpy."""
+    if data[: len(ENCAPSULATION)] == ENCAPSULATION:
+        return read_odometry(data)
+    msg = deserialized(data, Odometry)
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    return OdometryPose(
+        int(msg.header.stamp.sec),
+        int(msg.header.stamp.nanosec),
+        str(msg.header.frame_id),
+        (float(p.x), float(p.y), float(p.z)),
+        (float(q.x), float(q.y), float(q.z), float(q.w)),
+    )
+
+
+def odometry_pose(odom: OdometryPose) -> tuple[float, float, float, float]:
     """(stamp s, x m, y m, yaw rad) of the child frame in the odometry frame; the quaternion
     is normalised first (DegenerateQuaternion for a zero or non-finite one)."""
-    p, q = msg.pose.pose.position, msg.pose.pose.orientation
-    x, y, z, w = normalised_quaternion(q.x, q.y, q.z, q.w)
+    x, y, z, w = normalised_quaternion(*odom.orientation)
     return (
-        stamp_s(msg.header.stamp),
-        float(p.x),
-        float(p.y),
+        seconds(odom.sec, odom.nanosec),
+        odom.position[0],
+        odom.position[1],
         math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)),
     )
 

@@ -46,7 +46,7 @@ NODE_TOPICS = {
     "prediction_node": ("tracked_objects", "odom", "/tf", "/tf_static"),
 }
 UNREADABLE = (*REASONS, BAD_MESSAGE, ODOM_BAD_MESSAGE, TF_BAD_MESSAGE)
-RCLPY_READ = ("odom", "/tf", "/tf_static", "detections")
+RCLPY_READ = ("/tf", "/tf_static", "detections")
 CASES = [(node, topic) for node, topics in NODE_TOPICS.items() for topic in topics]
 FUZZ = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -14,6 +14,7 @@ import rclpy
 from nav_msgs.msg import Odometry
 from rclpy.context import Context
 from rclpy.node import Node
+from rclpy.serialization import serialize_message
 
 from dynshape_perception import parameters
 from dynshape_perception.config import Bounds
@@ -131,7 +132,7 @@ def _admit_in_step(
     stamp, which the fixed frame passes and admits."""
     for k in ks:
         stamp = start_s + step_s * k
-        odometry._on_odom(_odom(stamp, x0 + k))
+        odometry._on_bytes(serialize_message(_odom(stamp, x0 + k)))
         assert frame.screen(stamp) and frame.admit("odom", stamp)
 
 
@@ -150,7 +151,7 @@ def test_a_far_future_stamp_is_dropped_and_moves_no_state(tracker: InputNode) ->
     _admit_in_step(frame, odometry, t, 0.1, range(3))
     now = perception_node(tracker).ros_time_s()
     future = now + 10 * float(tracker.values["stamps.future_tolerance_s"])
-    odometry._on_odom(_odom(future, 999.0))
+    odometry._on_bytes(serialize_message(_odom(future, 999.0)))
     assert not frame.screen(future)
     assert tracker.drops.counts[FUTURE_STAMP] == 2
     # Later inputs go on as before: no stale frames, no odometry "going back".
@@ -177,13 +178,13 @@ def test_a_jump_back_in_time_restarts_frame_and_odometry(
     _admit_in_step(frame, odometry, 100.0, 0.1, range(50))
     assert resets.n == 1  # the first frame set the fixed frame
     # A small step back is a stale input, as before.
-    odometry._on_odom(_odom(104.0, 0.0))
+    odometry._on_bytes(serialize_message(_odom(104.0, 0.0)))
     assert frame.screen(104.0) and not frame.admit("odom", 104.0)
     assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 1
     # The bag loops: odometry restarts first, the frame then is simply admitted.
     tolerance_s = float(tracker.values["stamps.jump_back_tolerance_s"])
     start = 104.9 - 2 * tolerance_s
-    odometry._on_odom(_odom(start, -5.0))
+    odometry._on_bytes(serialize_message(_odom(start, -5.0)))
     assert tracker.counters[TIME_JUMP_RESET] == 1 and resets.n == 2
     assert len(odometry.buffer) == 1
     assert frame.screen(start) and frame.admit("odom", start)
@@ -194,7 +195,7 @@ def test_a_jump_back_in_time_restarts_frame_and_odometry(
     again = start - 2 * tolerance_s
     assert frame.screen(again) and frame.admit("odom", again)
     assert tracker.counters[TIME_JUMP_RESET] == 2 and resets.n == 3 and len(odometry.buffer) == 0
-    odometry._on_odom(_odom(again, 7.0))
+    odometry._on_bytes(serialize_message(_odom(again, 7.0)))
     assert len(odometry.buffer) == 1
     # A restart is no dropped input.
     assert tracker.drops.counts[STALE_STAMP] == tracker.drops.counts[ODOM_BACKWARDS] == 1
@@ -223,7 +224,7 @@ def test_a_single_outlier_stamp_is_dropped_and_moves_no_state(
     t = 100.0
     _admit_in_step(frame, odometry, t, 0.5, range(5))
     bad = outlier(t + 2.0)
-    odometry._on_odom(_odom(bad, 999.0))
+    odometry._on_bytes(serialize_message(_odom(bad, 999.0)))
     assert not frame.screen(bad)
     assert tracker.drops.counts[OUTLIER_STAMP] == 2
     # The ten frames after it (5 s at 2 Hz) go on as if it had never come.
@@ -253,14 +254,14 @@ def test_only_a_sustained_jump_back_restarts(tracker: InputNode) -> None:
     assert tracker.drops.counts[OUTLIER_STAMP] == confirm - 1
     assert tracker.drops.counts[STALE_STAMP] == 0
     # The odometry of the new pass is taken at once: the restart cleared its newest stamp.
-    odometry._on_odom(_odom(100.0, -1.0))
+    odometry._on_bytes(serialize_message(_odom(100.0, -1.0)))
     assert len(odometry.buffer) == 1
 
 
 def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: InputNode) -> None:
     odometry = OdometryInput(perception_node(tracker))
     for k in range(10):
-        odometry._on_odom(_odom(100.0 + 0.1 * k, 10.0 * k))
+        odometry._on_bytes(serialize_message(_odom(100.0 + 0.1 * k, 10.0 * k)))
     limit_s = float(tracker.values["odometry.max_extrapolation_s"])
     assert limit_s == 0.5
     located = odometry.pose_at(100.9 + limit_s / 2, "lidar")
@@ -269,7 +270,7 @@ def test_odometry_older_than_the_extrapolation_limit_drops_the_frame(tracker: In
     assert odometry.pose_at(100.0 - 2 * limit_s, "lidar") is None
     assert tracker.drops.counts[ODOM_STALE] == 2
     assert "odometry" in tracker._warn_notes and "stale" in tracker.notes["odometry"]
-    odometry._on_odom(_odom(102.5, 5.0))
+    odometry._on_bytes(serialize_message(_odom(102.5, 5.0)))
     assert odometry.pose_at(102.5, "lidar") is not None
     assert tracker.notes["odometry"] == "ok (frame odom)" and "odometry" not in tracker._warn_notes
 
@@ -281,7 +282,7 @@ def test_odometry_quaternions_are_normalised_and_degenerate_ones_dropped(
     scaled = _odom(100.0, 0.0)
     # Twice too long, as a driver may send it: 90 degrees once normalised.
     scaled.pose.pose.orientation.z = scaled.pose.pose.orientation.w = 1.414
-    odometry._on_odom(scaled)
+    odometry._on_bytes(serialize_message(scaled))
     located = odometry.pose_at(100.0, "lidar")
     assert located is not None and located[0].yaw == pytest.approx(math.pi / 2)
     # An obstacle 10 m ahead of the vehicle lies at (0, 10) in the odometry frame.
@@ -291,7 +292,7 @@ def test_odometry_quaternions_are_normalised_and_degenerate_ones_dropped(
         bad = _odom(100.1 + 0.1 * k, 50.0)
         o = bad.pose.pose.orientation
         o.x, o.y, o.z, o.w = q
-        odometry._on_odom(bad)
+        odometry._on_bytes(serialize_message(bad))
     assert tracker.drops.counts[ODOM_BAD_QUATERNION] == 2 and len(odometry.buffer) == 1
     assert any("no rotation" in w for w in tracker.warnings)
 
@@ -304,10 +305,10 @@ def test_an_odometry_frame_change_clears_the_buffer(
     monkeypatch.setattr(tracker, "get_logger", lambda: logger)
     resets = Resets()
     frame, odometry = frame_and_odometry(tracker, resets)
-    odometry._on_odom(_odom(100.0, 0.0))
+    odometry._on_bytes(serialize_message(_odom(100.0, 0.0)))
     in_map = _odom(100.1, 1000.0)
     in_map.header.frame_id = "map"
-    odometry._on_odom(in_map)
+    odometry._on_bytes(serialize_message(in_map))
     assert tracker.counters[ODOM_FRAME_CHANGES] == 1 and len(odometry.buffer) == 1
     assert any("odometry frame changed from 'odom' to 'map'" in line for line in logged)
     # A cloud between the two: placed in map by map's pose, not halfway between frames.
