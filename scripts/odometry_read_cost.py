@@ -19,8 +19,7 @@ import numpy as np
 from nav_msgs.msg import Odometry
 from rclpy.serialization import deserialize_message, serialize_message
 
-from dynshape_perception.io.cdr import OdometryPose
-from dynshape_perception.nodes.messages import odometry_of, odometry_pose
+from dynshape_perception.nodes.messages import odometry_fields, odometry_of, odometry_pose
 
 US_PER_S = 1e6
 
@@ -35,17 +34,7 @@ def _message() -> bytes:
 
 
 def _through_rclpy(data: bytes) -> tuple[float, float, float, float]:
-    msg = deserialize_message(data, Odometry)
-    p, q = msg.pose.pose.position, msg.pose.pose.orientation
-    return odometry_pose(
-        OdometryPose(
-            msg.header.stamp.sec,
-            msg.header.stamp.nanosec,
-            msg.header.frame_id,
-            (p.x, p.y, p.z),
-            (q.x, q.y, q.z, q.w),
-        )
-    )
+    return odometry_pose(odometry_fields(deserialize_message(data, Odometry)))
 
 
 def _median_us(read: Callable[[], object], repeats: int, flush: np.ndarray | None) -> float:

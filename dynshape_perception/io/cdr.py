@@ -647,8 +647,8 @@ class OdometryPose:
 
 def read_odometry(data: bytes | bytearray | memoryview) -> OdometryPose:
     """The header and pose of a nav_msgs/Odometry's CDR bytes; MessageError unless the whole
-    message is there. rclpy's own read builds every field as a Python object: 0.3 ms a
-    message once the caches have gone cold between frames, in each node it reaches."""
+    message is there. rclpy's own read builds every field as a Python object, several times
+    slower once the caches have gone cold between frames (``scripts/odometry_read_cost.py``)."""
     r = _Reader(data)
     sec, nanosec, frame_id = _header(r)
     r.string()  # child_frame_id

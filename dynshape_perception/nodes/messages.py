@@ -111,7 +111,11 @@ def odometry_of(data: bytes) -> OdometryPose:
     bytes; any other encapsulation through rclpy."""
     if data[: len(ENCAPSULATION)] == ENCAPSULATION:
         return read_odometry(data)
-    msg = deserialized(data, Odometry)
+    return odometry_fields(deserialized(data, Odometry))
+
+
+def odometry_fields(msg: Odometry) -> OdometryPose:
+    """The header and pose of an rclpy Odometry."""
     p, q = msg.pose.pose.position, msg.pose.pose.orientation
     return OdometryPose(
         int(msg.header.stamp.sec),
