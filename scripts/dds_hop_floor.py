@@ -4,14 +4,18 @@ Usage: PYTHON scripts/dds_hop_floor.py [BYTES] [MESSAGES]  (default: 5000 300)
 Two processes with the transport settings the nodes get (loopback, config/fastdds_profile.xml)
 on a leased ROS domain, and the QoS of the object topics (reliable, keep last 10): one
 publishes a message of BYTES every 16 ms, as serialized bytes with its send time in it, and
-the other takes it raw. It is taken twice over, one run each: on the input thread the nodes
-take theirs on (``nodes.inputs``), and in rclpy's ``SingleThreadedExecutor``. Prints, per
-way, the median and 90th percentile from the publish call to the callback (one monotonic
-clock for both processes): the floor under each hop of ``bench e2e --setups separate``.
+the other takes it raw. It is taken three times over, one run each: on the input thread the
+nodes take theirs on (``nodes.inputs``), in rclpy's ``SingleThreadedExecutor``, and on the
+input thread again while this process holds idle cores polling (a CPU latency request of
+0 µs, as ``power.max_cpu_latency_us`` does in the nodes; skipped without write access to
+/dev/cpu_dma_latency). Prints, per way, the median and 90th percentile from the publish call
+to the callback (one monotonic clock for both processes): the floor under each hop of
+``bench e2e --setups separate``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import struct
 import subprocess
@@ -31,7 +35,13 @@ _HEAD = struct.Struct("<4sIII")
 _STAMP = struct.Struct("<d")
 _END = -1.0
 INPUT_THREAD = "input thread"
-WAYS = (INPUT_THREAD, "SingleThreadedExecutor")
+EXECUTOR = "SingleThreadedExecutor"
+# (way, CPU latency request held meanwhile in µs, or None for the kernel's choice).
+WAYS: tuple[tuple[str, int | None], ...] = (
+    (INPUT_THREAD, None),
+    (EXECUTOR, None),
+    (INPUT_THREAD, 0),
+)
 
 
 def _message(size: int, sent: float) -> bytes:
@@ -122,19 +132,27 @@ def hop(way: str, size: int, count: int, env: dict[str, str]) -> list[float]:
 
 
 def main() -> None:
+    from dynshape_perception.runtime.cpu_latency import CpuLatency
     from dynshape_perception.testing.processes import dds_env, domain_lease
 
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     with domain_lease() as domain:
         env = dds_env(domain)
-        for way in WAYS:
-            hops = hop(way, size, count, env)
+        for way, latency_us in WAYS:
+            name = way if latency_us is None else f"{way}, idle cores held to {latency_us} µs"
+            with contextlib.ExitStack() as stack:
+                if latency_us is not None:
+                    request = stack.enter_context(CpuLatency(latency_us))
+                    if not request.held:
+                        print(f"{name}: skipped, the request was refused ({request.refused})")
+                        continue
+                hops = hop(way, size, count, env)
             if not hops:
-                raise SystemExit(f"{way}: no message came through")
+                raise SystemExit(f"{name}: no message came through")
             p90 = hops[int(0.9 * (len(hops) - 1))]
             print(
-                f"{way}: {size} bytes, {len(hops)} of {count} messages: publish to callback "
+                f"{name}: {size} bytes, {len(hops)} of {count} messages: publish to callback "
                 f"p50 {statistics.median(hops):.3f} ms, p90 {p90:.3f} ms"
             )
 

@@ -49,6 +49,7 @@ from dynshape_perception.perception.stamps import (
     StampScreen,
 )
 from dynshape_perception.perception.transforms import Matrix
+from dynshape_perception.runtime.cpu_latency import CpuLatency, hold_cpu_latency
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.metrics import LatencyStats
 from dynshape_perception.runtime.process_tree import tree_values
@@ -226,6 +227,7 @@ class PerceptionNode(Node):
         except BaseException:
             self._stop_workers()
             raise
+        self.cpu_latency = self._hold_cpu_latency()
         # Setup made most of the objects the process will ever hold; a full collection
         # over them holds the GIL for a long while, so later ones scan new objects only.
         gc.collect()
@@ -342,6 +344,22 @@ class PerceptionNode(Node):
             self.get_logger().info(f"{what}: {screened.reason}: taken as the new timeline")
         return True
 
+    def _hold_cpu_latency(self) -> CpuLatency | None:
+        """``power.max_cpu_latency_us``, held until ``close``; a refusal is a warning."""
+        request = hold_cpu_latency(int(self.values["power.max_cpu_latency_us"]))
+        if request is None:
+            return None
+        if request.held:
+            self.note("cpu_latency", f"request of {request.latency_us} µs held")
+        else:
+            text = (
+                f"request of {request.latency_us} µs refused ({request.refused}): idle cores "
+                "sleep as deep as the kernel chooses"
+            )
+            self.get_logger().warning(f"CPU latency {text}")
+            self.note("cpu_latency", text)
+        return request
+
     def _say_lanes(self) -> None:
         assert self.deadline_executor is not None
         options = self.deadline_executor.options
@@ -373,6 +391,8 @@ class PerceptionNode(Node):
         leave the graph."""
         self.inputs.close()
         self._stop_workers()
+        if self.cpu_latency is not None:
+            self.cpu_latency.close()
         self.destroy_node()
 
     # -- topics -------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Parameter groups of the runtime: models, JIT, I/O, tables, diagnostics, tiered executor."""
+"""Parameter groups of the runtime: models, JIT, I/O, tables, diagnostics, power, tiered
+executor."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dynshape_perception.parameters.limits import (
 )
 from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, ParamSpec, declarations, declared
 from dynshape_perception.perception.streaming import NearField
+from dynshape_perception.runtime.cpu_latency import LEAVE, MAX_CPU_LATENCY_US
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
@@ -91,6 +93,22 @@ def io_group() -> tuple[ParamSpec, ...]:
             read_only=True,
             low=1,
             high=MAX_QOS_DEPTH,
+        ),
+    )
+
+
+def power_group() -> tuple[ParamSpec, ...]:
+    return (
+        ParamSpec(
+            "power.max_cpu_latency_us",
+            0,
+            "while the node runs, idle cores sleep no deeper than a wake-up of this many µs "
+            "(Linux CPU latency QoS, /dev/cpu_dma_latency; needs write access to it, else a "
+            "warning): each hop between nodes wakes a core; 0 keeps idle cores polling, "
+            "-1 leaves the kernel's choice",
+            read_only=True,
+            low=LEAVE,
+            high=MAX_CPU_LATENCY_US,
         ),
     )
 

@@ -27,10 +27,11 @@ GROUPS: dict[str, tuple[ParamSpec, ...]] = {
     "objects": perception.objects_group(),
     "tables": engine.tables_group(),
     "diagnostics": engine.diagnostics_group(),
+    "power": engine.power_group(),
 }
 
 _TIERED = ("tiers", "executor", "near_field")
-_COMMON = ("engine", "jit", "io", "diagnostics", "tables")
+_COMMON = ("engine", "jit", "io", "diagnostics", "tables", "power")
 
 NODE_GROUPS: dict[str, tuple[str, ...]] = {
     "pointcloud_node": (
