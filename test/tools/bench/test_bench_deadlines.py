@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from dynshape_perception.cli.main import main
+from dynshape_perception.runtime.cpu_latency import DEVICE
 from dynshape_perception.scheduling.tiers import TIERS
 
 TIER_KEYS = {"deadline_ms", "p99_ms", "misses", "dropped", "completed"}
@@ -21,7 +23,7 @@ def test_bench_deadlines_reports_both_executors_at_both_rates(
     shape and their bookkeeping are checked."""
     out = tmp_path / "deadlines.json"
     args = ["bench", "deadlines", "--duration-s", "0.3", "--prediction-frames", "40"]
-    args += ["--no-realtime", "--json", str(out)]
+    args += ["--no-realtime", "--cpu-latency-us", "3", "--json", str(out)]
     assert main(args) == 0
     report = json.loads(out.read_text())
     assert {"tiered", "fifo", "setup", "diagnostics", "incremental", "speculation"} <= set(report)
@@ -35,6 +37,10 @@ def test_bench_deadlines_reports_both_executors_at_both_rates(
                 assert min(row["misses"], row["dropped"], row["completed"]) >= 0
     setup = report["setup"]
     assert setup["duration_s_per_run"] == 0.3 and setup["rates_hz"]
+    held = os.access(DEVICE, os.W_OK)
+    assert setup["machine"]["cpu_latency"]["requested_us"] == 3
+    assert setup["machine"]["cpu_latency"]["held"] is held
+    assert bool(setup["machine"]["cpu_latency"]["refused"]) is not held
     for agents in ("8", "32", "128"):
         assert report["incremental"][agents]["speedup"] > 0.0
     for dataset in ("eth", "hotel"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape_perception import parameters
 from dynshape_perception.perception.ground import fit_ground_plane
 from dynshape_perception.perception.prediction.incremental import (
     agent_ticks,
@@ -21,6 +22,7 @@ from dynshape_perception.perception.prediction.speculative import (
     SpeculationConfig,
 )
 from dynshape_perception.perception.streaming import NearField
+from dynshape_perception.runtime.cpu_latency import LEAVE, hold_cpu_latency
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.tiers import TierConfig
@@ -53,6 +55,8 @@ from dynshape_perception.tools.bench.deadlines.stream import (
 )
 
 log = logging.getLogger(__name__)
+# What a node holds unless its parameters say otherwise.
+NODE_CPU_LATENCY_US = int(parameters.all_specs()["power.max_cpu_latency_us"].default)
 
 
 def _positive_int(text: str) -> int:
@@ -89,6 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep normal scheduling (by default lanes ask for SCHED_FIFO, as deployed)",
     )
+    parser.add_argument(
+        "--cpu-latency-us",
+        type=int,
+        default=NODE_CPU_LATENCY_US,
+        help="CPU latency request held through the runs, as the nodes hold "
+        f"power.max_cpu_latency_us (default {NODE_CPU_LATENCY_US}); {LEAVE}: the kernel's choice",
+    )
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,8 +119,29 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     reserved for tier 1 and one shared; FIFO: two shared). The tier-1 lane and the load
     generator ask for SCHED_FIFO as a deployed stack would, and the shared lanes inherit it
     while tier-1 work is pending (``--no-realtime`` keeps normal scheduling): a lane that
-    holds the GIL must not be preempted by other processes while tier 1 waits for it.
+    holds the GIL must not be preempted by other processes while tier 1 waits for it. Idle
+    cores are held as a node holds them (``--cpu-latency-us``).
     """
+    request = hold_cpu_latency(args.cpu_latency_us)
+    held = request is not None and request.held
+    if request is not None and not held:
+        log.warning(
+            "CPU latency request refused (%s): cores sleep as the kernel chooses", request.refused
+        )
+    try:
+        results = _run_benchmark(args)
+    finally:
+        if request is not None:
+            request.close()
+    results["setup"]["machine"]["cpu_latency"] = {
+        "requested_us": args.cpu_latency_us,
+        "held": held,
+        "refused": request.refused if request is not None else "",
+    }
+    return results
+
+
+def _run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     load_before = os.getloadavg()
     weights, weight_source = load_weights()

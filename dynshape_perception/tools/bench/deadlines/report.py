@@ -18,6 +18,13 @@ def print_report(results: dict[str, Any]) -> None:
         f"ms); 1x = {setup['rates_hz']['1x']} Hz, 2x = {setup['rates_hz']['2x']} Hz; "
         f"chunk {setup['chunk_points']} points; load {setup['machine']['loadavg_before']}"
     )
+    latency = setup["machine"].get("cpu_latency", {})
+    if latency.get("held"):
+        print(f"idle cores held to {latency['requested_us']} µs wake-ups (--cpu-latency-us)")
+    elif latency.get("refused"):
+        print(
+            f"CPU latency request refused ({latency['refused']}): cores slept as the kernel chose"
+        )
     print(
         f"{'executor':<8}{'rate':>5}{'tier':>5}{'deadline':>10}{'p99_ms':>9}"
         f"{'misses':>8}{'dropped':>9}{'completed':>11}"
