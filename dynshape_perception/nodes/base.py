@@ -350,6 +350,11 @@ class PerceptionNode(Node):
         if request is None:
             return None
         if request.held:
+            # Host-wide and a cost in power: said once, where the operator looks.
+            self.get_logger().info(
+                f"CPU latency request of {request.latency_us} µs held while the node runs "
+                "(power.max_cpu_latency_us; -1 leaves the kernel its choice)"
+            )
             self.note("cpu_latency", f"request of {request.latency_us} µs held")
         else:
             text = (
