@@ -87,6 +87,14 @@ def current_cpu_latency_us(device: Path = DEVICE) -> int | None:
     return _S32.unpack(data)[0] if len(data) == _S32.size else None
 
 
+def open_requests(device: Path = DEVICE) -> int:
+    """How many requests this process holds: its files open on ``device`` (the kernel keeps
+    a request exactly as long as its file is open)."""
+    target = os.path.realpath(device)
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == target)
+
+
 def hold_cpu_latency(latency_us: int, device: Path = DEVICE) -> CpuLatency | None:
     """The request of the node parameter's value; None for ``LEAVE`` (-1)."""
     return None if latency_us == LEAVE else CpuLatency(latency_us, device)

@@ -8,30 +8,33 @@ import pytest
 
 from dynshape_perception.nodes.prediction_node import PredictionNode
 from dynshape_perception.nodes.tracker_node import TrackerNode
-from dynshape_perception.runtime.cpu_latency import DEVICE, current_cpu_latency_us
+from dynshape_perception.runtime.cpu_latency import DEVICE, current_cpu_latency_us, open_requests
 from dynshape_perception.testing.hostile import nodes_in_process
 
 pytestmark = pytest.mark.ros
 
 
 def test_a_node_holds_the_request_while_it_runs() -> None:
-    before = current_cpu_latency_us()
+    """Other processes may hold requests too: the kernel's value is an upper bound, and the
+    withdrawal is the device's file closed (the kernel keeps a request while it is open)."""
+    writable = os.access(DEVICE, os.W_OK)
     with nodes_in_process((TrackerNode, PredictionNode), {"power.max_cpu_latency_us": 5}) as nodes:
         for node in nodes.values():
             request = node.cpu_latency
             assert request is not None and request.latency_us == 5
-            if os.access(DEVICE, os.W_OK):
+            if writable:
                 assert request.held
                 assert node.notes["cpu_latency"] == "request of 5 µs held"
             else:
                 assert not request.held
                 assert node.notes["cpu_latency"].startswith("request of 5 µs refused")
                 assert str(DEVICE) in node.notes["cpu_latency"]
-        if os.access(DEVICE, os.W_OK):
-            assert before is not None
-            assert current_cpu_latency_us() == min(before, 5)
+        if writable:
+            current = current_cpu_latency_us()
+            assert current is not None and current <= 5
+            assert open_requests() == 2
     assert all(not node.cpu_latency.held for node in nodes.values() if node.cpu_latency)
-    assert current_cpu_latency_us() == before
+    assert open_requests() == 0
 
 
 def test_minus_one_leaves_the_kernel_its_choice() -> None:
