@@ -355,14 +355,9 @@ class PerceptionNode(Node):
                 f"CPU latency request of {request.latency_us} µs held while the node runs "
                 "(power.max_cpu_latency_us; -1 leaves the kernel its choice)"
             )
-            self.note("cpu_latency", f"request of {request.latency_us} µs held")
         else:
-            text = (
-                f"request of {request.latency_us} µs refused ({request.refused}): idle cores "
-                "sleep as deep as the kernel chooses"
-            )
-            self.get_logger().warning(f"CPU latency {text}")
-            self.note("cpu_latency", text)
+            self.get_logger().warning(f"CPU latency {request.summary()}")
+        self.note("cpu_latency", request.summary())
         return request
 
     def _say_lanes(self) -> None:

@@ -15,7 +15,11 @@ from dynshape_perception.parameters.limits import (
 )
 from dynshape_perception.paramspec import MAX_STAMP_TOLERANCE_S, ParamSpec, declarations, declared
 from dynshape_perception.perception.streaming import NearField
-from dynshape_perception.runtime.cpu_latency import LEAVE, MAX_CPU_LATENCY_US
+from dynshape_perception.runtime.cpu_latency import (
+    DEFAULT_CPU_LATENCY_US,
+    LEAVE,
+    MAX_CPU_LATENCY_US,
+)
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.executor import ExecutorOptions
 from dynshape_perception.scheduling.tiers import PREFIX as TIERS_PREFIX
@@ -101,7 +105,7 @@ def power_group() -> tuple[ParamSpec, ...]:
     return (
         ParamSpec(
             "power.max_cpu_latency_us",
-            0,
+            DEFAULT_CPU_LATENCY_US,
             "while the node runs, idle cores sleep no deeper than a wake-up of this many µs "
             "(Linux CPU latency QoS, /dev/cpu_dma_latency; needs write access to it, else a "
             "warning): each hop between nodes wakes a core; 0 keeps idle cores polling, "

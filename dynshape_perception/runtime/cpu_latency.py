@@ -12,6 +12,8 @@ from dynshape_perception.errors import ConfigError
 DEVICE = Path("/dev/cpu_dma_latency")
 # The node parameter's value that makes no request.
 LEAVE = -1
+# What a node holds unless its parameters say otherwise: idle cores polling.
+DEFAULT_CPU_LATENCY_US = 0
 MAX_CPU_LATENCY_US = 1_000_000
 # The kernel takes and gives the value as a native s32.
 _S32 = struct.Struct("=i")
@@ -58,6 +60,15 @@ class CpuLatency:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def summary(self) -> str:
+        """Held, or refused and why: what a node notes and warns of."""
+        if self.held:
+            return f"request of {self.latency_us} µs held"
+        return (
+            f"request of {self.latency_us} µs refused ({self.refused}): idle cores sleep as "
+            "deep as the kernel chooses"
+        )
 
     def close(self) -> None:
         fd, self._fd = self._fd, None

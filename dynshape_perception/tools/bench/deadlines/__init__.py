@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception import parameters
 from dynshape_perception.perception.ground import fit_ground_plane
 from dynshape_perception.perception.prediction.incremental import (
     agent_ticks,
@@ -22,7 +21,11 @@ from dynshape_perception.perception.prediction.speculative import (
     SpeculationConfig,
 )
 from dynshape_perception.perception.streaming import NearField
-from dynshape_perception.runtime.cpu_latency import LEAVE, hold_cpu_latency
+from dynshape_perception.runtime.cpu_latency import (
+    DEFAULT_CPU_LATENCY_US,
+    LEAVE,
+    hold_cpu_latency,
+)
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.tiers import TierConfig
@@ -55,8 +58,6 @@ from dynshape_perception.tools.bench.deadlines.stream import (
 )
 
 log = logging.getLogger(__name__)
-# What a node holds unless its parameters say otherwise.
-NODE_CPU_LATENCY_US = int(parameters.all_specs()["power.max_cpu_latency_us"].default)
 
 
 def _positive_int(text: str) -> int:
@@ -96,9 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cpu-latency-us",
         type=int,
-        default=NODE_CPU_LATENCY_US,
+        default=DEFAULT_CPU_LATENCY_US,
         help="CPU latency request held through the runs, as the nodes hold "
-        f"power.max_cpu_latency_us (default {NODE_CPU_LATENCY_US}); {LEAVE}: the kernel's choice",
+        f"power.max_cpu_latency_us (default {DEFAULT_CPU_LATENCY_US}); {LEAVE}: the kernel's "
+        "choice",
     )
 
 
@@ -125,9 +127,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     request = hold_cpu_latency(args.cpu_latency_us)
     held = request is not None and request.held
     if request is not None and not held:
-        log.warning(
-            "CPU latency request refused (%s): cores sleep as the kernel chooses", request.refused
-        )
+        log.warning("CPU latency %s", request.summary())
     try:
         results = _run_benchmark(args)
     finally:

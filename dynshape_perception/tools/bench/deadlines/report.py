@@ -18,10 +18,10 @@ def print_report(results: dict[str, Any]) -> None:
         f"ms); 1x = {setup['rates_hz']['1x']} Hz, 2x = {setup['rates_hz']['2x']} Hz; "
         f"chunk {setup['chunk_points']} points; load {setup['machine']['loadavg_before']}"
     )
-    latency = setup["machine"].get("cpu_latency", {})
-    if latency.get("held"):
+    latency = setup["machine"]["cpu_latency"]
+    if latency["held"]:
         print(f"idle cores held to {latency['requested_us']} µs wake-ups (--cpu-latency-us)")
-    elif latency.get("refused"):
+    elif latency["refused"]:
         print(
             f"CPU latency request refused ({latency['refused']}): cores slept as the kernel chose"
         )
