@@ -212,11 +212,19 @@ def test_hostile_bytes_never_escape_nor_stop_the_node(
 def test_unreadable_stamps_tick_the_rate_check_only(nodes: dict[str, PerceptionNode]) -> None:
     node = nodes["tracker_node"]
     name = node.resolve_topic_name("detected_objects")
-    task = node.diagnostics.topics[name]
-    count = task.freq.count
+    ticks = node.diagnostics.topics[name]
+    ticks.fold()
+    freq, stamps = ticks.check.freq, ticks.check.stamp
+
+    def stamp_state() -> tuple[bool, bool, float, float]:
+        return stamps.deltas_valid, stamps.zero_seen, stamps.min_delta, stamps.max_delta
+
+    count, before = freq.count, stamp_state()
     node.diagnostics.tick(name, None)
     node.diagnostics.tick(name, float("nan"))
-    assert task.freq.count == count + 2
+    ticks.fold()
+    assert freq.count == count + 2
+    assert stamp_state() == before
 
 
 @pytest.mark.parametrize("kind", ["pointcloud_node", "perception_pipeline"])
