@@ -183,6 +183,11 @@ class Tf2Lookup:
         return matrix((t.x, t.y, t.z), (q.x, q.y, q.z, q.w))
 
     def connected(self, target: str, source: str) -> bool:
+        # A frame that no transform named yet links to nothing. Asked at every input, and
+        # mostly of a fixed frame that only odometry gives: one look in tf2's frame table
+        # in place of a whole can_transform (40 µs on the frame path, its code gone cold).
+        if target != source and not self.buffer._frameExists(target):
+            return False
         # Time() is "the latest": connected now, whatever the stamps.
         return bool(self.buffer.can_transform(target, source, Time()))
 
