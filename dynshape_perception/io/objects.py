@@ -3,6 +3,7 @@ bytes), vision_msgs and autoware_perception_msgs in (duck-typed)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -256,6 +257,8 @@ def predicted_objects(
 # -- reading --------------------------------------------------------------------------------
 def _check_boxes(table: np.ndarray, what: str) -> np.ndarray:
     """NaN or Inf: a MessageError; a box of no size: a CloudError (``bad_box_size``)."""
+    if _all_usable(table):
+        return table
     floats = [n for n in table.dtype.names or () if table.dtype[n].kind == "f"]
     if table.size and not all(np.isfinite(table[n]).all() for n in floats):
         raise MessageError(f"a {what} holds NaN or Inf")
@@ -267,9 +270,42 @@ def _check_boxes(table: np.ndarray, what: str) -> np.ndarray:
 BAD_OBJECT = "bad_object"
 
 
+@functools.lru_cache(maxsize=8)
+def _float_layout(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """The columns of the float fields and of the box sizes where the records are 4-byte
+    scalars back to back (rows of a float32 matrix), or None."""
+    names, fields = dtype.names, dtype.fields
+    if not names or fields is None or dtype.itemsize != 4 * len(names):
+        return None
+    for i, name in enumerate(names):
+        if dtype[name].itemsize != 4 or dtype[name].shape or fields[name][1] != 4 * i:
+            return None
+    floats = [i for i, n in enumerate(names) if dtype[n].kind == "f"]
+    sizes = [names.index(n) for n in BOX_SIZES if n in names]
+    return np.array(floats, np.intp), np.array(sizes, np.intp)
+
+
+def _all_usable(table: np.ndarray) -> bool:
+    """True only if no row has a problem: every float finite, every box size positive.
+    One pass over the table as a matrix: a message's rows are read at every input."""
+    layout = _float_layout(table.dtype)
+    if layout is None or table.ndim != 1 or not table.flags.c_contiguous:
+        return False
+    floats, sizes = layout
+    matrix = table.view(np.float32).reshape(-1, table.dtype.itemsize // 4)
+    with np.errstate(invalid="ignore"):
+        return bool(np.isfinite(matrix[:, floats]).all() and (matrix[:, sizes] > 0.0).all())
+
+
 def row_problems(table: np.ndarray, what: str) -> dict[int, str]:
     """What makes each unusable row so: a NaN or Inf, or a box of no size (``_check_boxes``
     refuses the whole table for the first of them)."""
+    if _all_usable(table):
+        return {}
+    return _problems_by_column(table, what)
+
+
+def _problems_by_column(table: np.ndarray, what: str) -> dict[int, str]:
     problems: dict[int, str] = {}
     for name in table.dtype.names or ():
         column = table[name]
