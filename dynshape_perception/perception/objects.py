@@ -125,6 +125,18 @@ class TrackUuids:
         return np.frombuffer(raw, np.uint8).reshape(-1, UUID_BYTES)
 
 
+def _uuid_keys(uuids: np.ndarray) -> list[bytes]:
+    """Each row's UUID bytes. Rows of a ``[N, 16]`` byte array are sliced from its bytes:
+    a message's tracks come so, at every input."""
+    if isinstance(uuids, np.ndarray) and uuids.ndim == 2 and uuids.shape[1] == UUID_BYTES:
+        raw = np.ascontiguousarray(uuids, dtype=np.uint8).tobytes()
+        return [raw[i : i + UUID_BYTES] for i in range(0, len(raw), UUID_BYTES)]
+    keys = [bytes(np.asarray(u, dtype=np.uint8)) for u in uuids]
+    if any(len(k) != UUID_BYTES for k in keys):
+        raise MessageError(f"a UUID must have {UUID_BYTES} bytes")
+    return keys
+
+
 class UuidIndex:
     """Small integer ids for the UUIDs of received tracks (the predictor's histories are
     keyed by integers); an id is forgotten once its UUID is no longer received."""
@@ -146,9 +158,7 @@ class UuidIndex:
         A UUID repeated in one message is told apart by its occurrence (the second is
         another object, with an id of its own) and counted in ``repeated``.
         """
-        keys = [bytes(np.asarray(u, dtype=np.uint8)) for u in uuids]
-        if any(len(k) != UUID_BYTES for k in keys):
-            raise MessageError(f"a UUID must have {UUID_BYTES} bytes")
+        keys = _uuid_keys(uuids)
         seen: dict[bytes, int] = {}
         for i, key in enumerate(keys):
             n = seen[key] = seen.get(key, 0) + 1
@@ -157,14 +167,13 @@ class UuidIndex:
         self.repeated = len(keys) - len(seen)
         for gone in set(self._ids) - set(keys):
             del self._uuids[self._ids.pop(gone)]
-        out = np.zeros(len(keys), dtype=np.uint32)
-        for i, key in enumerate(keys):
-            if key not in self._ids:
-                self._ids[key] = self._next
+        ids = self._ids
+        for key in keys:
+            if key not in ids:
+                ids[key] = self._next
                 self._uuids[self._next] = key[:UUID_BYTES]
                 self._next += 1
-            out[i] = self._ids[key]
-        return out
+        return np.array([ids[key] for key in keys], dtype=np.uint32)
 
     def uuids(self, ids: np.ndarray) -> np.ndarray:
         out = np.zeros((len(ids), UUID_BYTES), dtype=np.uint8)

@@ -7,7 +7,7 @@ import uuid
 import numpy as np
 import pytest
 
-from dynshape_perception.errors import ConfigError
+from dynshape_perception.errors import ConfigError, MessageError
 from dynshape_perception.perception.objects import (
     ObjectParams,
     TrackUuids,
@@ -57,6 +57,24 @@ def test_uuid_index_gives_small_ids_and_forgets_gone_ones() -> None:
     assert np.array_equal(index.uuids(ids), np.stack([a, a, b, a]))
     assert index.update(np.stack([a, a])).tolist() == ids[[0, 1]].tolist()
     assert index.repeated == 1
+
+
+def test_uuid_rows_of_an_array_get_the_ids_of_the_same_uuids_given_one_by_one() -> None:
+    rng = np.random.default_rng(5)
+    pool = rng.integers(0, 256, (6, 16), dtype=np.uint8)
+    rows, one_by_one = UuidIndex(), UuidIndex()
+    for _ in range(50):
+        message = pool[rng.integers(0, len(pool), int(rng.integers(0, 8)))]
+        # A non-contiguous view, as a column of a wider table would be.
+        wide = np.zeros((len(message), 32), np.uint8)
+        wide[:, ::2] = message
+        ids = rows.update(wide[:, ::2])
+        assert ids.dtype == np.uint32 and ids.shape == (len(message),)
+        # [N, 16, 1]: not the rows of a byte matrix, so read one by one.
+        assert ids.tolist() == one_by_one.update(message[:, :, None]).tolist()
+        assert rows.repeated == one_by_one.repeated
+    with pytest.raises(MessageError, match="16 bytes"):
+        UuidIndex().update(np.zeros((2, 15), np.uint8))
 
 
 def test_existence_grows_with_hits_and_fades_with_misses() -> None:
