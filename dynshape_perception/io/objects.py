@@ -271,30 +271,33 @@ BAD_OBJECT = "bad_object"
 
 
 @functools.lru_cache(maxsize=8)
-def _float_layout(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
-    """The columns of the float fields and of the box sizes where the records are 4-byte
-    scalars back to back (rows of a float32 matrix), or None."""
+def _float_layout(dtype: np.dtype) -> slice | None:
+    """The box sizes' columns where the records are 4-byte scalars back to back, the sizes
+    side by side (rows of a float32 matrix), or None."""
     names, fields = dtype.names, dtype.fields
     if not names or fields is None or dtype.itemsize != 4 * len(names):
         return None
     for i, name in enumerate(names):
         if dtype[name].itemsize != 4 or dtype[name].shape or fields[name][1] != 4 * i:
             return None
-    floats = [i for i, n in enumerate(names) if dtype[n].kind == "f"]
-    sizes = [names.index(n) for n in BOX_SIZES if n in names]
-    return np.array(floats, np.intp), np.array(sizes, np.intp)
+    columns = [names.index(n) for n in BOX_SIZES if n in names]
+    if not columns or columns != list(range(columns[0], columns[0] + len(columns))):
+        return None
+    if any(dtype[names[c]].kind != "f" for c in columns):
+        return None
+    return slice(columns[0], columns[0] + len(columns))
 
 
 def _all_usable(table: np.ndarray) -> bool:
     """True only if no row has a problem: every float finite, every box size positive.
-    One pass over the table as a matrix: a message's rows are read at every input."""
-    layout = _float_layout(table.dtype)
-    if layout is None or table.ndim != 1 or not table.flags.c_contiguous:
+    One pass over the table as a float32 matrix, as few calls as may be: a message's rows
+    are checked at every input, with the code cold. Integer fields are tested as floats
+    too; one whose bits read as NaN or Inf only sends the table the long way."""
+    sizes = _float_layout(table.dtype)
+    if sizes is None or table.ndim != 1 or not table.flags.c_contiguous:
         return False
-    floats, sizes = layout
     matrix = table.view(np.float32).reshape(-1, table.dtype.itemsize // 4)
-    with np.errstate(invalid="ignore"):
-        return bool(np.isfinite(matrix[:, floats]).all() and (matrix[:, sizes] > 0.0).all())
+    return bool(np.isfinite(matrix).all() and (matrix[:, sizes] > 0.0).all())
 
 
 def row_problems(table: np.ndarray, what: str) -> dict[int, str]:

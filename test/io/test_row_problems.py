@@ -17,7 +17,7 @@ def _rows(dtype: np.dtype, n: int, rng: np.random.Generator) -> np.ndarray:
         if dtype[name].kind == "f":
             table[name] = rng.uniform(0.1, 5.0, n)
         else:
-            table[name] = rng.integers(0, 2**32, n, dtype=np.uint64)
+            table[name] = rng.integers(0, 2**20, n)
     return table
 
 
@@ -45,6 +45,15 @@ def test_a_zero_box_size_or_a_nan_anywhere_is_found() -> None:
     problems = row_problems(table, "tracked object")
     assert sorted(problems) == [1, 3]
     assert "width 0.0" in problems[1] and "vy nan" in problems[3]
+
+
+def test_integers_whose_bits_read_as_nan_are_no_problem() -> None:
+    table = _rows(TRACK_DTYPE, 4, np.random.default_rng(2))
+    table["id"][2] = 0x7FC00000  # a quiet NaN's bits
+    table["num_points"][0] = 0xFF800000  # minus infinity's
+    assert row_problems(table, "tracked object") == {}
+    table["score"][3] = np.nan
+    assert sorted(row_problems(table, "tracked object")) == [3]
 
 
 def test_rows_that_are_no_float_matrix_take_the_columns() -> None:
