@@ -159,21 +159,27 @@ class UuidIndex:
         another object, with an id of its own) and counted in ``repeated``.
         """
         keys = _uuid_keys(uuids)
-        seen: dict[bytes, int] = {}
-        for i, key in enumerate(keys):
-            n = seen[key] = seen.get(key, 0) + 1
-            if n > 1:
-                keys[i] = key + n.to_bytes(4, "little")
-        self.repeated = len(keys) - len(seen)
-        for gone in set(self._ids) - set(keys):
-            del self._uuids[self._ids.pop(gone)]
+        present = set(keys)
+        self.repeated = len(keys) - len(present)
+        if self.repeated:
+            seen: dict[bytes, int] = {}
+            for i, key in enumerate(keys):
+                n = seen[key] = seen.get(key, 0) + 1
+                if n > 1:
+                    keys[i] = key + n.to_bytes(4, "little")
+            present = set(keys)
         ids = self._ids
-        for key in keys:
-            if key not in ids:
-                ids[key] = self._next
-                self._uuids[self._next] = key[:UUID_BYTES]
-                self._next += 1
-        return np.array([ids[key] for key in keys], dtype=np.uint32)
+        for gone in ids.keys() - present:
+            del self._uuids[ids.pop(gone)]
+        # Most messages bring no new UUID: the loop that hands out ids, in message order,
+        # runs only for those that do.
+        if not ids.keys() >= present:
+            for key in keys:
+                if key not in ids:
+                    ids[key] = self._next
+                    self._uuids[self._next] = key[:UUID_BYTES]
+                    self._next += 1
+        return np.fromiter(map(ids.__getitem__, keys), np.uint32, len(keys))
 
     def uuids(self, ids: np.ndarray) -> np.ndarray:
         out = np.zeros((len(ids), UUID_BYTES), dtype=np.uint8)
