@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from rclpy.time import Time
-from tf2_ros import Buffer
+from tf2_ros import Buffer, TransformException
 
 from dynshape_perception.errors import TransformError
 from dynshape_perception.nodes.frames import StaticTree, Tf2Lookup
@@ -159,3 +159,20 @@ def test_static_chains_are_those_of_tf_static_alone() -> None:
     tree.add("lidar", "mount", static=True)  # a loop tf2 would refuse to follow ends too
     assert tree.version == version + 1
     assert not tree.static_chain("odom", "lidar")
+
+
+def test_a_frame_no_transform_named_is_refused_before_tf2_is_asked() -> None:
+    buffer = CountingBuffer()
+    buffer.set_transform_static(
+        transform_msg("base_link", "lidar", planar(1.0), time_msg(0)), "test"
+    )
+    tf = Tf2Lookup(buffer)
+    for target, source in (("base_link", "radar"), ("map", "lidar"), ("map", "radar")):
+        with pytest.raises(TransformError, match="does not exist"):
+            tf.lookup(target, source, 5.0)
+        with pytest.raises(TransformException):
+            Buffer.lookup_transform(buffer, target, source, Time())
+    assert buffer.lookups == 0
+    # A frame to itself is the identity, named or not, as in tf2.
+    np.testing.assert_array_equal(tf.lookup("radar", "radar", 5.0), np.eye(4))
+    np.testing.assert_array_equal(tf.lookup("base_link", "lidar", 5.0), planar(1.0))
