@@ -41,8 +41,9 @@ def _pairs() -> list[tuple[str, Call, Call]]:
     )
     from rclpy.node import Node
     from rclpy.time import Time
-    from tf2_ros import Buffer
+    from tf2_ros import Buffer, TransformException
 
+    from dynshape_perception.errors import TransformError
     from dynshape_perception.io.objects import _problems_by_column, row_problems
     from dynshape_perception.nodes.diagnostics import TopicTicks
     from dynshape_perception.nodes.frames import StaticTree, Tf2Lookup
@@ -71,6 +72,18 @@ def _pairs() -> list[tuple[str, Call, Call]]:
     uuids = rng.integers(0, 256, (TRACKS, 16), dtype=np.uint8)
     one_by_one, rows = UuidIndex(), UuidIndex()
 
+    def unmounted_before() -> None:
+        try:
+            buffer.lookup_transform("base_link", "radar", Time(nanoseconds=5 * 10**9))
+        except TransformException:
+            pass
+
+    def unmounted_now() -> None:
+        try:
+            lookup.lookup("base_link", "radar", 5.0)
+        except TransformError:
+            pass
+
     def tick_now() -> None:
         ticks.tick(time.time())
         if len(ticks.pending) > 1000:
@@ -88,6 +101,7 @@ def _pairs() -> list[tuple[str, Call, Call]]:
             lambda: lookup.lookup("base_link", "lidar", 5.0),
             lambda: kept.lookup("base_link", "lidar", 5.0),
         ),
+        ("sensor mount not on TF (parameters)", unmounted_before, unmounted_now),
         (
             f"row check, {TRACKS} tracks",
             lambda: _problems_by_column(tracks, "tracked object"),
