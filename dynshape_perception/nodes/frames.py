@@ -225,12 +225,15 @@ class Tf2Lookup:
         tree = self.tree
         # Only stamps rclpy takes: one it refuses must still fail.
         takes = math.isfinite(stamp_s) and 0 <= round(stamp_s * NS_PER_S) < MAX_TIME_NS
-        if tree is None or not takes or not tree.static_chain(target, source):
+        if tree is None or not takes:
             return self._lookup(target, source, stamp_s)
         version = tree.version
         kept = self._static.get((target, source))
+        # Kept only for a static chain, which stays one while the version stands.
         if kept is not None and kept[0] == version:
             return kept[1].copy()
+        if not tree.static_chain(target, source):
+            return self._lookup(target, source, stamp_s)
         found = self._lookup(target, source, stamp_s)
         self._static[target, source] = (version, found.copy())
         return found
