@@ -22,6 +22,10 @@ def run(module: str) -> int:
     keep_unused_out()
     try:
         node_main = importlib.import_module(f"dynshape_perception.nodes.{module}").main
+        # After the import: loading tvm_ffi installs its own SIGSEGV handler, which prints
+        # only native frames and would replace this one. This one writes every thread's
+        # Python stack, then hands the signal on to it.
+        faulthandler.enable(all_threads=True)
         code = int(node_main())
     except BaseException:
         # StartupInterrupted, or what C code under it (numpy's import of datetime, a TVM
