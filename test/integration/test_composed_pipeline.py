@@ -144,18 +144,19 @@ def _watch(session: NodeSession, condition: Callable[[Diagnostics], bool]) -> li
     return seen
 
 
-def test_every_tier_reports_in_diagnostics_and_near_obstacles_come_first(
+def test_every_tier_reports_in_diagnostics_and_the_near_field_answers_every_scan(
     session: NodeSession, kitti_points: np.ndarray
 ) -> None:
     stamps = _frames(session, kitti_points, 3)
     got = session.probe.received
+    # Not which of a scan's near and full outputs arrives first: tier 1 runs on a lane of
+    # its own with the earlier deadline, and on a loaded host the two lanes race.
+    # `bench deadlines` and `bench e2e` measure the tiers' latencies.
     for ns in stamps:
         near, full = got["near_obstacles"][ns], got["obstacles"][ns]
-        assert near.frame_id == full.frame_id == "base_link"
-        assert got["near_objects"][ns].t_s <= got[DETECTED][ns].t_s
+        assert near.frame_id == full.frame_id == got["near_objects"][ns].frame_id == "base_link"
         assert read_table(near.msg).dtype.names == OBSTACLE_DTYPE.names
         assert near.table is not None and near.table.shape[0] <= full.msg.width
-        assert near.t_s <= full.t_s
     values = _watch(
         session, lambda s: int(s.values.get("tier4.best_effort.completed", 0)) >= len(stamps)
     )[-1].values
