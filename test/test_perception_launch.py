@@ -4,22 +4,13 @@ with every exit code 0."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
 import unittest
 
 import pytest
 
+from dynshape_perception.testing import launch_stack_required
+
 pytestmark = pytest.mark.ros
-
-
-def _jazzy_wheels() -> bool:
-    try:
-        importlib.metadata.distribution("ros-jazzy-rclpy")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
 
 try:
     import launch_testing
@@ -38,7 +29,7 @@ try:
 except ImportError:
     # Neither a ROS 2 install nor the launch wheels: make test installs them for Kilted, and
     # the Jazzy wheels have no launch stack.
-    if os.environ.get("CI") == "true" and not _jazzy_wheels():
+    if launch_stack_required():
         raise
     pytest.skip("launch_testing is not installed", allow_module_level=True)
 

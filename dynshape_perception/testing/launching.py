@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import unittest
 from collections.abc import Mapping
@@ -9,7 +10,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
-from launch.actions import IncludeLaunchDescription, SetEnvironmentVariable
+from launch.actions import IncludeLaunchDescription, RegisterEventHandler, SetEnvironmentVariable
+from launch.event_handlers import OnProcessExit, OnProcessStart, OnShutdown
+from launch.events.process import ProcessExited, ProcessStarted
+from launch.launch_context import LaunchContext
 from launch.launch_description import LaunchDescription
 from launch.launch_description_sources import AnyLaunchDescriptionSource
 from launch.substitutions import PathJoinSubstitution
@@ -21,7 +25,7 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.resources import PACKAGE, shared_data_dir
 from dynshape_perception.testing.probe import Probe, Received, probe_session
-from dynshape_perception.testing.processes import dds_settings, domain_lease
+from dynshape_perception.testing.processes import dds_settings, domain_lease, dump_stacks
 
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 STEP_NS = 100_000_000
@@ -31,6 +35,9 @@ MOUNT_HEIGHT_M = 1.73
 FRAMES = 6
 STARTUP_S = 600.0
 FRAME_S = 30.0
+# Launch sends SIGTERM 5 s after SIGINT and then kills: a node still running before that
+# is asked for its stacks, the one record of where it is stuck.
+STACKS_AFTER_S = 4.0
 # Domains leased by this process; their locks go when it exits.
 _LEASES = ExitStack()
 
@@ -65,12 +72,47 @@ def launch_description(
     return LaunchDescription(
         [
             *(SetEnvironmentVariable(key, value) for key, value in env.items()),
+            *StackWatch().handlers(),
             IncludeLaunchDescription(
                 AnyLaunchDescriptionSource(path), launch_arguments=list(arguments.items())
             ),
             ReadyToTest(),
         ]
     ), {"domain": domain}
+
+
+class StackWatch:
+    """The launched processes; those still running ``STACKS_AFTER_S`` after the launch
+    shuts down write their stacks to their output, which the test prints."""
+
+    def __init__(self) -> None:
+        self._running: set[int] = set()
+        self._lock = threading.Lock()
+
+    def handlers(self) -> list[RegisterEventHandler]:
+        return [
+            RegisterEventHandler(OnProcessStart(on_start=self._started)),
+            RegisterEventHandler(OnProcessExit(on_exit=self._exited)),
+            RegisterEventHandler(OnShutdown(on_shutdown=self._shutdown)),
+        ]
+
+    def _started(self, event: ProcessStarted, context: LaunchContext) -> None:
+        with self._lock:
+            self._running.add(event.pid)
+
+    def _exited(self, event: ProcessExited, context: LaunchContext) -> None:
+        with self._lock:
+            self._running.discard(event.pid)
+
+    def _shutdown(self, event: object, context: LaunchContext) -> None:
+        timer = threading.Timer(STACKS_AFTER_S, self._dump)
+        timer.daemon = True
+        timer.start()
+
+    def _dump(self) -> None:
+        with self._lock:
+            running = sorted(self._running)
+        dump_stacks(running)
 
 
 @dataclass
