@@ -3,6 +3,7 @@ shuts down writes its stacks before launch escalates to SIGTERM; one that stops 
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from collections import defaultdict
@@ -49,7 +50,9 @@ def _role(event: ProcessIO | ProcessExited) -> str:
     return event.process_name.rsplit("-", 1)[0]
 
 
-def test_a_process_that_does_not_stop_writes_its_stacks_before_sigterm() -> None:
+def test_a_process_that_does_not_stop_writes_its_stacks_before_sigterm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     watch = StackWatch()
     processes = {
         role: ExecuteProcess(cmd=[sys.executable, "-c", PROGRAM, role], name=role, output="log")
@@ -87,3 +90,7 @@ def test_a_process_that_does_not_stop_writes_its_stacks_before_sigterm() -> None
     assert codes == {"stuck": -signal.SIGTERM, "prompt": 0}
     assert "waits_in_shutdown" in stderr["stuck"], stderr["stuck"]
     assert "waits_in_shutdown" not in stderr["prompt"], stderr["prompt"]
+    # And the test's own output names it with its threads' states.
+    reported = capsys.readouterr().err
+    assert re.search(r"pid \d+ still running \(stacks in its log\); threads:\n  \d+ ", reported)
+    assert reported.count("still running") == 1, reported

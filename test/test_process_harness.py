@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from dynshape_perception.testing.processes import (
     dump_stacks,
     session_left,
     session_members,
+    thread_states,
 )
 
 pytestmark = pytest.mark.ros
@@ -127,6 +129,29 @@ def test_a_process_that_does_not_catch_the_signal_is_not_sent_it(tmp_path: Path)
         assert node.alive()
     finally:
         node.stop(signal.SIGKILL)
+
+
+def test_thread_states_give_each_thread_its_state() -> None:
+    done = threading.Event()
+    sleeper = threading.Thread(target=done.wait)
+    sleeper.start()
+    try:
+        me = str(threading.get_native_id())
+
+        def states() -> dict[str, list[str]]:
+            return {line.split()[0]: line.split()[1:] for line in thread_states(os.getpid())}
+
+        # Running as it reads, and the other thread asleep on its Event once it gets there.
+        deadline = time.monotonic() + 10.0
+        while states()[str(sleeper.native_id)][1] != "S" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        found = states()
+        assert found[me][1] == "R" and found[str(sleeper.native_id)][1] == "S", found
+        assert all(len(fields) == 3 for fields in found.values()), found
+    finally:
+        done.set()
+        sleeper.join()
+    assert thread_states(2**22 + 1) == []
 
 
 def test_waiting_on_a_node_ends_when_it_exits(tmp_path: Path) -> None:

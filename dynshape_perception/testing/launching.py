@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import unittest
@@ -25,7 +26,12 @@ from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.resources import PACKAGE, shared_data_dir
 from dynshape_perception.testing.probe import Probe, Received, probe_session
-from dynshape_perception.testing.processes import dds_settings, domain_lease, dump_stacks
+from dynshape_perception.testing.processes import (
+    dds_settings,
+    domain_lease,
+    dump_stacks,
+    thread_states,
+)
 
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
 STEP_NS = 100_000_000
@@ -112,7 +118,11 @@ class StackWatch:
     def _dump(self) -> None:
         with self._lock:
             running = sorted(self._running)
-        dump_stacks(running)
+        asked = dump_stacks(running)
+        for pid in running:
+            threads = "\n  ".join(thread_states(pid))
+            stacks = "stacks in its log" if pid in asked else "no SIGUSR1 handler left"
+            print(f"pid {pid} still running ({stacks}); threads:\n  {threads}", file=sys.stderr)
 
 
 @dataclass

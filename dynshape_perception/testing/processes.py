@@ -231,6 +231,27 @@ def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]
     return asked
 
 
+def thread_states(pid: int) -> list[str]:
+    """Each thread of ``pid`` as ``name state wchan``: its name, its scheduler state and the
+    kernel function it sleeps in, from /proc. It tells where a process waits once it is past
+    its own handlers (late in the interpreter's exit), where it writes no stack."""
+    states: list[str] = []
+    try:
+        tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name))
+    except OSError:
+        return states
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            # The state follows the parenthesised name, which may hold spaces itself.
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (task / "wchan").read_text().strip() or "-"
+        except (OSError, IndexError):
+            continue
+        states.append(f"{task.name} {name} {state} {wchan}")
+    return states
+
+
 def session_members(session_id: int) -> dict[int, str]:
     """The live (not zombie) processes of a session, and their command lines: everything a
     process started with ``start_new_session`` left, wherever it was reparented to."""
