@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import gc
 import threading
@@ -722,6 +723,13 @@ def output_header(stamp: Any, frame_id: str) -> Header:
     return Header(stamp=stamp, frame_id=frame_id)
 
 
+# A node still stopping this long after its spin ended writes every thread's stack to stderr:
+# launch sends SIGTERM at 5 s, which the node ignores by then, and kills it at 10-15 s.
+STOP_STACKS_S = 3.0
+# The descriptor itself, whatever object sys.stderr has been replaced with.
+STDERR_FD = 2
+
+
 def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = None) -> int:
     """Spin one node until SIGINT/SIGTERM (exit 0), stopping its compile workers on the way out.
 
@@ -752,6 +760,9 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
                     return 0
                 raise
         finally:
+            # From C: a stop stuck in native code (DDS teardown, a joined thread inside
+            # TVM) holds the GIL or the main thread, and ignores SIGTERM once spinning.
+            faulthandler.dump_traceback_later(STOP_STACKS_S, file=STDERR_FD)
             node.close()
         if node.failure is not None:
             raise node.failure
@@ -763,4 +774,5 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
     finally:
         rclpy.try_shutdown()
         shutting_down()
+        faulthandler.cancel_dump_traceback_later()
     return 0

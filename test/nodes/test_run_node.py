@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
+from dynshape_perception.nodes import base
 from dynshape_perception.nodes.base import run_node
 
 pytestmark = pytest.mark.ros
@@ -72,3 +74,45 @@ def test_a_failed_input_thread_is_raised_though_it_shut_the_context_down(
     with pytest.raises(RuntimeError, match="input thread failed"):
         run_node(lambda: node, args=[])  # type: ignore[arg-type, return-value]
     assert node.closed
+
+
+class SlowClosingNode(ClosingNode):
+    def __init__(self, close_s: float) -> None:
+        super().__init__()
+        self.close_s = close_s
+
+    def close(self) -> None:
+        slow_close_fault_injector(self.close_s)
+        super().close()
+
+
+def slow_close_fault_injector(seconds: float) -> None:
+    """Fault injector: a stop that waits in its close, as one stuck in DDS teardown does."""
+    time.sleep(seconds)
+
+
+def spin_stopped(node: Any) -> None:
+    rclpy.shutdown()
+    raise ExternalShutdownException()
+
+
+def test_a_stop_that_takes_too_long_writes_every_threads_stack(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(base, "STOP_STACKS_S", 0.2)
+    monkeypatch.setattr(rclpy, "spin", spin_stopped)
+    node = SlowClosingNode(close_s=1.0)
+    assert run_node(lambda: node, args=[]) == 0  # type: ignore[arg-type, return-value]
+    said = capfd.readouterr().err
+    assert "most recent call first" in said and "slow_close_fault_injector" in said, said
+
+
+def test_a_prompt_stop_writes_no_stack(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(base, "STOP_STACKS_S", 0.2)
+    monkeypatch.setattr(rclpy, "spin", spin_stopped)
+    assert run_node(lambda: ClosingNode(), args=[]) == 0  # type: ignore[arg-type, return-value]
+    # Past the limit: the watch ended with the stop.
+    time.sleep(0.6)
+    assert "most recent call first" not in capfd.readouterr().err
