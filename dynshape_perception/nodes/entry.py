@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import importlib
 import logging
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from dynshape_perception.interrupts import STACKS_SIGNAL, install_handlers, requested
 from dynshape_perception.runtime.lean_imports import keep_unused_out
@@ -34,16 +36,30 @@ def run(module: str) -> int:
             raise
     else:
         if requested() is None:
-            return code
+            # The node has closed all it started and left the graph. Interpreter
+            # finalisation would add only waits and teardown: joins of threads a native
+            # call may hold, and TVM's and Fast DDS's static destructors running beside
+            # daemon threads still inside them, where a stall or crash hangs the exit.
+            leave(code)
     stop = signal.Signals(requested() or signal.SIGTERM).name
     print(f"{module}: {stop} during start-up: exiting", flush=True)
     # A generic build may still run on its helper thread inside TVM (runtime/engine.py);
     # interpreter finalisation would tear that thread down mid-call. Everything the node
     # started was closed while the interruption unwound.
+    leave(0)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code`` once the logs are out, without the interpreter's finalisation."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    # C's streams too: ROS logging may write to a buffered stdout (RCUTILS_LOGGING_USE_STDOUT).
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except OSError:
+        pass
+    os._exit(code)
 
 
 def pointcloud_node() -> int:
