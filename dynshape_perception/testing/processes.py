@@ -232,9 +232,9 @@ def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]
 
 
 def thread_states(pid: int) -> list[str]:
-    """Each thread of ``pid`` as ``name state wchan``: its name, its scheduler state and the
-    kernel function it sleeps in, from /proc. It tells where a process waits once it is past
-    its own handlers (late in the interpreter's exit), where it writes no stack."""
+    """Each thread of ``pid`` as ``tid name state wchan``: its name, its scheduler state and
+    the kernel function it sleeps in, from /proc. It tells where a process waits that no
+    longer answers ``STACKS_SIGNAL`` (one past the interpreter's finalisation)."""
     states: list[str] = []
     try:
         tasks = sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda t: int(t.name))
