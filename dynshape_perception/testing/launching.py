@@ -94,6 +94,7 @@ class StackWatch:
     def __init__(self) -> None:
         self._running: set[int] = set()
         self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def handlers(self) -> list[RegisterEventHandler]:
         return [
@@ -111,16 +112,21 @@ class StackWatch:
             self._running.discard(event.pid)
 
     def _shutdown(self, event: object, context: LaunchContext) -> None:
-        timer = threading.Timer(STACKS_AFTER_S, self._dump)
-        timer.daemon = True
-        timer.start()
+        # Once: launch handles each Shutdown event emitted, and a test may emit several.
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(STACKS_AFTER_S, self._dump)
+        self._timer.daemon = True
+        self._timer.start()
 
     def _dump(self) -> None:
         with self._lock:
             running = sorted(self._running)
+        # Before the stacks, whose wait may outlast the process: launch's SIGTERM follows.
+        states = {pid: "\n  ".join(thread_states(pid)) for pid in running}
         asked = dump_stacks(running)
-        for pid in running:
-            threads = "\n  ".join(thread_states(pid))
+        for pid, threads in states.items():
             stacks = "stacks in its log" if pid in asked else "no SIGUSR1 handler left"
             print(f"pid {pid} still running ({stacks}); threads:\n  {threads}", file=sys.stderr)
 
