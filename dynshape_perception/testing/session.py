@@ -43,6 +43,8 @@ READY_PUBLISHERS = {
 STAMP_STEP_NS = 100_000_000
 # The standard outputs, by stage: detection, tracking, prediction; and the markers.
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
+# The frame of the probe's odometry, and so of tracks and predictions.
+ODOM_FRAME = "odom"
 OUTPUTS = (DETECTED, TRACKED, PREDICTED, "markers")
 # How long the deferred outputs of a frame whose awaited ones came may still take: they were
 # published first, so they are already in, unless a node dropped them.
@@ -143,15 +145,19 @@ class NodeSession:
         return timing
 
     def prime(self, cloud: np.ndarray, first_ns: int, attempts: int, timeout_s: float) -> int:
-        """Send frames until one comes all the way through (discovery settles); next stamp."""
+        """Send frames until one comes all the way through in the odometry's frame; the next
+        stamp. Discovery has settled then, and every node has taken odometry: one that reads
+        a scan before its first odometry tracks in the sensor's frame, and resets its tracks
+        when it switches, a few frames into what follows."""
         stamp = first_ns
         for _ in range(attempts):
-            timing = self.frame(cloud, stamp, Pose2D(), timeout_s, wait_for=(PREDICTED,))
+            self.frame(cloud, stamp, Pose2D(), timeout_s, wait_for=(PREDICTED,))
+            came = self.probe.received[PREDICTED].get(stamp)
             stamp += STAMP_STEP_NS
-            if timing.after_publish_ms[PREDICTED] is not None:
+            if came is not None and came.frame_id == ODOM_FRAME:
                 return stamp
             self.check_alive()
-        raise ConfigError(f"no predictions came back after {attempts} frames")
+        raise ConfigError(f"no predictions in {ODOM_FRAME!r} came back after {attempts} frames")
 
     def stop(self, sig: int = signal.SIGINT) -> dict[str, int]:
         return {proc.name: proc.stop(sig) for proc in self.processes}
