@@ -89,6 +89,7 @@ def test_a_process_that_does_not_stop_writes_its_stacks_before_sigterm(
         )
     )
     service.run()
+    watch.wait(30.0)
     assert codes == {"stuck": -signal.SIGTERM, "prompt": 0}
     assert "waits_in_shutdown" in stderr["stuck"], stderr["stuck"]
     assert "waits_in_shutdown" not in stderr["prompt"], stderr["prompt"]

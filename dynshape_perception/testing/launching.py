@@ -22,11 +22,13 @@ from launch_ros.substitutions import FindPackageShare
 from launch_testing.actions import ReadyToTest
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.interrupts import STACKS_SIGNAL
 from dynshape_perception.io.datasets import read_kitti_bin
 from dynshape_perception.perception.transforms import planar
 from dynshape_perception.resources import PACKAGE, shared_data_dir
 from dynshape_perception.testing.probe import Probe, Received, probe_session
 from dynshape_perception.testing.processes import (
+    catches,
     dds_settings,
     domain_lease,
     dump_stacks,
@@ -117,18 +119,25 @@ class StackWatch:
             if self._timer is not None:
                 return
             self._timer = threading.Timer(STACKS_AFTER_S, self._dump)
-        self._timer.daemon = True
-        self._timer.start()
+            self._timer.daemon = True
+            self._timer.start()
 
     def _dump(self) -> None:
         with self._lock:
             running = sorted(self._running)
         # Before the stacks, whose wait may outlast the process: launch's SIGTERM follows.
-        states = {pid: "\n  ".join(thread_states(pid)) for pid in running}
-        asked = dump_stacks(running)
-        for pid, threads in states.items():
-            stacks = "stacks in its log" if pid in asked else "no SIGUSR1 handler left"
+        for pid in running:
+            threads = "\n  ".join(thread_states(pid))
+            stacks = "stacks in its log" if catches(pid, STACKS_SIGNAL) else "no SIGUSR1 handler"
             print(f"pid {pid} still running ({stacks}); threads:\n  {threads}", file=sys.stderr)
+        dump_stacks(running)
+
+    def wait(self, timeout_s: float) -> None:
+        """Until the watch has reported, if the launch has shut down."""
+        with self._lock:
+            timer = self._timer
+        if timer is not None:
+            timer.join(timeout_s)
 
 
 @dataclass
