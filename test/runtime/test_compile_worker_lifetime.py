@@ -60,10 +60,18 @@ def children() -> list[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie; a process may end between any two looks at it."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def gone(pids: list[int]) -> bool:
     deadline = time.monotonic() + EXIT_WAIT_S
     while time.monotonic() < deadline:
-        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids):
+        if not any(running(p) for p in pids):
             return True
         time.sleep(0.05)
     return False
