@@ -1,6 +1,7 @@
 """The process harness: ``session_left`` does not count a session's helper that ends on its
 own after its leader (as multiprocessing's resource tracker does, on EOF), and counts one
-that stays; a node that does not stop in time writes its stacks before it is killed."""
+that stays; a node, or a ``ros2`` command, that does not stop in time writes its stacks
+before it is killed."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ import pytest
 
 from dynshape_perception.testing.processes import (
     NodeProcess,
+    abort_for_stacks,
     dump_stacks,
+    python_stacks_env,
     session_left,
     session_members,
     thread_states,
 )
+from dynshape_perception.testing.ros2cli import Launched
 
 pytestmark = pytest.mark.ros
 
@@ -161,3 +165,56 @@ def test_waiting_on_a_node_ends_when_it_exits(tmp_path: Path) -> None:
         assert not node.alive()
     finally:
         node.stop()
+
+
+# A command (not a node) that ignores Ctrl-C, as a ``ros2`` command stuck in its exit does.
+STUCK_COMMAND = """
+import signal, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def stuck_in_exit():
+    print("stopping", flush=True)
+    time.sleep(600)
+
+stuck_in_exit()
+"""
+
+
+def launched_command(tmp_path: Path, env: dict[str, str]) -> Launched:
+    log_path = tmp_path / "command.log"
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen(
+            [sys.executable, "-c", STUCK_COMMAND],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    command = Launched(popen, log_path)
+    deadline = time.monotonic() + 60.0
+    while "stopping" not in command.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "stopping" in command.log(), command.log()
+    return command
+
+
+def test_a_command_that_hangs_writes_its_python_stacks_and_threads_when_killed(
+    tmp_path: Path,
+) -> None:
+    command = launched_command(tmp_path, python_stacks_env(os.environ))
+    pid = command.popen.pid
+    assert command.interrupt(timeout_s=0.5) in (-signal.SIGABRT, -signal.SIGKILL)
+    log = command.log()
+    assert "most recent call first" in log and "stuck_in_exit" in log, log
+    assert f"killed pid {pid} (" in log and f"its threads:\n  {pid} " in log, log
+
+
+def test_a_command_without_faulthandler_is_not_aborted(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    command = launched_command(tmp_path, env)
+    try:
+        assert abort_for_stacks([command.popen.pid], wait_s=0.2) == []
+        assert command.popen.poll() is None
+    finally:
+        assert command.interrupt(timeout_s=0.5) == -signal.SIGKILL
+    assert "most recent call first" not in command.log()

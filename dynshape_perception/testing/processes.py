@@ -231,6 +231,31 @@ def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]
     return asked
 
 
+def abort_for_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]:
+    """SIGABRT to each process that has Python's faulthandler on it (``PYTHONFAULTHANDLER``,
+    as ``python_stacks_env`` sets for commands that are not nodes): it writes every
+    thread's Python stack to its stderr and ends. For processes about to be killed anyway;
+    one without a SIGABRT handler, or with ``STACKS_SIGNAL`` (a node: ask it instead), is
+    left alone."""
+    asked: list[int] = []
+    for pid in pids:
+        if catches(pid, signal.SIGABRT) and not catches(pid, STACKS_SIGNAL):
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except ProcessLookupError:
+                continue
+            asked.append(pid)
+    if asked:
+        time.sleep(wait_s)
+    return asked
+
+
+def python_stacks_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a third-party Python command (``ros2``): with faulthandler on from its
+    start, so that one that hangs can be made to write its stacks (``abort_for_stacks``)."""
+    return {**env, "PYTHONFAULTHANDLER": "1"}
+
+
 def thread_states(pid: int) -> list[str]:
     """Each thread of ``pid`` as ``tid name state wchan``: its name, its scheduler state and
     the kernel function it sleeps in, from /proc. It tells where a process waits that no

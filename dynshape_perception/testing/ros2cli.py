@@ -16,11 +16,14 @@ from pathlib import Path
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.testing.processes import (
     STOP_TIMEOUT_S,
+    abort_for_stacks,
     dds_env,
     dump_stacks,
     kill_session,
+    python_stacks_env,
     session_left,
     session_members,
+    thread_states,
 )
 
 # Discovery of a remote node by a fresh ros2 process (daemon or not) may take seconds here.
@@ -42,11 +45,12 @@ def ros2_executable() -> Path | None:
 
 def ros2_env(domain_id: int) -> dict[str, str]:
     """A shell's environment for ``ros2``: the domain, the DDS settings, this prefix on
-    AMENT_PREFIX_PATH (as the venv's activate sets it)."""
+    AMENT_PREFIX_PATH (as the venv's activate sets it), and Python's faulthandler on, for
+    the stacks of a command that hangs."""
     env = dds_env(domain_id)
     prefixes = [sys.prefix, *filter(None, env.get("AMENT_PREFIX_PATH", "").split(os.pathsep))]
     env["AMENT_PREFIX_PATH"] = os.pathsep.join(dict.fromkeys(prefixes))
-    return env
+    return python_stacks_env(env)
 
 
 @dataclass(frozen=True)
@@ -177,10 +181,19 @@ class Launched:
         return int(self.popen.returncode)
 
     def kill(self) -> None:
-        """Every process of the session, each node having written its stacks to the log."""
-        dump_stacks(session_members(self.popen.pid))
+        """Every process of the session, after each has said where it waits: its Python
+        stacks in the log (a node's on ``STACKS_SIGNAL``, a ``ros2`` command's on SIGABRT),
+        then its threads' states, read before, appended to the log."""
+        members = session_members(self.popen.pid)
+        states = {pid: thread_states(pid) for pid in members}
+        dump_stacks(members)
+        abort_for_stacks(members)
         kill_session(self.popen.pid)
         self.popen.wait()
+        with self.log_path.open("a") as log:
+            for pid, cmdline in members.items():
+                threads = "\n  ".join(states[pid])
+                log.write(f"\nkilled pid {pid} ({cmdline[:200]}); its threads:\n  {threads}\n")
 
     def leftovers(self) -> dict[int, str]:
         return session_left(self.popen.pid)
