@@ -8,8 +8,11 @@ Usage:
 
 Per segment of the chain (scan sent, each node's receive callback, each publish, the
 probe's receive) the median, 90th percentile and max in ms over the measured frames, the
-slowest frames segment by segment, and each process's garbage collections in the measured
-window (count, total and longest ms).
+slowest frames segment by segment, each process's garbage collections and diagnostics
+updates in the measured window (count, total and longest ms), and per node thread what a
+frame cost it (scan sent to predictions in): ms on a core, ms runnable but waiting for one,
+times scheduled in and minor page faults, at the median frame and in the frames whose
+threads ran longest together.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
@@ -44,6 +48,10 @@ CHAINS = {
 }
 WARMUP_FRAMES = 5
 SLOWEST = 8
+HEAVIEST = 5
+# run ns, runnable-wait ns, times scheduled in, minor faults: a sched line's counters.
+COUNTERS = 4
+NS_PER_MS = 1e6
 
 
 def _process(header: str) -> str:
@@ -53,30 +61,96 @@ def _process(header: str) -> str:
     return words[0].rsplit("/", 1)[-1] if words else "?"
 
 
-def read(folder: Path) -> tuple[dict[int, dict[str, float]], list[tuple[float, str, str, float]]]:
-    events: dict[int, dict[str, float]] = defaultdict(dict)
-    collections: list[tuple[float, str, str, float]] = []
+@dataclass
+class Trace:
+    # stamp -> "process:kind:topic" -> time (s)
+    events: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    # (time, process, kind, ms): garbage collections, and diagnostics updates as "diag"
+    pauses: list[tuple[float, str, str, float]] = field(default_factory=list)
+    # stamp -> tid -> counters at the scan's send, then at the predictions' arrival
+    sched: dict[int, dict[str, list[list[int]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+    # tid -> "process/thread"
+    threads: dict[str, str] = field(default_factory=dict)
+
+
+def read(folder: Path) -> Trace:
+    trace = Trace()
     for path in sorted(folder.glob("*.log")):
         process = "?"
+        diag_start: float | None = None
         for line in path.read_text().splitlines():
             if line.startswith("#"):
                 process = _process(line)
                 continue
-            t, kind, topic, stamp = line.split()[:4]
+            t, kind, topic, stamp, *rest = line.split()
             if kind.startswith("gc"):
-                collections.append((float(t), process, kind, float(topic)))
+                trace.pauses.append((float(t), process, kind, float(topic)))
+            elif kind == "diag0":
+                diag_start = float(t)
+            elif kind == "diag1" and diag_start is not None:
+                ms = (float(t) - diag_start) * 1e3
+                trace.pauses.append((diag_start, process, "diag", ms))
+            elif kind == "thread" and process == "harness":
+                trace.threads.setdefault(topic, rest[0])
+            elif kind == "thread":
+                # A node's own name for its Python thread, over the kernel's.
+                trace.threads[topic] = f"{process}/{rest[0]}"
+            elif kind == "sched":
+                trace.sched[int(stamp)][topic].append([int(v) for v in rest[:COUNTERS]])
             elif kind in ("rx", "rxdone", "pub0", "pub1", "send", "probe"):
                 key = f"{process}:{kind}:{topic.rsplit('/', 1)[-1]}"
-                events[int(stamp)].setdefault(key, float(t))
-    return events, collections
+                trace.events[int(stamp)].setdefault(key, float(t))
+    return trace
+
+
+def thread_costs(trace: Trace, stamps: list[int]) -> None:
+    """Per thread, what a frame cost it: at the median frame, and in the heaviest ones."""
+    frames = []
+    for stamp in stamps:
+        pairs = trace.sched.get(stamp, {})
+        frames.append(
+            {
+                tid: [b - a for a, b in zip(*v, strict=True)]
+                for tid, v in pairs.items()
+                if len(v) == 2
+            }
+        )
+    frames = [f for f in frames if f]
+    if not frames:
+        return
+    tids = sorted({tid for f in frames for tid in f}, key=int)
+    zero = [0] * COUNTERS
+    run = [sum(c[0] for c in f.values()) for f in frames]
+    heaviest = sorted(range(len(frames)), key=run.__getitem__)[-HEAVIEST:]
+    all_median = statistics.median(run) / NS_PER_MS
+    all_heavy = statistics.mean(run[i] for i in heaviest) / NS_PER_MS
+    print(
+        "node threads, per frame: run ms, wait ms, scheduled in, minor faults; median -> "
+        f"mean of the {len(heaviest)} frames that ran longest ({all_median:.2f} -> "
+        f"{all_heavy:.2f} ms on a core in all)"
+    )
+    for tid in tids:
+        columns = list(zip(*(f.get(tid, zero) for f in frames), strict=True))
+        if max(columns[0]) < NS_PER_MS / 10 and max(columns[1]) < NS_PER_MS / 10:
+            continue
+        median = [statistics.median(c) for c in columns]
+        heavy = [statistics.mean(c[i] for i in heaviest) for c in columns]
+        print(
+            f"  {trace.threads.get(tid, tid)} [{tid}]: "
+            f"{median[0] / NS_PER_MS:.2f} -> {heavy[0] / NS_PER_MS:.2f}, "
+            f"{median[1] / NS_PER_MS:.2f} -> {heavy[1] / NS_PER_MS:.2f}, "
+            f"{median[2]:.0f} -> {heavy[2]:.0f}, {median[3]:.0f} -> {heavy[3]:.0f}"
+        )
 
 
 def main(folder: Path, setup: str) -> None:
     chain = CHAINS[setup]
-    events, collections = read(folder)
-    frames = [
-        [events[s][k] for k in chain] for s in sorted(events) if all(k in events[s] for k in chain)
-    ][WARMUP_FRAMES:]
+    trace = read(folder)
+    events = trace.events
+    stamps = [s for s in sorted(events) if all(k in events[s] for k in chain)][WARMUP_FRAMES:]
+    frames = [[events[s][k] for k in chain] for s in stamps]
     if not frames:
         raise SystemExit(f"no frame in {folder} went through every point of {setup}")
     segments = [[(b - a) * 1e3 for a, b in pairwise(f)] for f in frames]
@@ -93,12 +167,15 @@ def main(folder: Path, setup: str) -> None:
         print(f"  {sum(segment):6.2f} = " + " ".join(f"{v:.2f}" for v in segment))
     start, end = frames[0][0], frames[-1][-1]
     per: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for t, process, kind, ms in collections:
+    for t, process, kind, ms in trace.pauses:
         if start <= t <= end:
             per[(process, kind)].append(ms)
-    print("garbage collections in the measured window (count, total ms, longest ms):")
+    print(
+        "collections and diagnostics updates in the measured window (count, total ms, longest ms):"
+    )
     for (process, kind), values in sorted(per.items()):
         print(f"  {process} {kind}: {len(values)} {sum(values):.1f} {max(values):.2f}")
+    thread_costs(trace, stamps)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,19 @@ def _patch_outputs(module: ModuleType) -> None:
     module.Output.publish_serialized = publish_serialized
 
 
+_named: set[int] = set()
+
+
+def _name_threads() -> None:
+    """Each Python thread's native id and name, once: the kernel knows them all by the
+    process's name, and the sched lines name threads by id."""
+    for thread in threading.enumerate():
+        if thread.native_id is not None and thread.native_id not in _named:
+            _named.add(thread.native_id)
+            name = thread.name.replace(" ", "_")
+            _write(f"{time.perf_counter():.6f} thread {thread.native_id} 0 {name}\n")
+
+
 def _patch_base(module: ModuleType) -> None:
     original = module.PerceptionNode.subscribe
     original_record = module.PerceptionNode.record_latency
@@ -81,6 +94,7 @@ def _patch_base(module: ModuleType) -> None:
 
         def traced(msg: Any) -> None:
             ns = _stamp_ns(msg, raw)
+            _name_threads()
             log("rx", name, ns)
             callback(msg)
             log("rxdone", name, ns)
@@ -96,12 +110,53 @@ def _patch_base(module: ModuleType) -> None:
     module.PerceptionNode.record_latency = record_latency
 
 
+def _node_tasks() -> list[str]:
+    """The threads of the harness's child processes (the nodes), as /proc paths."""
+    me = os.getpid()
+    found: list[str] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) != me:
+                    continue
+            found.extend(f"/proc/{entry}/task/{tid}" for tid in os.listdir(f"/proc/{entry}/task"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def sched(stamp_ns: int) -> None:
+    """Each node thread's counters, read before a scan goes out and once its predictions
+    are in: ns on a core, ns runnable but waiting for one, times scheduled in (schedstat),
+    minor page faults. A slow frame then shows which thread ran longer, and which waited."""
+    for task in _node_tasks():
+        try:
+            with open(f"{task}/schedstat") as stat:
+                run_ns, wait_ns, slices = stat.read().split()[:3]
+            with open(f"{task}/stat") as stat:
+                faults = stat.read().rsplit(")", 1)[1].split()[7]
+        except OSError:
+            continue
+        tid = task.rsplit("/", 1)[1]
+        if int(tid) not in _named:
+            # Native threads (Fast DDS's) by the name the kernel has for them.
+            _named.add(int(tid))
+            with open(f"{task}/comm") as comm:
+                name = comm.read().strip().replace(" ", "_")
+            _write(f"{time.perf_counter():.6f} thread {tid} 0 {name}\n")
+        counters = f"{run_ns} {wait_ns} {slices} {faults}"
+        _write(f"{time.perf_counter():.6f} sched {tid} {stamp_ns} {counters}\n")
+
+
 def _patch_probe(module: ModuleType) -> None:
     probe = module.Probe
     publish_cloud = probe.publish_cloud
     objects_cb = probe._objects_cb
 
     def traced_publish(self: Any, cloud: Any, ns: int, frame_id: str = "lidar") -> None:
+        sched(ns)
         log("send", "points", ns)
         publish_cloud(self, cloud, ns, frame_id)
 
@@ -109,8 +164,11 @@ def _patch_probe(module: ModuleType) -> None:
         inner = objects_cb(self, topic)
 
         def on_objects(data: bytes, info: Any) -> None:
-            log("probe", topic, _stamp_ns(data, raw=True))
+            ns = _stamp_ns(data, raw=True)
+            log("probe", topic, ns)
             inner(data, info)
+            if topic.endswith("predicted_objects"):
+                sched(ns)
 
         return on_objects
 
@@ -118,7 +176,19 @@ def _patch_probe(module: ModuleType) -> None:
     probe._objects_cb = traced_objects_cb
 
 
+def _patch_diagnostics(module: ModuleType) -> None:
+    original = module.NodeDiagnostics._update
+
+    def update(self: Any) -> None:
+        log("diag0")
+        original(self)
+        log("diag1")
+
+    module.NodeDiagnostics._update = update
+
+
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "dynshape_perception.nodes.diagnostics": _patch_diagnostics,
     "dynshape_perception.nodes.outputs": _patch_outputs,
     "dynshape_perception.nodes.base": _patch_base,
     "dynshape_perception.testing.probe": _patch_probe,
