@@ -213,15 +213,16 @@ def catches(pid: int, sig: int) -> bool:
     return False
 
 
-def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]:
-    """Have each node that catches ``STACKS_SIGNAL`` write every thread's stack to its
-    stderr (its log); the nodes asked. The signal's default action would end any other
-    process, so those are left alone."""
+def _signal_each(
+    pids: Iterable[int], sig: int, wanted: Callable[[int], bool], wait_s: float
+) -> list[int]:
+    """``sig`` to each of ``pids`` that is ``wanted``, then a wait for what they write: the
+    pids signalled."""
     asked: list[int] = []
     for pid in pids:
-        if catches(pid, STACKS_SIGNAL):
+        if wanted(pid):
             try:
-                os.kill(pid, STACKS_SIGNAL)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 continue
             asked.append(pid)
@@ -231,23 +232,24 @@ def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]
     return asked
 
 
+def dump_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]:
+    """Have each node that catches ``STACKS_SIGNAL`` write every thread's stack to its
+    stderr (its log); the nodes asked. The signal's default action would end any other
+    process, so those are left alone."""
+    return _signal_each(pids, STACKS_SIGNAL, lambda pid: catches(pid, STACKS_SIGNAL), wait_s)
+
+
 def abort_for_stacks(pids: Iterable[int], wait_s: float = STACKS_WAIT_S) -> list[int]:
     """SIGABRT to each process that has Python's faulthandler on it (``PYTHONFAULTHANDLER``,
     as ``python_stacks_env`` sets for commands that are not nodes): it writes every
     thread's Python stack to its stderr and ends. For processes about to be killed anyway;
     one without a SIGABRT handler, or with ``STACKS_SIGNAL`` (a node: ask it instead), is
     left alone."""
-    asked: list[int] = []
-    for pid in pids:
-        if catches(pid, signal.SIGABRT) and not catches(pid, STACKS_SIGNAL):
-            try:
-                os.kill(pid, signal.SIGABRT)
-            except ProcessLookupError:
-                continue
-            asked.append(pid)
-    if asked:
-        time.sleep(wait_s)
-    return asked
+
+    def wanted(pid: int) -> bool:
+        return catches(pid, signal.SIGABRT) and not catches(pid, STACKS_SIGNAL)
+
+    return _signal_each(pids, signal.SIGABRT, wanted, wait_s)
 
 
 def python_stacks_env(env: Mapping[str, str]) -> dict[str, str]:
