@@ -6,11 +6,13 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import psutil
 import pytest
 
 from dynshape_perception.resources import PACKAGE, shared_data_dir
@@ -91,6 +93,27 @@ def eth_file(shared_data: Path) -> Path:
 @pytest.fixture(scope="session")
 def hotel_file(shared_data: Path) -> Path:
     return shared_data / "eth_ucy" / "biwi_hotel.txt"
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an exited child waits for the init process to reap it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if _running(p)]
+
+
+@pytest.fixture(scope="session")
+def wait_gone() -> Callable[[list[int], float], list[int]]:
+    """``wait_gone(pids, timeout_s)``: the pids still running (not zombies) after the wait."""
+    return _wait_gone
 
 
 @pytest.fixture(scope="session")

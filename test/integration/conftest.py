@@ -4,13 +4,11 @@ one node with a probe."""
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 from dynshape_perception.errors import WeightsError
@@ -68,27 +66,6 @@ def node_overrides(
         # tested in test/nodes/test_node_inputs.py and test/perception/test_stamps.py.
         "stamps.jump_confirm_frames": 1,
     }
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited child waits for the init process to reap it)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return [p for p in pids if _running(p)]
-
-
-@pytest.fixture(scope="session")
-def wait_gone() -> Callable[[list[int], float], list[int]]:
-    """``wait_gone(pids, timeout_s)``: the pids still running (not zombies) after the wait."""
-    return _wait_gone
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -60,23 +61,6 @@ def children() -> list[int]:
     return found
 
 
-def running(pid: int) -> bool:
-    """Alive and not a zombie; a process may end between any two looks at it."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def gone(pids: list[int]) -> bool:
-    deadline = time.monotonic() + EXIT_WAIT_S
-    while time.monotonic() < deadline:
-        if not any(running(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def idle_exit_pool(cache_root: Path) -> CompilePool:
     """Process workers whose compiles fail at once, exiting after ``IDLE_EXIT_S`` idle."""
     return CompilePool(
@@ -89,7 +73,9 @@ def idle_exit_pool(cache_root: Path) -> CompilePool:
     )
 
 
-def test_workers_start_with_the_first_compile_and_exit_when_idle(tmp_path: Path) -> None:
+def test_workers_start_with_the_first_compile_and_exit_when_idle(
+    tmp_path: Path, wait_gone: Callable[[list[int], float], list[int]]
+) -> None:
     pool = idle_exit_pool(tmp_path)
     try:
         time.sleep(IDLE_EXIT_S)
@@ -100,7 +86,7 @@ def test_workers_start_with_the_first_compile_and_exit_when_idle(tmp_path: Path)
         assert pool.worker_starts == 1
         workers = [p for p in children() if p not in before]
         assert workers, "the compile ran in a worker process"
-        assert gone(workers), "idle workers must exit"
+        assert wait_gone(workers, EXIT_WAIT_S) == [], "idle workers must exit"
         assert pool.worker_pids() == [] and pool.worker_exits == 1
         # The next compile starts them again.
         compile_once(pool, Signature.of("forward", {"N": 5, "M": 4}), tmp_path)
@@ -109,7 +95,9 @@ def test_workers_start_with_the_first_compile_and_exit_when_idle(tmp_path: Path)
         pool.shutdown()
 
 
-def test_with_no_idle_exit_the_workers_stay(tmp_path: Path) -> None:
+def test_with_no_idle_exit_the_workers_stay(
+    tmp_path: Path, wait_gone: Callable[[list[int], float], list[int]]
+) -> None:
     pool = CompilePool(
         WEIGHTS, "x86_64", tmp_path, mode="process", compile_fn=failing_compiler_fault_injector
     )
@@ -122,12 +110,12 @@ def test_with_no_idle_exit_the_workers_stay(tmp_path: Path) -> None:
         assert usage.processes >= 2 and usage.rss_bytes > psutil.Process(pid).memory_info().rss
     finally:
         pool.shutdown()
-    assert gone([pid])
+    assert wait_gone([pid], EXIT_WAIT_S) == []
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux")
 def test_a_lean_start_stays_while_idle_and_comes_back_lean_after_its_compiles(
-    tmp_path: Path,
+    tmp_path: Path, wait_gone: Callable[[list[int], float], list[int]]
 ) -> None:
     """A lean worker holds no compiler, so idling frees nothing: it stays. One that has
     compiled retires when idle, and a lean one takes its place, so that the next compile
@@ -142,7 +130,8 @@ def test_a_lean_start_stays_while_idle_and_comes_back_lean_after_its_compiles(
         reason = compile_once(pool, Signature.of("forward", {"N": 4, "M": 4}), tmp_path)
         assert "injected" in reason, reason
         assert pool.worker_starts == 1 and maps_tvm(lean), "compiled on the lean one"
-        assert gone([lean]), "a worker that imported the compiler exits when idle"
+        left = wait_gone([lean], EXIT_WAIT_S)
+        assert left == [], "a worker that imported the compiler exits when idle"
         deadline = time.monotonic() + EXIT_WAIT_S
         while pool.worker_starts < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
