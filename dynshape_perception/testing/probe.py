@@ -68,6 +68,8 @@ OBJECT_TOPICS: dict[str, Any] = {
 }
 SPIN_STEP_S = 0.02
 RECORD_DEPTH = 100
+# The frame the probe's odometry is in, and so the nodes' tracks and predictions.
+ODOM_FRAME = "odom"
 
 
 @dataclass
@@ -462,7 +464,7 @@ class Probe(Node):
         x: float,
         y: float,
         yaw: float,
-        frame_id: str = "odom",
+        frame_id: str = ODOM_FRAME,
         child_frame_id: str = "base_link",
     ) -> None:
         msg = Odometry()

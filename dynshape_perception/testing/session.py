@@ -16,7 +16,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.pointcloud2 import CloudData, points_to_cloud
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import config_path
-from dynshape_perception.testing.probe import Probe, probe_session
+from dynshape_perception.testing.probe import ODOM_FRAME, Probe, probe_session
 from dynshape_perception.testing.processes import (
     NodeProcess,
     dds_env,
@@ -43,8 +43,6 @@ READY_PUBLISHERS = {
 STAMP_STEP_NS = 100_000_000
 # The standard outputs, by stage: detection, tracking, prediction; and the markers.
 DETECTED, TRACKED, PREDICTED = "detected_objects", "tracked_objects", "predicted_objects"
-# The frame of the probe's odometry, and so of tracks and predictions.
-ODOM_FRAME = "odom"
 OUTPUTS = (DETECTED, TRACKED, PREDICTED, "markers")
 # How long the deferred outputs of a frame whose awaited ones came may still take: they were
 # published first, so they are already in, unless a node dropped them.
