@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from dynshape_perception.resources import PACKAGE, shared_data_dir
-from dynshape_perception.testing.processes import dds_settings
+from dynshape_perception.testing.processes import clean_dds_shared_memory, dds_settings
 
 if TYPE_CHECKING:
     from dynshape_perception.runtime.engine import Engine
@@ -30,6 +30,11 @@ for _key, _value in dds_settings().items():
 # export it for launch files and FindPackageShare; a bare .venv/bin/pytest gets it here.
 if (Path(sys.prefix) / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE).is_file():
     os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The nodes and commands the suite killed left their DDS shared memory: remove it."""
+    clean_dds_shared_memory()
 
 
 def _plain_loggers() -> None:

@@ -1,11 +1,12 @@
 """The process harness: ``session_left`` does not count a session's helper that ends on its
 own after its leader (as multiprocessing's resource tracker does, on EOF), and counts one
 that stays; a node, or a ``ros2`` command, that does not stop in time writes its stacks
-before it is killed."""
+before it is killed; what a killed DDS participant left in shared memory is cleaned."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,11 @@ import pytest
 from dynshape_perception.testing.processes import (
     NodeProcess,
     abort_for_stacks,
+    clean_dds_shared_memory,
+    dds_env,
+    domain_lease,
     dump_stacks,
+    fastdds_tool,
     python_stacks_env,
     session_left,
     session_members,
@@ -29,6 +34,8 @@ from dynshape_perception.testing.processes import (
 from dynshape_perception.testing.ros2cli import Launched
 
 pytestmark = pytest.mark.ros
+
+SHM = "/dev/shm"
 
 # The leader starts a child in its session that reads the pipe until EOF, prints the child's
 # pid, and exits.
@@ -218,3 +225,53 @@ def test_a_command_without_faulthandler_is_not_aborted(tmp_path: Path) -> None:
     finally:
         assert command.interrupt(timeout_s=0.5) == -signal.SIGKILL
     assert "most recent call first" not in command.log()
+
+
+PARTICIPANT = """
+import rclpy
+rclpy.init()
+node = rclpy.create_node("holds_shared_memory")
+print("up", flush=True)
+rclpy.spin(node)
+"""
+SEGMENT = re.compile(r"^fast(dds|rtps)_[0-9a-f]{16}$")
+
+
+def segments() -> set[str]:
+    return {name for name in os.listdir(SHM) if SEGMENT.match(name)}
+
+
+def participant(domain: int) -> tuple[subprocess.Popen[str], set[str]]:
+    """A process with one DDS participant, and the segments that appeared as it started."""
+    before = segments()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARTICIPANT], env=dds_env(domain), stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "up"
+    deadline = time.monotonic() + 10.0
+    while not segments() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc, segments() - before
+
+
+@pytest.mark.skipif(not os.path.isdir(SHM), reason="no /dev/shm")
+def test_the_segments_of_a_killed_participant_are_cleaned_and_a_live_ones_kept() -> None:
+    assert fastdds_tool() is not None, "Fast DDS's fastdds tool is not installed"
+    with domain_lease() as domain:
+        killed, killed_segments = participant(domain)
+        live, live_segments = participant(domain)
+        try:
+            assert killed_segments and live_segments
+            killed.kill()
+            killed.wait(timeout=30.0)
+            assert killed_segments <= segments(), "a killed participant's segments are left"
+            report = clean_dds_shared_memory()
+            assert "zombie segments cleaned" in report, report
+            assert not killed_segments & segments(), report
+            assert live_segments <= segments(), report
+        finally:
+            for proc in (killed, live):
+                proc.kill()
+                proc.wait(timeout=30.0)
+            clean_dds_shared_memory()
