@@ -21,6 +21,7 @@ LAYERS: tuple[str, ...] = (
     "errors",
     "resources",
     "fsutil",
+    "procfs",
     "stats",
     "interrupts",
     "paramspec",

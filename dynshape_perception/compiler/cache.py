@@ -29,6 +29,7 @@ from dynshape_perception.errors import CacheError, ConfigError
 from dynshape_perception.fsutil import StagedDir, atomic_write_text
 from dynshape_perception.models.common import ModelDef
 from dynshape_perception.models.weights import weights_checksum
+from dynshape_perception.procfs import GONE_STATES, stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def _running(pid: int) -> bool:
         return not Path("/proc/self").exists()
     except OSError:
         return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return stat_fields(stat)[0] not in GONE_STATES
 
 
 LIBRARY = "model.so"

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from dynshape_perception.errors import ConfigError
 from dynshape_perception.interrupts import STACKS_SIGNAL
+from dynshape_perception.procfs import GONE_STATES, stat_fields
 from dynshape_perception.resources import PACKAGE, config_path
 
 if TYPE_CHECKING:
@@ -270,8 +271,7 @@ def thread_states(pid: int) -> list[str]:
     for task in tasks:
         try:
             name = (task / "comm").read_text().strip()
-            # The state follows the parenthesised name, which may hold spaces itself.
-            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = stat_fields((task / "stat").read_text())[0]
             wchan = (task / "wchan").read_text().strip() or "-"
         except (OSError, IndexError):
             continue
@@ -291,9 +291,9 @@ def session_members(session_id: int) -> dict[int, str]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
+        fields = stat_fields(stat)
         state, session = fields[0], int(fields[3])
-        if session == session_id and state not in ("Z", "X"):
+        if session == session_id and state not in GONE_STATES:
             members[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return members
 
