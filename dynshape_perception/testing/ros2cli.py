@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.procfs import GONE_STATES, stat_fields
 from dynshape_perception.testing.processes import (
+    STACKS_WAIT_S,
     STOP_TIMEOUT_S,
     abort_for_stacks,
     dds_env,
@@ -145,10 +147,10 @@ def daemons(domain_id: int) -> list[int]:
             continue
         try:
             args = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = stat_fields((entry / "stat").read_text())[0]
         except OSError:
             continue
-        if state in ("Z", "X") or not any(a.endswith(b"_ros2_daemon") for a in args[:2]):
+        if state in GONE_STATES or not any(a.endswith(b"_ros2_daemon") for a in args[:2]):
             continue
         if f"--ros-domain-id={domain_id}".encode() in args or (
             b"--ros-domain-id" in args
@@ -186,8 +188,9 @@ class Launched:
         then its threads' states, read before, appended to the log."""
         members = session_members(self.popen.pid)
         states = {pid: thread_states(pid) for pid in members}
-        dump_stacks(members)
-        abort_for_stacks(members)
+        # One wait for both: each writes from its signal handler at once.
+        if dump_stacks(members, wait_s=0.0) + abort_for_stacks(members, wait_s=0.0):
+            time.sleep(STACKS_WAIT_S)
         kill_session(self.popen.pid)
         self.popen.wait()
         with self.log_path.open("a") as log:
