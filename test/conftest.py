@@ -32,6 +32,11 @@ if (Path(sys.prefix) / "share" / "ament_index" / "resource_index" / "packages" /
     os.environ.setdefault("AMENT_PREFIX_PATH", sys.prefix)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """What a run that was itself killed (a timeout) left in shared memory goes first."""
+    clean_dds_shared_memory()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The nodes and commands the suite killed left their DDS shared memory: remove it."""
     clean_dds_shared_memory()
