@@ -8,6 +8,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.tiers import TierConfig
 from dynshape_perception.tools.bench.deadlines.calibration import (
     CHUNK_EDGES,
+    Estimates,
     calibrate,
     calibrated_estimates,
     choose_chunk,
@@ -141,9 +145,25 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    started = time.perf_counter()
-    load_before = os.getloadavg()
+@dataclass(frozen=True)
+class Prepared:
+    """A bench ready for load runs: engines warm, scans and agents read, rate calibrated."""
+
+    bench: Bench
+    calibration: dict[str, Any]
+    estimates: Estimates
+    weight_source: dict[str, str]
+    tracks: dict[str, Any]
+    warm_s: float
+    fast_keys: int
+    main_keys: int
+    chunk_costs: dict[str, Any]
+
+
+@contextmanager
+def prepared(args: argparse.Namespace) -> Iterator[Prepared]:
+    """The engines, data and calibration every load run shares (``--target``,
+    ``--near-max-points``, ``--spec-radius``, ``--no-realtime``); the engines close after."""
     weights, weight_source = load_weights()
     sources, tracks = load_data()
     tiers = TierConfig()
@@ -180,27 +200,47 @@ def _run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         # freeze, collections scan only what the runs allocate (what a node does after setup).
         gc.collect()
         gc.freeze()
+        yield Prepared(
+            bench,
+            calibration,
+            estimates,
+            weight_source,
+            tracks,
+            warm_s,
+            fast_keys,
+            main_keys,
+            chunk_costs,
+        )
+
+
+def _run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    with prepared(args) as ready:
+        bench, calibration = ready.bench, ready.calibration
         sustainable = calibration["sustainable_hz"]
         results: dict[str, Any] = {"tiered": {}, "fifo": {}}
         diagnostics: dict[str, Any] = {"tiered": {}, "fifo": {}}
         for rate_name, factor in RATES.items():
             for kind in ("tiered", "fifo"):
                 log.info("load run: %s at %s", kind, rate_name)
-                outcome = load_run(bench, kind, sustainable * factor, args.duration_s, estimates)
+                outcome = load_run(
+                    bench, kind, sustainable * factor, args.duration_s, ready.estimates
+                )
                 results[kind][rate_name] = tier_table(outcome["snapshot"])
                 diagnostics[kind][rate_name] = outcome
-        incremental = bench_incremental(main, args.seed)
+        incremental = bench_incremental(bench.main, args.seed)
         speculation = bench_speculation(
-            main, tracks, bench.spec, bench.reserved_rt, args.prediction_frames
+            bench.main, ready.tracks, bench.spec, bench.reserved_rt, args.prediction_frames
         )
         setup = {
             "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before},
-            "weights": weight_source,
+            "weights": ready.weight_source,
             "jit": {
                 "mode": "frozen after warm-up",
-                "warm_s": round(warm_s, 1),
-                "tier1_engine_specialisations": fast_keys,
-                "main_engine_specialisations": main_keys,
+                "warm_s": round(ready.warm_s, 1),
+                "tier1_engine_specialisations": ready.fast_keys,
+                "main_engine_specialisations": ready.main_keys,
             },
             "lanes": {
                 "tiered": "1 reserved for tier 1 + 1 shared (strict priority, EDF, chunks)",
@@ -211,13 +251,13 @@ def _run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 "switch_interval_ms": SWITCH_INTERVAL_MS,
                 "blas_threads": BLAS_THREADS,
             },
-            "tiers": tiers.as_dict(),
+            "tiers": bench.tiers.as_dict(),
             "near_field": {
                 **near_field_summary(bench),
                 "tier1_serial": calibration["jobs"]["near_field"],
             },
-            "chunk_points": chunk,
-            "segmenter_ms_by_points": chunk_costs,
+            "chunk_points": bench.chunk_points,
+            "segmenter_ms_by_points": ready.chunk_costs,
             "calibration": calibration,
             "rates_hz": {k: round(sustainable * f, 2) for k, f in RATES.items()},
             "duration_s_per_run": args.duration_s,
