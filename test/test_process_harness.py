@@ -275,3 +275,17 @@ def test_the_segments_of_a_killed_participant_are_cleaned_and_a_live_ones_kept()
                 proc.kill()
                 proc.wait(timeout=30.0)
             clean_dds_shared_memory()
+
+
+def test_a_cleaning_tool_that_hangs_is_reported_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hanging_tool_mock = tmp_path / "fastdds.py"
+    hanging_tool_mock.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(
+        "dynshape_perception.testing.processes.fastdds_tool", lambda: hanging_tool_mock
+    )
+    started = time.monotonic()
+    report = clean_dds_shared_memory(timeout_s=0.5)
+    assert report == "fastdds shm clean did not finish in 0.5 s"
+    assert time.monotonic() - started < 30.0

@@ -337,18 +337,21 @@ def clean_dds_shared_memory(timeout_s: float = 60.0) -> str:
     """Remove the shared memory that Fast DDS participants left when they died without
     closing (SIGKILL, a crash): each leaves its segments in ``/dev/shm`` until reboot, 33 MB
     with the package's profile. It runs ``fastdds shm clean`` of this Python's ROS, which
-    removes only segments and ports whose lock no live process holds. Its report, or ""
-    where this ROS has no ``fastdds`` tool."""
+    removes only segments and ports whose lock no live process holds. Its report (or why
+    there is none: a tool that did not finish), or "" where this ROS has no ``fastdds`` tool."""
     tool = fastdds_tool()
     if tool is None:
         return ""
-    done = subprocess.run(
-        [sys.executable, str(tool), "shm", "clean"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, str(tool), "shm", "clean"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"fastdds shm clean did not finish in {timeout_s:g} s"
     return (done.stdout + done.stderr).strip()
 
 
