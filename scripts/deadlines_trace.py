@@ -11,15 +11,16 @@ was; reading /proc at each step would not (each read lets the GIL go and waits t
 back). A tier-1 unit counts from its frame's jobs being made, just before they are
 submitted. Prints the tier-1 units' p50, p99, max and misses, the median unit, and for the
 N slowest: the wait before it started, its run and CPU time, which scan it served, what the
-other threads ran meanwhile (per thread and job: the steps that overlapped it, the wall time
-of the overlap, those steps' CPU time) and any garbage collection. Run time well above CPU
-time was spent waiting for a core or for the GIL.
+other threads ran meanwhile (per thread, job and step of the job: the steps that overlapped
+it, the wall time of the overlap, those steps' CPU time) and any garbage collection. Run
+time well above CPU time was spent waiting for a core or for the GIL.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import sys
 import threading
@@ -45,6 +46,8 @@ DEFAULT_SLOWEST = 8
 @dataclass(frozen=True)
 class Step:
     job: str
+    # Which step of a job that yields between steps (0: the first, or a job that does not).
+    step: int
     frame: int
     tier: int
     thread: str
@@ -75,10 +78,11 @@ class Trace:
         self.submitted: dict[int, float] = {}
         self.collections: list[tuple[str, int, float]] = []
 
-    def _record(self, job: stream.Job, frame: int, start: float, cpu: float) -> None:
+    def _record(self, job: stream.Job, frame: int, step: int, start: float, cpu: float) -> None:
         self.steps.append(
             Step(
                 job.name,
+                step,
                 frame,
                 int(job.tier),
                 threading.current_thread().name,
@@ -89,14 +93,14 @@ class Trace:
         )
 
     def _steps(self, gen: Generator[Any, None, Any], job: stream.Job, frame: int) -> Any:
-        while True:
+        for step in itertools.count():
             start, cpu = time.perf_counter(), time.thread_time()
             try:
                 value = next(gen)
             except StopIteration as stop:
-                self._record(job, frame, start, cpu)
+                self._record(job, frame, step, start, cpu)
                 return stop.value
-            self._record(job, frame, start, cpu)
+            self._record(job, frame, step, start, cpu)
             yield value
 
     def _timed(self, job: stream.Job, frame: int) -> stream.Job:
@@ -105,7 +109,7 @@ class Trace:
             out = job.fn()
             if isinstance(out, Generator):
                 return self._steps(out, job, frame)
-            self._record(job, frame, start, cpu)
+            self._record(job, frame, 0, start, cpu)
             return out
 
         return stream.Job(run, job.tier, job.name, job.topic, job.speculative, job.size)
@@ -146,7 +150,7 @@ class Trace:
         return sorted(units, key=lambda u: u.latency_ms)
 
     def beside(self, unit: Unit) -> dict[tuple[str, str], list[float]]:
-        """Per (thread, job) of the other threads, the steps that overlapped the unit (from
+        """Per (thread, job and step) of the other threads, the steps that overlapped the unit (from
         its submission to its end): how many, the overlap's wall ms, those steps' CPU ms."""
         seen: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         for step in self.steps:
@@ -154,7 +158,7 @@ class Trace:
                 continue
             overlap = min(step.end_s, unit.end_s) - max(step.start_s, unit.submitted_s)
             if overlap > 0:
-                row = seen[(step.thread, step.job)]
+                row = seen[(step.thread, f"{step.job} {step.step}")]
                 row[0] += 1
                 row[1] += overlap * MS
                 row[2] += step.cpu_s * MS
@@ -188,7 +192,7 @@ def report(trace: Trace, sources: list[str], deadline_ms: float, slowest: int) -
         print(describe(unit, sources[unit.frame % len(sources)]))
         for (thread, job), (steps, wall, cpu) in sorted(trace.beside(unit).items()):
             print(
-                f"    {thread:20s} {job:12s} {int(steps):3d} steps {wall:6.2f} wall {cpu:6.2f} cpu"
+                f"    {thread:20s} {job:14s} {int(steps):3d} steps {wall:6.2f} wall {cpu:6.2f} cpu"
             )
         for phase, generation, at in trace.collections:
             if unit.submitted_s <= at <= unit.end_s:
