@@ -134,19 +134,22 @@ class Trace:
             gc.callbacks.remove(self._collected)
 
     def tier1_units(self) -> list[Unit]:
-        units = []
+        """Each frame's tier-1 unit, its steps joined (the near field is one), by latency."""
+        steps: dict[int, list[Step]] = defaultdict(list)
         for step in self.steps:
             if step.tier == Tier.COLLISION and step.frame in self.submitted:
-                units.append(
-                    Unit(
-                        step.frame,
-                        self.submitted[step.frame],
-                        step.start_s,
-                        step.end_s,
-                        step.cpu_s,
-                        step.thread,
-                    )
-                )
+                steps[step.frame].append(step)
+        units = [
+            Unit(
+                frame,
+                self.submitted[frame],
+                min(s.start_s for s in own),
+                max(s.end_s for s in own),
+                sum(s.cpu_s for s in own),
+                own[-1].thread,
+            )
+            for frame, own in steps.items()
+        ]
         return sorted(units, key=lambda u: u.latency_ms)
 
     def beside(self, unit: Unit) -> dict[tuple[str, str], list[float]]:
