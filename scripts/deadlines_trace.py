@@ -29,14 +29,17 @@ from collections import defaultdict
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dynshape_perception.runtime.cpu_latency import hold_cpu_latency
 from dynshape_perception.scheduling.tiers import Tier
-from dynshape_perception.tools.bench.deadlines import add_arguments, prepared, stream
+from dynshape_perception.tools.bench.deadlines import (
+    add_arguments,
+    held_cpu_latency,
+    prepared,
+    stream,
+)
 from dynshape_perception.tools.bench.deadlines.strategies import load_run
 
 MS = 1e3
@@ -209,16 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slowest", type=int, default=DEFAULT_SLOWEST)
     args = parser.parse_args(argv)
     trace = Trace()
-    request = hold_cpu_latency(args.cpu_latency_us)
-    try:
-        with prepared(args) as ready:
-            rate_hz = ready.calibration["sustainable_hz"] * args.rate
-            with trace.installed():
-                outcome = load_run(ready.bench, "tiered", rate_hz, args.duration_s, ready.estimates)
-            sources = [name for name, _ in ready.bench.sources]
-    finally:
-        if request is not None:
-            request.close()
+    with held_cpu_latency(args.cpu_latency_us), prepared(args) as ready:
+        rate_hz = ready.calibration["sustainable_hz"] * args.rate
+        with trace.installed():
+            outcome = load_run(ready.bench, "tiered", rate_hz, args.duration_s, ready.estimates)
+        sources = [name for name, _ in ready.bench.sources]
     own = outcome["snapshot"]["tiers"][str(int(Tier.COLLISION))]
     print(
         f"tiered executor at {rate_hz:.1f} Hz for {args.duration_s:g} s; its own count: "
@@ -226,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     report(trace, sources, float(own["deadline_ms"]), args.slowest)
     if args.json is not None:
-        Path(args.json).write_text(
+        args.json.write_text(
             json.dumps(
                 {
                     "steps": [asdict(s) for s in trace.steps],

@@ -128,21 +128,29 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     holds the GIL must not be preempted by other processes while tier 1 waits for it. Idle
     cores are held as a node holds them (``--cpu-latency-us``).
     """
-    request = hold_cpu_latency(args.cpu_latency_us)
+    with held_cpu_latency(args.cpu_latency_us) as cpu_latency:
+        results = _run_benchmark(args)
+    results["setup"]["machine"]["cpu_latency"] = cpu_latency
+    return results
+
+
+@contextmanager
+def held_cpu_latency(latency_us: int) -> Iterator[dict[str, Any]]:
+    """The CPU latency request a node holds (``--cpu-latency-us``), held until the end;
+    yields what the report says of it: the request, whether it was held, why not."""
+    request = hold_cpu_latency(latency_us)
     held = request is not None and request.held
     if request is not None and not held:
         log.warning("CPU latency %s", request.summary())
     try:
-        results = _run_benchmark(args)
+        yield {
+            "requested_us": latency_us,
+            "held": held,
+            "refused": request.refused if request is not None else "",
+        }
     finally:
         if request is not None:
             request.close()
-    results["setup"]["machine"]["cpu_latency"] = {
-        "requested_us": args.cpu_latency_us,
-        "held": held,
-        "refused": request.refused if request is not None else "",
-    }
-    return results
 
 
 @dataclass(frozen=True)
