@@ -241,12 +241,16 @@ def segments() -> set[str]:
     return {name for name in os.listdir(SHM) if SEGMENT.match(name)}
 
 
-def participant(domain: int) -> tuple[subprocess.Popen[str], set[str]]:
-    """A process with one DDS participant, and the segments that appeared as it started."""
+def participant(
+    domain: int, started: list[subprocess.Popen[str]]
+) -> tuple[subprocess.Popen[str], set[str]]:
+    """A process with one DDS participant, added to ``started`` (to be ended even if it never
+    comes up), and the segments that appeared as it started."""
     before = segments()
     proc = subprocess.Popen(
         [sys.executable, "-c", PARTICIPANT], env=dds_env(domain), stdout=subprocess.PIPE, text=True
     )
+    started.append(proc)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "up"
     deadline = time.monotonic() + 10.0
@@ -258,10 +262,11 @@ def participant(domain: int) -> tuple[subprocess.Popen[str], set[str]]:
 @pytest.mark.skipif(not os.path.isdir(SHM), reason="no /dev/shm")
 def test_the_segments_of_a_killed_participant_are_cleaned_and_a_live_ones_kept() -> None:
     assert fastdds_tool() is not None, "Fast DDS's fastdds tool is not installed"
+    started: list[subprocess.Popen[str]] = []
     with domain_lease() as domain:
-        killed, killed_segments = participant(domain)
-        live, live_segments = participant(domain)
         try:
+            killed, killed_segments = participant(domain, started)
+            _live, live_segments = participant(domain, started)
             assert killed_segments and live_segments
             killed.kill()
             killed.wait(timeout=30.0)
@@ -271,7 +276,7 @@ def test_the_segments_of_a_killed_participant_are_cleaned_and_a_live_ones_kept()
             assert not killed_segments & segments(), report
             assert live_segments <= segments(), report
         finally:
-            for proc in (killed, live):
+            for proc in started:
                 proc.kill()
                 proc.wait(timeout=30.0)
             clean_dds_shared_memory()
