@@ -279,23 +279,29 @@ def thread_states(pid: int) -> list[str]:
     return states
 
 
-def session_members(session_id: int) -> dict[int, str]:
-    """The live (not zombie) processes of a session, and their command lines: everything a
-    process started with ``start_new_session`` left, wherever it was reparented to."""
-    members: dict[int, str] = {}
+def live_processes() -> Iterator[tuple[int, list[str], list[bytes]]]:
+    """Each live (not zombie) process on the host: its pid, its ``/proc`` stat fields
+    (``procfs.stat_fields``) and its arguments. One that ends meanwhile is skipped."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
+            fields = stat_fields((entry / "stat").read_text())
+            args = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        fields = stat_fields(stat)
-        state, session = fields[0], int(fields[3])
-        if session == session_id and state not in GONE_STATES:
-            members[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
-    return members
+        if fields[0] not in GONE_STATES:
+            yield int(entry.name), fields, args
+
+
+def session_members(session_id: int) -> dict[int, str]:
+    """The live (not zombie) processes of a session, and their command lines: everything a
+    process started with ``start_new_session`` left, wherever it was reparented to."""
+    return {
+        pid: b" ".join(args).decode(errors="replace")
+        for pid, fields, args in live_processes()
+        if int(fields[3]) == session_id
+    }
 
 
 def kill_session(session_id: int) -> None:

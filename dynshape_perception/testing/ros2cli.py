@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.procfs import GONE_STATES, stat_fields
 from dynshape_perception.testing.processes import (
     STACKS_WAIT_S,
     STOP_TIMEOUT_S,
@@ -22,6 +21,7 @@ from dynshape_perception.testing.processes import (
     dds_env,
     dump_stacks,
     kill_session,
+    live_processes,
     python_stacks_env,
     session_left,
     session_members,
@@ -142,21 +142,14 @@ class Ros2:
 def daemons(domain_id: int) -> list[int]:
     """The live ``ros2`` daemons of ``domain_id`` on this host."""
     found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            state = stat_fields((entry / "stat").read_text())[0]
-        except OSError:
-            continue
-        if state in GONE_STATES or not any(a.endswith(b"_ros2_daemon") for a in args[:2]):
+    for pid, _fields, args in live_processes():
+        if not any(a.endswith(b"_ros2_daemon") for a in args[:2]):
             continue
         if f"--ros-domain-id={domain_id}".encode() in args or (
             b"--ros-domain-id" in args
             and args[args.index(b"--ros-domain-id") + 1 :][:1] == [str(domain_id).encode()]
         ):
-            found.append(int(entry.name))
+            found.append(pid)
     return found
 
 
