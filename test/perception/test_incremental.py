@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
 
-from dynshape_perception.errors import InputValueError
+from dynshape_perception.errors import InputValueError, ShapeError
 from dynshape_perception.perception.prediction.incremental import (
+    Histories,
     HistoryFn,
     IncrementalEncoder,
     IncrementalPredictor,
@@ -132,6 +133,66 @@ def test_ticks_must_increase_and_histories_must_end_at_the_observation(engine: E
         encoder.update(4, np.array([2]), pos, lambda a: pos + 1.0)
     with pytest.raises(InputValueError, match="unique"):
         encoder.update(5, np.array([7, 7]), np.zeros((2, 2), np.float32), lambda a: pos)
+
+
+def in_one_batch(history_of: HistoryFn) -> Histories:
+    """The same histories, handed over as one concatenated batch."""
+
+    def of(ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        parts = [np.asarray(history_of(i)) for i in ids]
+        return np.concatenate(parts), np.array([len(p) for p in parts])
+
+    return Histories(of)
+
+
+@pytest.mark.parametrize("max_history", [4, 128])
+def test_a_batch_of_histories_encodes_exactly_as_one_history_per_track(
+    engine: Engine, max_history: int
+) -> None:
+    """Tracks born, restarted after gaps and (at 4) longer than the window, in batches of 7."""
+    walk, visible = synthetic_world(seed=13, agents=20, ticks=24)
+    one = IncrementalEncoder(engine["predictor"], max_batch=7, max_history=max_history)
+    batched = IncrementalEncoder(engine["predictor"], max_batch=7, max_history=max_history)
+    for tick in range(24):
+        ids = np.flatnonzero(visible[:, tick])
+
+        def history_of(agent: int, tick: int = tick) -> np.ndarray:
+            start = tick
+            while start > 0 and visible[agent, start - 1]:
+                start -= 1
+            return walk[agent, start : tick + 1]
+
+        want = one.advance(tick, ids, walk[ids, tick], history_of)
+        got = batched.advance(tick, ids, walk[ids, tick], in_one_batch(history_of))
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_array_equal(got.traj, want.traj)
+        np.testing.assert_array_equal(got.probs, want.probs)
+    assert batched.counters == one.counters
+    assert one.counters.encoded > 20 and one.counters.encode_calls > 3
+
+
+def test_a_bad_batch_of_histories_is_refused_and_names_the_track(engine: Engine) -> None:
+    encoder = IncrementalEncoder(engine["predictor"], max_history=3)
+    ids = np.array([5, 9])
+    pos = np.array([[1.0, 1.0], [2.0, 2.0]], np.float32)
+    rows = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 2.0], [2.0, 2.0]], np.float32)
+
+    def batch(flat: np.ndarray, lengths: list[int]) -> Histories:
+        return Histories(lambda _: (flat, np.array(lengths)))
+
+    with pytest.raises(ShapeError, match="lengths"):
+        encoder.update(1, ids, pos, batch(rows, [4]))
+    with pytest.raises(ShapeError, match="lengths"):
+        encoder.update(1, ids, pos, batch(rows, [4, 0]))
+    with pytest.raises(ShapeError, match=r"must be \[4, 2\]"):
+        encoder.update(1, ids, pos, batch(rows[:3], [2, 2]))
+    with pytest.raises(InputValueError, match="track 9 ends at"):
+        encoder.update(1, ids, pos, batch(rows[[0, 1, 2, 2]], [2, 2]))
+    with pytest.raises(InputValueError, match="track 9 holds NaN"):
+        encoder.update(1, ids, pos, batch(np.insert(rows, 2, np.nan, axis=0), [2, 3]))
+    # Older than the window (max_history 3), a NaN is never read: the full path drops it too.
+    stale = np.concatenate([np.array([[np.nan, np.nan], [5.0, 5.0]], np.float32), rows])
+    assert encoder.update(1, ids, pos, batch(stale, [4, 2])).ids.tolist() == [5, 9]
 
 
 def obstacles_at(xy: np.ndarray) -> np.ndarray:

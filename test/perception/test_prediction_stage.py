@@ -348,3 +348,21 @@ def test_idle_speculation_on_its_own_thread_changes_no_output(engine: Engine) ->
     d = spec.diagnostics()
     assert idle.runs == 60 and idle.abandoned == 0
     assert int(d["speculation.candidates"]) > 0 and int(d["speculation.promoted_frames"]) > 0
+
+
+def test_a_frames_histories_are_built_together_exactly_as_one_by_one() -> None:
+    """The incremental chains take a frame's new histories in one batch; the full path
+    builds each on its own: the same snapped samples, whatever the tracks' ages."""
+    settings = PredictionSettings(history_steps=8)
+    stage = PredictionStage(lambda *_: [], replace(settings, mode="full"))
+    tables = list(drive(seed=9, agents=12, frames=60))
+    for stamp, rows in tables:
+        stage._record(rows["id"].tolist(), rows["x"].tolist(), rows["y"].tolist(), stamp)
+    tick = stage._tick_of(tables[-1][0])
+    ids = [i for i in stage._log if stage._log[i].first_s <= float(stage._grid_time(tick))]
+    lengths = {i: 1 + n % settings.history_steps for n, i in enumerate(ids)}
+    flat, got_lengths = stage._histories(ids, tick, lengths)
+    assert got_lengths.tolist() == [lengths[i] for i in ids]
+    want = np.concatenate([stage._history(i, tick, lengths[i]) for i in ids])
+    np.testing.assert_array_equal(flat, want)
+    assert len(ids) > 6 and flat.dtype == np.float32

@@ -23,6 +23,46 @@ HistoryFn = Callable[[int], np.ndarray]
 
 
 @dataclass(frozen=True)
+class Histories:
+    """The histories of many tracks at once, where ``HistoryFn`` gives one.
+
+    ``of(ids)`` returns their positions concatenated (``[sum L, 2]``, each track's oldest
+    first, in the order of ``ids``) and each one's length ``L``. A frame in which many
+    tracks are new (a crowd comes into view) then builds their histories in a few array
+    operations, where one call per track costs a few dozen small ones each.
+    """
+
+    of: Callable[[Sequence[int]], tuple[np.ndarray, np.ndarray]]
+
+
+HistorySource = HistoryFn | Histories
+
+
+def gather_histories(source: HistorySource, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The histories of ``ids``: rows ``[sum L, 2]`` (the source's dtype) and int64 lengths."""
+    if isinstance(source, Histories):
+        flat, lengths = (np.asarray(a) for a in source.of(ids))
+        if lengths.shape != (len(ids),) or (lengths < 1).any():
+            raise ShapeError(f"histories of {len(ids)} tracks need as many lengths >= 1")
+        if flat.ndim != 2 or flat.shape != (int(lengths.sum()), 2):
+            raise ShapeError(f"histories must be [{int(lengths.sum())}, 2], got {flat.shape}")
+        return flat, lengths.astype(np.int64)
+    parts = []
+    for track_id in ids:
+        history = np.asarray(source(track_id))
+        if history.ndim != 2 or history.shape[1] != 2 or history.shape[0] < 1:
+            raise ShapeError(f"history of track {track_id} must be [L>=1, 2], got {history.shape}")
+        parts.append(history)
+    lengths = np.fromiter((len(part) for part in parts), np.int64, len(parts))
+    return (np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)), lengths
+
+
+def owner(lengths: np.ndarray, row: int) -> int:
+    """Which history of ``lengths`` (concatenated) row ``row`` belongs to."""
+    return int(np.searchsorted(np.cumsum(lengths), row, side="right"))
+
+
+@dataclass(frozen=True)
 class AgentState:
     """Predictor state of the agents ``ids`` (rows aligned): the outputs of ``encode``."""
 
@@ -117,6 +157,22 @@ class _Outputs:
         if self.traj is None or self.probs is None:
             return _empty_prediction(ids)
         return Prediction(ids, self.traj, self.probs)
+
+
+def _pack(flat: np.ndarray, ends: np.ndarray, kept: np.ndarray, ids: list[int]) -> np.ndarray:
+    """The last ``kept[i]`` rows up to row ``ends[i]`` of ``flat``, per track, left-aligned and
+    zero-padded into float32 ``[A, max(kept), 2]`` (as ``pack_histories``)."""
+    total = int(kept.sum())
+    agent = np.repeat(np.arange(kept.size), kept)
+    step = np.arange(total) - np.repeat(np.cumsum(kept) - kept, kept)
+    rows = flat[np.repeat(ends - kept + 1, kept) + step]
+    finite = np.isfinite(rows).all(axis=1)
+    if not finite.all():
+        track = ids[owner(kept, int(np.argmin(finite)))]
+        raise InputValueError(f"history of track {track} holds NaN or Inf values")
+    batch = np.zeros((kept.size, int(kept.max()), 2), np.float32)
+    batch[agent, step] = rows
+    return batch
 
 
 class IncrementalEncoder:
@@ -222,7 +278,7 @@ class IncrementalEncoder:
         tick: int,
         ids: np.ndarray,
         positions: np.ndarray,
-        history_of: HistoryFn,
+        history_of: HistorySource,
         promoted: Promoted | None = None,
     ) -> AgentState:
         """Advance to ``tick`` with this tick's observations; returns the state of ``ids``.
@@ -238,7 +294,7 @@ class IncrementalEncoder:
         tick: int,
         ids: np.ndarray,
         positions: np.ndarray,
-        history_of: HistoryFn,
+        history_of: HistorySource,
         promoted: Promoted | None = None,
     ) -> Prediction:
         """``update`` and the prediction of ``ids``: continuing tracks take one fused
@@ -252,7 +308,7 @@ class IncrementalEncoder:
         tick: int,
         ids: np.ndarray,
         positions: np.ndarray,
-        history_of: HistoryFn,
+        history_of: HistorySource,
         promoted: Promoted | None,
         decode: bool,
     ) -> tuple[AgentState, Prediction | None]:
@@ -331,7 +387,7 @@ class IncrementalEncoder:
         tick: int,
         id_list: list[int],
         pos: np.ndarray,
-        history_of: HistoryFn,
+        history_of: HistorySource,
         promoted: Promoted | None,
         prev: np.ndarray,
         stepping: np.ndarray,
@@ -404,33 +460,32 @@ class IncrementalEncoder:
         return result
 
     def _encode(
-        self, tick: int, ids: list[int], positions: np.ndarray, history_of: HistoryFn
+        self, tick: int, ids: list[int], positions: np.ndarray, history_of: HistorySource
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``encode`` over the histories of ``ids``: their state rows and history lengths."""
-        histories = []
-        for track_id, position in zip(ids, positions, strict=True):
-            history = np.asarray(history_of(track_id), dtype=np.float32)
-            if history.ndim != 2 or history.shape[1] != 2 or history.shape[0] < 1:
-                raise ShapeError(
-                    f"history of track {track_id} must be [L>=1, 2], got {history.shape}"
-                )
-            if not np.array_equal(history[-1], position):
-                raise InputValueError(
-                    f"history of track {track_id} ends at {history[-1]}, not at its observation "
-                    f"{position} of tick {tick}"
-                )
-            histories.append(history[-self.max_history :])
+        flat, lengths = gather_histories(history_of, ids)
+        flat = flat.astype(np.float32, copy=False)
+        ends = np.cumsum(lengths) - 1
+        last = flat[ends]
+        wrong = np.flatnonzero((last != positions).any(axis=1))
+        if wrong.size:
+            k = int(wrong[0])
+            raise InputValueError(
+                f"history of track {ids[k]} ends at {last[k]}, not at its observation "
+                f"{positions[k]} of tick {tick}"
+            )
+        # The full path encodes the last max_history steps of a longer history.
+        kept = np.minimum(lengths, self.max_history)
         parts: list[list[np.ndarray]] = [[], [], [], []]
         for part in _batches(len(ids), self.max_batch):
-            chunk = histories[part]
-            batch, lengths = pack_histories(chunk, max(len(h) for h in chunk))
-            state = self._predictor("encode", batch, lengths)
-            for target, value in zip(parts, [*state, lengths.astype(np.int64)], strict=True):
+            batch = _pack(flat, ends[part], kept[part], ids[part])
+            state = self._predictor("encode", batch, kept[part].astype(np.int32))
+            for target, value in zip(parts, [*state, kept[part]], strict=True):
                 target.append(value)
             self.counters.encode_calls += 1
         self.counters.encoded += len(ids)
-        hidden, last_pos, last_disp, lengths = (np.concatenate(p) for p in parts)
-        return hidden, last_pos, last_disp, lengths
+        hidden, last_pos, last_disp, steps = (np.concatenate(p) for p in parts)
+        return hidden, last_pos, last_disp, steps
 
     def decode(self, state: AgentState) -> Prediction:
         """Trajectories ``[A, K, H, 2]`` and probabilities ``[A, K]`` of a state."""
@@ -470,7 +525,7 @@ class IncrementalPredictor:
         self.encoder = IncrementalEncoder(predictor, hidden, max_batch, max_history)
 
     def observe(
-        self, tick: int, ids: np.ndarray, positions: np.ndarray, history_of: HistoryFn
+        self, tick: int, ids: np.ndarray, positions: np.ndarray, history_of: HistorySource
     ) -> Prediction:
         return self.encoder.advance(tick, ids, positions, history_of)
 

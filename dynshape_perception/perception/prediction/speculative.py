@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -13,12 +13,15 @@ import numpy as np
 
 from dynshape_perception.errors import ConfigError, InputValueError
 from dynshape_perception.perception.prediction.incremental import (
-    HistoryFn,
+    Histories,
+    HistorySource,
     IncrementalEncoder,
     ModelFn,
     Prediction,
     Promoted,
     check_ids,
+    gather_histories,
+    owner,
 )
 
 # Critical-path and speculation timings kept: a node speculates for days.
@@ -222,7 +225,7 @@ class SpeculativePredictor:
         self._unsettled: tuple[_Speculation, list[int], list[list[int]]] | None = None
 
     def observe(
-        self, tick: int, ids: np.ndarray, positions: np.ndarray, history_of: HistoryFn
+        self, tick: int, ids: np.ndarray, positions: np.ndarray, history_of: HistorySource
     ) -> Prediction:
         """This tick's prediction of ``ids``; equals non-speculative prediction on snapped input."""
         started = time.perf_counter()
@@ -231,11 +234,15 @@ class SpeculativePredictor:
         id_list = check_ids(ids, positions)[0]
         cells, snapped = snap(positions, q)
 
-        def snapped_history(track_id: int) -> np.ndarray:
-            history = np.asarray(history_of(track_id))
-            if not np.isfinite(history).all():
+        def snapped_of(track_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+            flat, lengths = gather_histories(history_of, track_ids)
+            finite = np.isfinite(flat).all(axis=1)
+            if not finite.all():
+                track_id = track_ids[owner(lengths, int(np.argmin(finite)))]
                 raise InputValueError(f"history of track {track_id} holds NaN or Inf values")
-            return snap(history, q)[1]
+            return snap(flat, q)[1], lengths
+
+        snapped_history = Histories(snapped_of)
 
         with self._lock:
             encoder = self.encoder

@@ -6,14 +6,18 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dynshape_perception.errors import InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import ModelFn, Pose2D
-from dynshape_perception.perception.prediction.incremental import Prediction, full_recompute
+from dynshape_perception.perception.prediction.incremental import (
+    Histories,
+    Prediction,
+    full_recompute,
+)
 from dynshape_perception.perception.prediction.paths import PredictedPaths, prediction_table
 from dynshape_perception.perception.prediction.settings import PredictionSettings
 from dynshape_perception.perception.prediction.speculative import (
@@ -352,6 +356,22 @@ class PredictionStage:
             agents, lengths = agents[: s.max_agents], lengths[: s.max_agents]
         return agents, lengths
 
+    def _histories(
+        self, track_ids: Sequence[int], tick: int, length_of: Mapping[int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``_history`` of each of ``track_ids`` (its length from ``length_of``), concatenated,
+        and their lengths: the grid times computed once, the snapping done once."""
+        s = self.settings
+        lengths = np.fromiter((length_of[i] for i in track_ids), np.int64, len(track_ids))
+        longest = int(lengths.max(initial=0))
+        times = self._grid_time(tick - s.phases * np.arange(longest - 1, -1, -1))
+        parts = [
+            self._log[i].at(times[longest - n :])
+            for i, n in zip(track_ids, lengths.tolist(), strict=True)
+        ]
+        flat = np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)
+        return snap(flat, s.quantum_m)[1], lengths
+
     def _history(self, track_id: int, tick: int, length: int) -> np.ndarray:
         """Snapped positions at ``length`` grid times one predictor step apart, ending at
         ``tick``'s, oldest first."""
@@ -393,13 +413,13 @@ class PredictionStage:
         end = self._grid_time(tick).reshape(1)
         positions = np.concatenate([self._log[a].at(end) for a in agents])
 
-        def history_of(track_id: int) -> np.ndarray:
-            return self._history(track_id, tick, length_of[track_id])
+        def histories_of(track_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+            return self._histories(track_ids, tick, length_of)
 
         promoted_before = chain.stats.promoted_frames if s.speculation else 0
         called = time.perf_counter()
         prediction = chain.observe(
-            tick // s.phases, np.asarray(agents, np.int64), positions, history_of
+            tick // s.phases, np.asarray(agents, np.int64), positions, Histories(histories_of)
         )
         ms = (time.perf_counter() - called) * MS_PER_S
         if s.speculation:
