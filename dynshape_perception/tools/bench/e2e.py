@@ -191,6 +191,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cost-agents", type=int, default=32, help="agents of every frame")
     parser.add_argument("--cost-repeats", type=int, default=3, help="scenes per length")
     parser.add_argument("--frames", type=int, default=50, help="measured frames per run")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="runs of every setup and input, the setups in turn first and last: the host's "
+        "drift over a sitting then weighs on each alike (per-round p50s and their ratio)",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="frames sent before measuring")
     parser.add_argument(
         "--rate-hz",
@@ -447,6 +454,21 @@ def print_per_hop(name: str, hop: dict[str, Any]) -> None:
         print(f"    {node}: {cells} ms")
 
 
+def print_rounds(mode: str, entry: dict[str, Any]) -> None:
+    """Each round's p50 and p99 per run, then the separate over composed p50 per round."""
+    if "rounds" not in entry:
+        return
+    print(f"{mode}, p50 / p99 ms per round:")
+    for name in entry["rounds"][0]:
+        cells = "  ".join(
+            f"{r[name]['p50_ms']:.1f} / {r[name]['p99_ms']:.1f}" for r in entry["rounds"]
+        )
+        print(f"  {name:<16}{cells}")
+    for source, ratio in entry["separate_over_composed"].items():
+        cells = " ".join(f"{v:.2f}" for v in ratio["per_round"])
+        print(f"  separate / composed p50, {source}: {cells} (median {ratio['median']:.2f})")
+
+
 def stage_prediction_cost(args: argparse.Namespace) -> dict[str, Any]:
     """The prediction stage's per-frame cost at each history length, on the nodes' weights."""
     from dynshape_perception import parameters
@@ -498,7 +520,42 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def round_order(setups: Sequence[str], index: int) -> list[str]:
+    """The setups of round ``index`` (from 0), in the order they run: as given, then
+    reversed, and so on. One setup run after another meets the host as it has become
+    meanwhile, and the host's speed drifts over minutes; taken first and last in turn, the
+    setups meet that drift alike."""
+    return list(setups) if index % 2 == 0 else list(reversed(setups))
+
+
+def setup_ratios(rounds: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per input, ``separate`` p50 over ``composed`` p50 in each round that ran both, and the
+    median of those ratios."""
+    ratios: dict[str, list[float]] = {}
+    for runs in rounds:
+        for name, run in runs.items():
+            setup, _, source = name.partition("/")
+            other = runs.get(f"composed/{source}")
+            if setup == "separate" and other is not None and other["p50_ms"] > 0.0:
+                ratios.setdefault(source, []).append(run["p50_ms"] / other["p50_ms"])
+    return {
+        source: {
+            "per_round": [round(v, DIGITS) for v in values],
+            "median": round(median(np.asarray(values)), DIGITS),
+        }
+        for source, values in ratios.items()
+    }
+
+
+def _round_summary(run: dict[str, Any]) -> dict[str, Any]:
+    return {k: run[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {
+        "compiles": run["jit"]["compiles"]
+    }
+
+
 def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds must be at least 1, got {args.rounds}")
     # Before any node starts: a wrong name or type is the caller's, not a node's failure.
     parameter_overrides(args.set)
     if args.params_file is not None:
@@ -512,16 +569,27 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         for name in args.inputs
     }
     modes: dict[str, dict[str, Any]] = {}
+    extra_lost = 0
     for mode in args.modes:
-        runs = {
-            f"{setup}/{name}": measure(setup, mode, scans, args)
-            for setup in args.setups
-            for name, scans in inputs.items()
-        }
+        rounds = [
+            {
+                f"{setup}/{name}": measure(setup, mode, scans, args)
+                for setup in round_order(args.setups, index)
+                for name, scans in inputs.items()
+            }
+            for index in range(args.rounds)
+        ]
+        runs = rounds[0]
         if not runs:
             continue
         head = runs.get("/".join(HEADLINE), next(iter(runs.values())))
         modes[mode] = {k: head[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {"runs": runs}
+        if args.rounds > 1:
+            modes[mode]["rounds"] = [
+                {name: _round_summary(run) for name, run in sorted(r.items())} for r in rounds
+            ]
+            modes[mode]["separate_over_composed"] = setup_ratios(rounds)
+            extra_lost += sum(run["lost"] for r in rounds[1:] for run in r.values())
     results: dict[str, Any] = {
         "benchmark": "e2e",
         "machine": {"cpu_count": _cpu_count(), "platform": platform.platform()},
@@ -546,6 +614,8 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         for mode, entry in modes.items():
             for name, r in entry["runs"].items():
                 print_per_hop(f"{mode} {name}", r["per_hop"])
+        for mode, entry in modes.items():
+            print_rounds(mode, entry)
     costs = {"stage": stage_prediction_cost, "node": node_prediction_cost}
     wanted = {"both": ("stage", "node"), "none": ()}.get(
         args.prediction_cost, (args.prediction_cost,)
@@ -558,7 +628,7 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             row = "  ".join(f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items())
             missing = f"  lost: {cost[f'{mode}_lost']}" if f"{mode}_lost" in cost else ""
             print(f"  {mode:<12} {row}{missing}")
-    lost = sum(r["lost"] for e in modes.values() for r in e["runs"].values())
+    lost = sum(r["lost"] for e in modes.values() for r in e["runs"].values()) + extra_lost
     node = results.get("prediction_cost_node")
     if node is not None:
         lost += sum(node[f"{mode}_lost"] for mode in COST_MODES)

@@ -166,3 +166,39 @@ def test_separate_per_hop(
     assert "incremental separate/kitti: scan to detected_objects" in printed
     assert "detected_objects->tracked_objects" in printed
     assert "pointcloud_node: convert" in printed and "segment" in printed
+
+
+@pytest.mark.usefixtures("kitti_bin")
+def test_rounds_alternate_the_setups_and_give_their_ratio(
+    tmp_path: Path, cache_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two rounds of both setups: each round's p50 and p99 per run, and the separate launch's
+    p50 over the composed one's per round, in the JSON and the printed table."""
+    out = tmp_path / "e2e.json"
+    args = ["bench", "e2e", "--setups", "separate", "composed", "--inputs", "kitti"]
+    frames = ["--modes", "incremental", "--frames", "2", "--warmup", "1", "--jit", "off"]
+    common = ["--prediction-cost", "none", "--json", str(out), "--cache-dir", str(cache_root)]
+    code = main([*args, *frames, *common, "--rounds", "2"])
+    entry = json.loads(out.read_text())["modes"]["incremental"]
+    assert set(entry) == MODE_KEYS | {"rounds", "separate_over_composed"}
+    assert set(entry["runs"]) == {"separate/kitti", "composed/kitti"}
+    assert len(entry["rounds"]) == 2
+    for summary, name in zip(entry["rounds"][0].values(), entry["rounds"][0], strict=True):
+        assert summary["p50_ms"] == entry["runs"][name]["p50_ms"]
+    lost = 0
+    for runs in entry["rounds"]:
+        assert set(runs) == {"separate/kitti", "composed/kitti"}
+        for run in runs.values():
+            assert set(run) == {"p50_ms", "p99_ms", "frames", "lost", "compiles"}
+            assert run["frames"] == 2 and run["compiles"] == 0
+            lost += run["lost"]
+    ratio = entry["separate_over_composed"]["kitti"]
+    want = [r["separate/kitti"]["p50_ms"] / r["composed/kitti"]["p50_ms"] for r in entry["rounds"]]
+    assert ratio["per_round"] == pytest.approx(want, abs=1e-3)
+    assert min(want) - 1e-3 <= ratio["median"] <= max(want) + 1e-3
+    assert code == (1 if lost else 0)
+    printed = capsys.readouterr().out
+    assert "incremental, p50 / p99 ms per round:" in printed
+    assert "separate / composed p50, kitti:" in printed
+    assert main([*args, *frames, *common, "--rounds", "0"]) == 2
+    assert "--rounds must be at least 1" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""``bench e2e``'s pacing of scans, its parameter overrides and its count of the JIT's work."""
+"""``bench e2e``'s pacing of scans, its parameter overrides, its count of the JIT's work and
+the order and ratios of its rounds."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import time
 import pytest
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.tools.bench.e2e import Pacer, jit_activity, parameter_overrides
+from dynshape_perception.tools.bench.e2e import (
+    Pacer,
+    jit_activity,
+    parameter_overrides,
+    round_order,
+    setup_ratios,
+)
 
 
 class ManualClock:
@@ -112,3 +119,27 @@ def test_an_arrival_is_when_the_middleware_took_the_message_in() -> None:
     for info in ({}, {"received_timestamp": 0}, {"received_timestamp": time.time_ns() + 10**9}):
         before = time.perf_counter()
         assert before <= received_at(info) <= time.perf_counter()
+
+
+def test_rounds_take_the_setups_first_and_last_in_turn() -> None:
+    setups = ["separate", "composed"]
+    assert [round_order(setups, i) for i in range(3)] == [setups, setups[::-1], setups]
+    assert round_order(["composed"], 1) == ["composed"]
+
+
+def test_separate_over_composed_per_round_and_its_median() -> None:
+    def runs(**p50: float) -> dict[str, dict[str, float]]:
+        return {name.replace("_", "/"): {"p50_ms": v} for name, v in p50.items()}
+
+    rounds = [
+        runs(separate_kitti=12.0, composed_kitti=10.0, separate_drive=11.0, composed_drive=10.0),
+        runs(composed_kitti=10.0, separate_kitti=11.0, composed_drive=11.0, separate_drive=11.0),
+        runs(separate_kitti=15.0, composed_kitti=10.0, separate_drive=9.0),
+    ]
+    ratios = setup_ratios(rounds)
+    # A round without the composed run of an input gives that input no ratio.
+    assert ratios == {
+        "kitti": {"per_round": [1.2, 1.1, 1.5], "median": 1.2},
+        "drive": {"per_round": [1.1, 1.0], "median": 1.05},
+    }
+    assert setup_ratios([runs(composed_kitti=10.0)]) == {}
