@@ -41,6 +41,21 @@ def synthetic_world(seed: int, agents: int, ticks: int) -> tuple[np.ndarray, np.
     return walk, visible
 
 
+def visible_run(walk: np.ndarray, visible: np.ndarray, tick: int, longest: int = 0) -> HistoryFn:
+    """Each agent's current run of consecutive visible ticks up to ``tick`` (its last
+    ``longest`` only, if given), as a track restarted after a gap."""
+
+    def history_of(agent: int) -> np.ndarray:
+        start = tick
+        while start > 0 and visible[agent, start - 1]:
+            start -= 1
+        if longest:
+            start = max(start, tick + 1 - longest)
+        return walk[agent, start : tick + 1]
+
+    return history_of
+
+
 def through(walk: np.ndarray, tick: int) -> HistoryFn:
     """Each agent's walk up to and including ``tick``."""
     return lambda agent: walk[agent, : tick + 1]
@@ -57,13 +72,7 @@ def run_world(
             predictor.encoder.evict(predictor.encoder.ids())
             continue
 
-        def history_of(agent: int, tick: int = tick) -> np.ndarray:
-            # The current run of consecutive visible ticks, as a track restarted after a gap.
-            start = tick
-            while start > 0 and visible[agent, start - 1]:
-                start -= 1
-            return walk[agent, start : tick + 1]
-
+        history_of = visible_run(walk, visible, tick)
         got = predictor.observe(tick, ids, walk[ids, tick], history_of)
         want = full_recompute(engine["predictor"], ids, [history_of(int(a)) for a in ids])
         np.testing.assert_array_equal(got.ids, want.ids)
@@ -156,12 +165,7 @@ def test_a_batch_of_histories_encodes_exactly_as_one_history_per_track(
     for tick in range(24):
         ids = np.flatnonzero(visible[:, tick])
 
-        def history_of(agent: int, tick: int = tick) -> np.ndarray:
-            start = tick
-            while start > 0 and visible[agent, start - 1]:
-                start -= 1
-            return walk[agent, start : tick + 1]
-
+        history_of = visible_run(walk, visible, tick)
         want = one.advance(tick, ids, walk[ids, tick], history_of)
         got = batched.advance(tick, ids, walk[ids, tick], in_one_batch(history_of))
         np.testing.assert_array_equal(got.ids, want.ids)
@@ -292,11 +296,7 @@ def test_histories_past_max_history_slide_like_the_full_path(
         if ids.size == 0:
             continue
 
-        def history_of(agent: int, tick: int = tick) -> np.ndarray:
-            start = tick
-            while start > 0 and visible[agent, start - 1]:
-                start -= 1
-            return walk[agent, max(start, tick + 1 - max_history) : tick + 1]
+        history_of = visible_run(walk, visible, tick, max_history)
 
         got = predictor.observe(tick, ids, walk[ids, tick], history_of)
         want = full_recompute(engine["predictor"], ids, [history_of(int(a)) for a in ids])
