@@ -529,15 +529,19 @@ def round_order(setups: Sequence[str], index: int) -> list[str]:
 
 
 def setup_ratios(rounds: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per input, ``separate`` p50 over ``composed`` p50 in each round that ran both, and the
-    median of those ratios."""
+    """Per input, ``separate`` p50 over ``composed`` p50 in each round that ran both and
+    measured a frame in each (a run that lost every frame has no p50), and the median of
+    those ratios."""
     ratios: dict[str, list[float]] = {}
     for runs in rounds:
         for name, run in runs.items():
             setup, _, source = name.partition("/")
             other = runs.get(f"composed/{source}")
-            if setup == "separate" and other is not None and other["p50_ms"] > 0.0:
-                ratios.setdefault(source, []).append(run["p50_ms"] / other["p50_ms"])
+            if setup != "separate" or other is None:
+                continue
+            ratio = run["p50_ms"] / other["p50_ms"] if other["p50_ms"] > 0.0 else math.nan
+            if math.isfinite(ratio):
+                ratios.setdefault(source, []).append(ratio)
     return {
         source: {
             "per_round": [round(v, DIGITS) for v in values],

@@ -143,3 +143,10 @@ def test_separate_over_composed_per_round_and_its_median() -> None:
         "drive": {"per_round": [1.1, 1.0], "median": 1.05},
     }
     assert setup_ratios([runs(composed_kitti=10.0)]) == {}
+    # A run that lost every frame has no p50, and its round no ratio.
+    lost = runs(separate_kitti=math.nan, composed_kitti=10.0, separate_drive=9.0)
+    lost.update(runs(composed_drive=math.nan))
+    assert setup_ratios([lost, rounds[0]]) == {
+        "kitti": {"per_round": [1.2], "median": 1.2},
+        "drive": {"per_round": [1.1], "median": 1.1},
+    }
