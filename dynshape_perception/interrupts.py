@@ -61,8 +61,16 @@ def requested() -> int | None:
 
 
 def startup_done() -> None:
-    """From here a signal only shuts rclpy's context down, and the node's spin returns."""
+    """From here a signal only shuts rclpy's context down, and the node's spin returns.
+
+    A stop asked for during start-up ends it here if it has not yet: Python drops an
+    exception raised where it cannot propagate ("Exception ignored in"), as when the handler
+    runs inside a weakref callback of the import machinery, and start-up then went on to
+    spin with the signal spent.
+    """
     _State.starting = False
+    if _State.requested is not None:
+        raise StartupInterrupted(_State.requested)
 
 
 def shutting_down() -> None:

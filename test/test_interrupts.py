@@ -3,10 +3,12 @@ finish, and does nothing once the node spins."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -23,7 +25,8 @@ def handlers() -> Iterator[None]:
     try:
         yield
     finally:
-        interrupts.startup_done()
+        with contextlib.suppress(StartupInterrupted):
+            interrupts.startup_done()
         for sig, handler in saved.items():
             signal.signal(sig, handler)
 
@@ -37,6 +40,24 @@ def test_a_signal_during_start_up_raises_at_once(handlers: None) -> None:
     # for code that turned the exception into one of its own.
     os.kill(os.getpid(), signal.SIGINT)
     assert interrupts.requested() == signal.SIGTERM
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_signal_whose_exception_python_drops_still_ends_start_up(handlers: None) -> None:
+    """Handled inside a weakref callback (the import machinery's module locks have them), the
+    handler's exception is reported and dropped ("Exception ignored in"): start-up must end
+    where it is done, not go on to spin with the signal spent."""
+
+    class Lock:
+        pass
+
+    lock = Lock()
+    dropped = weakref.ref(lock, lambda _: os.kill(os.getpid(), signal.SIGTERM))
+    del lock
+    assert dropped() is None and interrupts.requested() == signal.SIGTERM
+    with pytest.raises(StartupInterrupted) as raised:
+        interrupts.startup_done()
+    assert raised.value.args == (signal.SIGTERM,)
 
 
 def test_a_section_that_must_finish_takes_the_signal_at_its_end(handlers: None) -> None:

@@ -747,8 +747,8 @@ def run_node(factory: Callable[[], PerceptionNode], args: list[str] | None = Non
             if not rclpy.ok():
                 return 0
             raise
-        startup_done()
         try:
+            startup_done()
             node.start()
             rclpy.spin(node)
         except Exception:
