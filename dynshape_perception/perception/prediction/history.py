@@ -104,8 +104,7 @@ def pack_histories(
     """
     if not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise ConfigError(f"num_steps (T) must be a positive integer, got {num_steps!r}")
-    hist = np.zeros((len(histories), int(num_steps), 2), dtype=np.float32)
-    lengths = np.zeros(len(histories), dtype=np.int32)
+    parts = []
     for agent, item in enumerate(histories):
         points = _numeric(f"history {agent}", item)
         if points.ndim != 2 or points.shape[1] != 2:
@@ -116,9 +115,21 @@ def pack_histories(
             )
         if not np.isfinite(points).all() or (points.size and np.abs(points).max() > FLOAT32_MAX):
             raise InputValueError(f"history {agent} holds non-finite or out-of-range positions")
-        hist[agent, : points.shape[0]] = points
-        lengths[agent] = points.shape[0]
-    return hist, lengths
+        parts.append(points)
+    lengths = np.fromiter((len(p) for p in parts), np.int32, len(parts))
+    rows = np.concatenate(parts) if parts else np.zeros((0, 2), np.float64)
+    return pad_histories(rows, lengths, int(num_steps)), lengths
+
+
+def pad_histories(rows: np.ndarray, lengths: np.ndarray, num_steps: int) -> np.ndarray:
+    """Histories given one after another (``rows`` ``[sum L, 2]``, ``lengths`` ``[A]``, each
+    at most ``num_steps``), left-aligned and zero-padded into float32 ``[A, num_steps, 2]``."""
+    count = lengths.size
+    agent = np.repeat(np.arange(count), lengths)
+    step = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    batch = np.zeros((count, num_steps, 2), np.float32)
+    batch[agent, step] = rows
+    return batch
 
 
 def detect_frame_step(tracks: Tracks) -> int:

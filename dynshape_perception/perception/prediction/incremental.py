@@ -13,6 +13,7 @@ from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.perception.prediction.history import (
     detect_frame_step,
     pack_histories,
+    pad_histories,
     resample_history,
 )
 from dynshape_perception.perception.tracking import Tracker
@@ -162,17 +163,13 @@ class _Outputs:
 def _pack(flat: np.ndarray, ends: np.ndarray, kept: np.ndarray, ids: list[int]) -> np.ndarray:
     """The last ``kept[i]`` rows up to row ``ends[i]`` of ``flat``, per track, left-aligned and
     zero-padded into float32 ``[A, max(kept), 2]`` (as ``pack_histories``)."""
-    total = int(kept.sum())
-    agent = np.repeat(np.arange(kept.size), kept)
-    step = np.arange(total) - np.repeat(np.cumsum(kept) - kept, kept)
-    rows = flat[np.repeat(ends - kept + 1, kept) + step]
+    first = np.cumsum(kept) - kept
+    rows = flat[np.repeat(ends - kept + 1 - first, kept) + np.arange(int(kept.sum()))]
     finite = np.isfinite(rows).all(axis=1)
     if not finite.all():
         track = ids[owner(kept, int(np.argmin(finite)))]
         raise InputValueError(f"history of track {track} holds NaN or Inf values")
-    batch = np.zeros((kept.size, int(kept.max()), 2), np.float32)
-    batch[agent, step] = rows
-    return batch
+    return pad_histories(rows, kept, int(kept.max()))
 
 
 class IncrementalEncoder:
