@@ -383,7 +383,11 @@ def measure(
             lost += not arrived
             scan_to = {t: timing.after_publish_ms[t] for t in HOPS}
             if all(v is not None for v in scan_to.values()):
-                frame: dict[str, Any] = {"scan_to_ms": scan_to, "compute_ms": compute}
+                frame: dict[str, Any] = {
+                    "scan_to_ms": scan_to,
+                    "compute_ms": compute,
+                    "points": int(scan.points.shape[0]),
+                }
                 published = {t: timing.published_ms[t] for t in HOPS}
                 if all(v is not None for v in published.values()):
                     frame["published_ms"] = published
@@ -440,7 +444,46 @@ def per_hop(frames: Sequence[dict[str, Any]], stages: dict[str, tuple[str, ...]]
         }
         for node, names in stages.items()
     }
-    return {"scan_to_ms": scan_to, "hop_ms": hops, "compute_ms": compute, "frames": list(frames)}
+    return {
+        "scan_to_ms": scan_to,
+        "hop_ms": hops,
+        "compute_ms": compute,
+        "scan_size": scan_size(frames),
+        "frames": list(frames),
+    }
+
+
+def scan_size(frames: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How much of scan to ``predicted_objects`` the scans' sizes explain.
+
+    A generated drive's scans hold from ``DRIVE_POINTS[0]`` to ``DRIVE_POINTS[1]`` points and
+    every lidar stage's cost grows with them, so its slowest frames can be its largest scans
+    rather than a pause. A least-squares line, ``fixed_ms`` plus ``ms_per_1k_points``, gives
+    each frame's time at the median scan's size; their p50 and p99 are the tail that is left
+    (``at_median_points``). Scans that all hold the same points (KITTI) get no line.
+    """
+    points = np.asarray([f["points"] for f in frames], dtype=np.float64)
+    if points.size == 0:
+        return {}
+    out: dict[str, Any] = {
+        "points": {
+            "min": int(points.min()),
+            "p50": round(median(points), DIGITS),
+            "max": int(points.max()),
+        }
+    }
+    if points.size < 2 or points.min() == points.max():
+        return out
+    ms = np.asarray([f["scan_to_ms"][PREDICTED] for f in frames], dtype=np.float64)
+    slope, fixed = np.polyfit(points / 1000.0, ms, 1)
+    at_median = ms - slope * (points - median(points)) / 1000.0
+    out["fixed_ms"] = round(float(fixed), DIGITS)
+    out["ms_per_1k_points"] = round(float(slope), DIGITS)
+    out["at_median_points"] = {
+        "p50_ms": round(median(at_median), DIGITS),
+        "p99_ms": round(percentile(at_median, PERCENTILE), DIGITS),
+    }
+    return out
 
 
 def print_per_hop(name: str, hop: dict[str, Any]) -> None:
@@ -452,6 +495,15 @@ def print_per_hop(name: str, hop: dict[str, Any]) -> None:
     for node, stages in hop["compute_ms"].items():
         cells = "  ".join(f"{s} {v['p50_ms']:.2f}" for s, v in stages.items())
         print(f"    {node}: {cells} ms")
+    size = hop["scan_size"]
+    if "at_median_points" in size:
+        points, at = size["points"], size["at_median_points"]
+        print(
+            f"    scans of {points['min']:,}-{points['max']:,} points: to {PREDICTED} "
+            f"{size['fixed_ms']:.1f} ms + {size['ms_per_1k_points']:.3f} ms per 1k points; "
+            f"at the median scan's {points['p50']:,.0f}, p50 {at['p50_ms']:.1f} and "
+            f"p99 {at['p99_ms']:.1f} ms"
+        )
 
 
 def print_rounds(mode: str, entry: dict[str, Any]) -> None:
@@ -464,6 +516,12 @@ def print_rounds(mode: str, entry: dict[str, Any]) -> None:
             f"{r[name]['p50_ms']:.1f} / {r[name]['p99_ms']:.1f}" for r in entry["rounds"]
         )
         print(f"  {name:<16}{cells}")
+        if "at_median_points" in entry["rounds"][0][name]:
+            cells = "  ".join(
+                f"{at['p50_ms']:.1f} / {at['p99_ms']:.1f}"
+                for at in (r[name]["at_median_points"] for r in entry["rounds"])
+            )
+            print(f"    at the median scan's size: {cells}")
     for source, ratio in entry["separate_over_composed"].items():
         cells = " ".join(f"{v:.2f}" for v in ratio["per_round"])
         print(f"  separate / composed p50, {source}: {cells} (median {ratio['median']:.2f})")
@@ -551,10 +609,15 @@ def setup_ratios(rounds: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[
     }
 
 
-def _round_summary(run: dict[str, Any]) -> dict[str, Any]:
-    return {k: run[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {
-        "compiles": run["jit"]["compiles"]
-    }
+def round_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """A round's run in brief: its p50 and p99, frames, losses and compiles, and where its
+    scans differ in size, its p50 and p99 at the median scan's size."""
+    out = {k: run[k] for k in ("p50_ms", "p99_ms", "frames", "lost")}
+    out["compiles"] = run["jit"]["compiles"]
+    at_median = run["per_hop"]["scan_size"].get("at_median_points")
+    if at_median is not None:
+        out["at_median_points"] = at_median
+    return out
 
 
 def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
@@ -590,7 +653,7 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         modes[mode] = {k: head[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {"runs": runs}
         if args.rounds > 1:
             modes[mode]["rounds"] = [
-                {name: _round_summary(run) for name, run in sorted(r.items())} for r in rounds
+                {name: round_summary(run) for name, run in sorted(r.items())} for r in rounds
             ]
             modes[mode]["separate_over_composed"] = setup_ratios(rounds)
             extra_lost += sum(run["lost"] for r in rounds[1:] for run in r.values())

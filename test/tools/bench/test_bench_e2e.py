@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dynshape_perception.cli.main import main
+from dynshape_perception.io.datasets import read_kitti_bin
 
 SUMMARY_KEYS = {"p50_ms", "p99_ms", "mean_ms", "frames"}
 MODE_KEYS = {"p50_ms", "p99_ms", "frames", "lost", "runs"}
@@ -16,16 +17,23 @@ TOPICS = ("detected_objects", "tracked_objects", "predicted_objects")
 LIDAR_STAGES = {"convert", "near_field", "segment", "cluster", "total"}
 
 
+def kitti_points(path: Path) -> int:
+    return int(read_kitti_bin(path).shape[0])
+
+
 def check_per_hop(
-    hop: dict[str, Any], frames: int, stages: dict[str, set[str]], whole: bool
+    hop: dict[str, Any], frames: int, stages: dict[str, set[str]], whole: bool, points: int
 ) -> None:
     """The breakdown's fields, and per frame what causality makes true whatever the load:
     each topic is published after the one before it and received after it is published, and
     the stages a node times between taking its input and publishing its output fit between
     the scan and that output (for the lidar stages only with ``whole`` scans: a sectored
     scan's are summed over its sectors). The order in which the probe receives two topics is
-    not among them: its middleware threads take them in as they get a core."""
-    assert set(hop) == {"scan_to_ms", "hop_ms", "compute_ms", "frames"}
+    not among them: its middleware threads take them in as they get a core. Every frame
+    sent the same scan of ``points`` points, which leaves the scans' size nothing to
+    explain."""
+    assert set(hop) == {"scan_to_ms", "hop_ms", "compute_ms", "scan_size", "frames"}
+    assert hop["scan_size"] == {"points": {"min": points, "p50": points, "max": points}}
     assert set(hop["scan_to_ms"]) == set(TOPICS)
     assert set(hop["hop_ms"]) == {
         "detected_objects->tracked_objects",
@@ -40,6 +48,7 @@ def check_per_hop(
         "predicted_objects": ("predict",),
     }
     for frame in hop["frames"]:
+        assert frame["points"] == points
         scan_to, published = frame["scan_to_ms"], frame["published_ms"]
         detected, tracked, predicted = (published[t] for t in TOPICS)
         assert 0.0 < detected <= tracked <= predicted, published
@@ -84,8 +93,7 @@ def test_prediction_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     assert cost["incremental_ratio_past_window_to_shortest"] > 0.0
 
 
-@pytest.mark.usefixtures("kitti_bin")
-def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
+def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path, kitti_bin: Path) -> None:
     """Every mode over DDS (the composed pipeline on the KITTI scan), and the node path's
     prediction cost, in a few frames each."""
     out = tmp_path / "e2e.json"
@@ -107,10 +115,11 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     runs = {mode: entry["runs"]["composed/kitti"] for mode, entry in doc["modes"].items()}
     assert runs["streaming"]["sectors_per_revolution"] > 1
     composed = {"perception_pipeline": LIDAR_STAGES | {"track", "predict"}}
+    points = kitti_points(kitti_bin)
     for run in runs.values():
         if run["lost"] < run["frames"]:
             whole = run["sectors_per_revolution"] == 1
-            check_per_hop(run["per_hop"], run["frames"], composed, whole)
+            check_per_hop(run["per_hop"], run["frames"], composed, whole, points)
     for mode in ("baseline", "incremental", "streaming"):
         assert runs[mode]["prediction_message"] == "speculation off", mode
     assert runs["baseline"]["node_status"]["perception_pipeline"]["prediction.mode"] == "full"
@@ -134,9 +143,8 @@ def test_modes_and_node_cost_smoke(tmp_path: Path, cache_root: Path) -> None:
     assert 0.0 < doc["peak_harness_rss_mb"] < doc["peak_tree_rss_mb"]
 
 
-@pytest.mark.usefixtures("kitti_bin")
 def test_separate_per_hop(
-    tmp_path: Path, cache_root: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, cache_root: Path, kitti_bin: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The three nodes: scan to each topic, the hops between them, and each node's stages,
     in the JSON and the printed table."""
@@ -157,7 +165,7 @@ def test_separate_per_hop(
         "tracker_node": {"track", "total"},
         "prediction_node": {"convert", "predict", "total"},
     }
-    check_per_hop(run["per_hop"], 3, stages, whole=True)
+    check_per_hop(run["per_hop"], 3, stages, whole=True, points=kitti_points(kitti_bin))
     # The harness collected its garbage between frames, never inside a timed one.
     collections = run["harness_gc"]
     assert collections["in_frames"] == 0

@@ -1,5 +1,5 @@
-"""``bench e2e``'s pacing of scans, its parameter overrides, its count of the JIT's work and
-the order and ratios of its rounds."""
+"""``bench e2e``'s pacing of scans, its parameter overrides, its count of the JIT's work, the
+order and ratios of its rounds and what the scans' sizes explain of a run's times."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from dynshape_perception.tools.bench.e2e import (
     jit_activity,
     parameter_overrides,
     round_order,
+    round_summary,
+    scan_size,
     setup_ratios,
 )
 
@@ -150,3 +152,50 @@ def test_separate_over_composed_per_round_and_its_median() -> None:
         "kitti": {"per_round": [1.2], "median": 1.2},
         "drive": {"per_round": [1.1], "median": 1.1},
     }
+
+
+def frames_of(points: list[int], ms: list[float]) -> list[dict[str, object]]:
+    return [
+        {"points": n, "scan_to_ms": {"predicted_objects": t}}
+        for n, t in zip(points, ms, strict=True)
+    ]
+
+
+def test_times_that_follow_the_scans_sizes_leave_no_tail_at_the_median_size() -> None:
+    points = [10_000, 40_000, 20_000, 30_000, 20_000]
+    size = scan_size(frames_of(points, [2.0 + 0.3 * n / 1000 for n in points]))
+    assert size["points"] == {"min": 10_000, "p50": 20_000.0, "max": 40_000}
+    assert size["fixed_ms"] == pytest.approx(2.0)
+    assert size["ms_per_1k_points"] == pytest.approx(0.3)
+    # Every frame, moved along the line to 20,000 points, takes 8 ms.
+    assert size["at_median_points"] == pytest.approx({"p50_ms": 8.0, "p99_ms": 8.0})
+
+
+def test_a_pause_stays_in_the_tail_at_the_median_size() -> None:
+    points = [10_000, 20_000, 30_000] * 10
+    ms = [1.0 + 0.2 * n / 1000 for n in points]
+    ms[4] += 6.0  # a 20,000-point frame that waited
+    size = scan_size(frames_of(points, ms))
+    at = size["at_median_points"]
+    assert at["p50_ms"] == pytest.approx(5.0, abs=0.3)
+    assert at["p99_ms"] > at["p50_ms"] + 4.0
+
+
+def test_scans_of_one_size_get_no_line() -> None:
+    size = scan_size(frames_of([120_000] * 3, [9.0, 12.0, 10.0]))
+    assert size == {"points": {"min": 120_000, "p50": 120_000.0, "max": 120_000}}
+    assert scan_size(frames_of([5_000], [3.0])) == {
+        "points": {"min": 5_000, "p50": 5_000.0, "max": 5_000}
+    }
+    assert scan_size([]) == {}
+
+
+def test_a_rounds_summary_keeps_the_times_at_the_median_size_where_the_scans_differ() -> None:
+    points = [10_000, 20_000, 30_000]
+    frames = frames_of(points, [3.0, 5.0, 7.0])
+    run = {"p50_ms": 5.0, "p99_ms": 7.0, "frames": 3, "lost": 0, "jit": {"compiles": 1}}
+    drive = round_summary(run | {"per_hop": {"scan_size": scan_size(frames)}})
+    assert drive["at_median_points"] == pytest.approx({"p50_ms": 5.0, "p99_ms": 5.0})
+    same = scan_size(frames_of([20_000] * 3, [3.0, 5.0, 7.0]))
+    kitti = round_summary(run | {"per_hop": {"scan_size": same}})
+    assert kitti == {"p50_ms": 5.0, "p99_ms": 7.0, "frames": 3, "lost": 0, "compiles": 1}
