@@ -516,10 +516,11 @@ def print_rounds(mode: str, entry: dict[str, Any]) -> None:
             f"{r[name]['p50_ms']:.1f} / {r[name]['p99_ms']:.1f}" for r in entry["rounds"]
         )
         print(f"  {name:<16}{cells}")
-        if "at_median_points" in entry["rounds"][0][name]:
+        sized = [r[name].get("at_median_points") for r in entry["rounds"]]
+        if any(sized):
+            # A round that measured one frame, or none, has no line to move its frames on.
             cells = "  ".join(
-                f"{at['p50_ms']:.1f} / {at['p99_ms']:.1f}"
-                for at in (r[name]["at_median_points"] for r in entry["rounds"])
+                f"{at['p50_ms']:.1f} / {at['p99_ms']:.1f}" if at else "-" for at in sized
             )
             print(f"    at the median scan's size: {cells}")
     for source, ratio in entry["separate_over_composed"].items():

@@ -13,6 +13,7 @@ from dynshape_perception.tools.bench.e2e import (
     Pacer,
     jit_activity,
     parameter_overrides,
+    print_rounds,
     round_order,
     round_summary,
     scan_size,
@@ -199,3 +200,19 @@ def test_a_rounds_summary_keeps_the_times_at_the_median_size_where_the_scans_dif
     same = scan_size(frames_of([20_000] * 3, [3.0, 5.0, 7.0]))
     kitti = round_summary(run | {"per_hop": {"scan_size": same}})
     assert kitti == {"p50_ms": 5.0, "p99_ms": 7.0, "frames": 3, "lost": 0, "compiles": 1}
+
+
+def test_printed_rounds_mark_one_without_a_line_at_the_median_size(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sized = {"p50_ms": 10.0, "p99_ms": 12.0, "at_median_points": {"p50_ms": 9.9, "p99_ms": 11.5}}
+    # The second round measured one frame: no line to move it on.
+    single = {"p50_ms": 11.0, "p99_ms": 11.0}
+    entry = {
+        "rounds": [{"composed/drive": sized}, {"composed/drive": single}],
+        "separate_over_composed": {},
+    }
+    print_rounds("incremental", entry)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1].split() == ["composed/drive", "10.0", "/", "12.0", "11.0", "/", "11.0"]
+    assert printed[2].strip() == "at the median scan's size: 9.9 / 11.5  -"
