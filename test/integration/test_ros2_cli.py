@@ -18,7 +18,7 @@ from dynshape_perception.nodes.debug_times import message_type
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import PACKAGE, config_path
 from dynshape_perception.testing.probe import probe_session
-from dynshape_perception.testing.processes import domain_lease
+from dynshape_perception.testing.processes import domain_lease, live_processes
 from dynshape_perception.testing.ros2cli import (
     RETRY_S,
     Launched,
@@ -72,8 +72,8 @@ def flatten(tree: dict[str, object], prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def node_names(ros2: Ros2) -> set[str]:
-    return set(ros2.call("node", "list").out.split())
+def node_names(ros2: Ros2, *options: str) -> set[str]:
+    return set(ros2.call("node", "list", *options).out.split())
 
 
 def wait_for_nodes(ros2: Ros2, names: set[str], system: Launched) -> None:
@@ -232,7 +232,19 @@ def test_composed_stops_with_exit_0(ros2: Ros2, composed: Launched) -> None:
     assert code == 0, log[-3000:]
     if HAS_LAUNCH:
         assert launch_exits(log) == {"perception_pipeline-1": 0}, log[-3000:]
-    assert left_graph(ros2, COMPOSED), f"{COMPOSED} still in the graph {GONE_S} s after it exited"
+    if not left_graph(ros2, COMPOSED):
+        # Which lingers: a participant still alive (a process left over), or the daemon's
+        # memory of one whose goodbye it never read (a fresh participant does not see it).
+        fresh = sorted(node_names(ros2, "--no-daemon"))
+        alive = [
+            b" ".join(args).decode(errors="replace")
+            for _, _, args in live_processes()
+            if any(b"perception_pipeline" in a for a in args)
+        ]
+        pytest.fail(
+            f"{COMPOSED} still in the daemon's graph {GONE_S} s after it exited; without the "
+            f"daemon the graph holds {fresh}; processes named for it: {alive}"
+        )
 
 
 @pytest.mark.skipif(not HAS_LAUNCH, reason="no ros2launch on this distro's wheels")
