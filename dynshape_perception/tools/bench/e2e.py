@@ -68,6 +68,8 @@ NODE_STAGES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # The topics in the order a frame reaches them; a hop is from one to the next.
 HOPS = (DETECTED, TRACKED, PREDICTED)
+# A run in brief: the mode's headline, and each run of a round.
+BRIEF = ("p50_ms", "p99_ms", "frames", "lost")
 # Each node's time comes in just after its output: wait this long for the last of them.
 STAGE_WAIT_S = 1.0
 
@@ -465,18 +467,16 @@ def scan_size(frames: Sequence[dict[str, Any]]) -> dict[str, Any]:
     points = np.asarray([f["points"] for f in frames], dtype=np.float64)
     if points.size == 0:
         return {}
+    middle = median(points)
     out: dict[str, Any] = {
-        "points": {
-            "min": int(points.min()),
-            "p50": round(median(points), DIGITS),
-            "max": int(points.max()),
-        }
+        "points": {"min": int(points.min()), "p50": round(middle, DIGITS), "max": int(points.max())}
     }
-    if points.size < 2 or points.min() == points.max():
+    # One scan, or scans of one size, leave no line to fit.
+    if points.min() == points.max():
         return out
     ms = np.asarray([f["scan_to_ms"][PREDICTED] for f in frames], dtype=np.float64)
     slope, fixed = np.polyfit(points / 1000.0, ms, 1)
-    at_median = ms - slope * (points - median(points)) / 1000.0
+    at_median = ms - slope * (points - middle) / 1000.0
     out["fixed_ms"] = round(float(fixed), DIGITS)
     out["ms_per_1k_points"] = round(float(slope), DIGITS)
     out["at_median_points"] = {
@@ -613,7 +613,7 @@ def setup_ratios(rounds: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[
 def round_summary(run: dict[str, Any]) -> dict[str, Any]:
     """A round's run in brief: its p50 and p99, frames, losses and compiles, and where its
     scans differ in size, its p50 and p99 at the median scan's size."""
-    out = {k: run[k] for k in ("p50_ms", "p99_ms", "frames", "lost")}
+    out = {k: run[k] for k in BRIEF}
     out["compiles"] = run["jit"]["compiles"]
     at_median = run["per_hop"]["scan_size"].get("at_median_points")
     if at_median is not None:
@@ -637,7 +637,8 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         for name in args.inputs
     }
     modes: dict[str, dict[str, Any]] = {}
-    extra_lost = 0
+    # Every run of every round: each one's lost frames count toward the exit status.
+    measured: list[dict[str, Any]] = []
     for mode in args.modes:
         rounds = [
             {
@@ -647,17 +648,17 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             }
             for index in range(args.rounds)
         ]
+        measured += [run for r in rounds for run in r.values()]
         runs = rounds[0]
         if not runs:
             continue
         head = runs.get("/".join(HEADLINE), next(iter(runs.values())))
-        modes[mode] = {k: head[k] for k in ("p50_ms", "p99_ms", "frames", "lost")} | {"runs": runs}
+        modes[mode] = {k: head[k] for k in BRIEF} | {"runs": runs}
         if args.rounds > 1:
             modes[mode]["rounds"] = [
                 {name: round_summary(run) for name, run in sorted(r.items())} for r in rounds
             ]
             modes[mode]["separate_over_composed"] = setup_ratios(rounds)
-            extra_lost += sum(run["lost"] for r in rounds[1:] for run in r.values())
     results: dict[str, Any] = {
         "benchmark": "e2e",
         "machine": {"cpu_count": _cpu_count(), "platform": platform.platform()},
@@ -696,7 +697,7 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             row = "  ".join(f"T={length}: {v['p50_ms']:.3f} ms" for length, v in cost[mode].items())
             missing = f"  lost: {cost[f'{mode}_lost']}" if f"{mode}_lost" in cost else ""
             print(f"  {mode:<12} {row}{missing}")
-    lost = sum(r["lost"] for e in modes.values() for r in e["runs"].values()) + extra_lost
+    lost = sum(run["lost"] for run in measured)
     node = results.get("prediction_cost_node")
     if node is not None:
         lost += sum(node[f"{mode}_lost"] for mode in COST_MODES)
