@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -91,6 +92,45 @@ class FullCloud:
     latency_ms: dict[str, float]
 
 
+class PlaneFits:
+    """The full clouds of one process fitting their ground plane now.
+
+    The near field's clustering and a plane fit are both GIL-bound: run together they hand
+    the GIL back and forth at every NumPy call and both take about twice as long. The
+    segmenter call that follows a fit lets go of the GIL for milliseconds, which the
+    clustering then has to itself. The GIL is the process's, so the segmentations of one
+    process (one per lidar) share one ``PlaneFits``.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._cv = threading.Condition()
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @contextmanager
+    def fitting(self) -> Iterator[None]:
+        """One plane fit, from start to end (a failing one too)."""
+        with self._cv:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._running -= 1
+                if self._running == 0:
+                    self._cv.notify_all()
+
+    def await_none(self, wait_s: float) -> None:
+        """Until no plane fit runs, at most ``wait_s``."""
+        if wait_s <= 0.0:
+            return
+        with self._cv:
+            self._cv.wait_for(lambda: self._running == 0, timeout=wait_s)
+
+
 class Segmentation:
     """Splits one cloud into a tier-1 near-field job and a chunked tier-2 full-cloud job.
 
@@ -98,6 +138,8 @@ class Segmentation:
     time, so sharing the main engine would queue tier-1 calls behind lower-tier ones. It
     takes the newest full-cloud ground plane (a plane fit costs about a tier-1 budget),
     the flat default before the first; road points are left out only with a fitted plane.
+    Its clustering waits for the process's plane fits (``fits``), at most
+    ``near.handover_wait_ms``.
     """
 
     def __init__(
@@ -108,6 +150,7 @@ class Segmentation:
         near: NearField,
         executor: ExecutorView,
         chunk_edges: Sequence[int],
+        fits: PlaneFits | None = None,
     ) -> None:
         self.fast = fast
         self.main = main
@@ -116,33 +159,7 @@ class Segmentation:
         self.executor = executor
         self.chunks = ChunkSizer(chunk_edges)
         self.plane: GroundPlane | None = None
-        # Full clouds fitting their plane now: GIL-bound NumPy from start to end.
-        self._fitting = 0
-        self._handover = threading.Condition()
-
-    @property
-    def planes_fitting(self) -> int:
-        """Full clouds in their plane fit now."""
-        return self._fitting
-
-    def await_handover(self, wait_s: float) -> None:
-        """Until no full cloud fits its plane, at most ``wait_s``.
-
-        The near field's clustering and a plane fit are both GIL-bound: run together they
-        hand the GIL back and forth at every NumPy call and both take about twice as long.
-        The full cloud's segmenter call that follows its fit lets go of the GIL for
-        milliseconds, which the clustering then has to itself.
-        """
-        if wait_s <= 0.0:
-            return
-        with self._handover:
-            self._handover.wait_for(lambda: self._fitting == 0, timeout=wait_s)
-
-    def _fit_phase(self, delta: int) -> None:
-        with self._handover:
-            self._fitting += delta
-            if self._fitting == 0:
-                self._handover.notify_all()
+        self.fits = fits or PlaneFits()
 
     def near_field(self, points: np.ndarray) -> Callable[[], NearResult]:
         near = self.near
@@ -158,7 +175,7 @@ class Segmentation:
                 obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)
             else:
                 scores = self.fast("forward", selected, ground.as_array())[0]
-                self.await_handover(near.handover_wait_ms / MS_PER_S)
+                self.fits.await_none(near.handover_wait_ms / MS_PER_S)
                 obstacles = cluster_obstacles(selected, scores, cluster, ground)
                 dropped = max(0, obstacles.shape[0] - self.pipeline.bounds.N)
                 obstacles = obstacles[: self.pipeline.bounds.N]
@@ -178,16 +195,13 @@ class Segmentation:
         cloud = subsample_far_field(points, self.near, keep, seed=seed)
         yield
         # No yield in the fit phase: tier-1 work that this lane ran there would wait on it.
-        self._fit_phase(1)
-        try:
+        with self.fits.fitting():
             ground = self.pipeline.fit_ground(cloud)
             self.plane = ground
             plane = ground.as_array()
             # Road and canopy points would not join a cluster at any score.
             wanted = rows_to_score(cloud, self.pipeline.params.cluster, ground)
             rows = cloud if wanted is None else np.take(cloud, wanted, axis=0)
-        finally:
-            self._fit_phase(-1)
         yield
         scores: list[np.ndarray] = []
         done = 0

@@ -15,7 +15,12 @@ from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import reference_affinity
-from dynshape_perception.scheduling.lidar_tiers import FullCloud, NearResult, Segmentation
+from dynshape_perception.scheduling.lidar_tiers import (
+    FullCloud,
+    NearResult,
+    PlaneFits,
+    Segmentation,
+)
 from dynshape_perception.scheduling.tiers import TierConfig
 from dynshape_perception.tools.sim.scenes import driving_scene
 
@@ -56,10 +61,12 @@ class FaultInjectedFitPipeline(Pipeline):
         raise ConfigError("fault injected into the plane fit")
 
 
-def segmentation(near: NearField, pipeline_type: type[Pipeline] = Pipeline) -> Segmentation:
+def segmentation(
+    near: NearField, pipeline_type: type[Pipeline] = Pipeline, fits: PlaneFits | None = None
+) -> Segmentation:
     model = _segmenter()
     pipeline = pipeline_type(model, _associate, _predict)
-    return Segmentation(model, model, pipeline, near, Lanes(), (4096,))
+    return Segmentation(model, model, pipeline, near, Lanes(), (4096,), fits)
 
 
 @pytest.fixture(scope="module")
@@ -78,49 +85,83 @@ def _full_cloud(seg: Segmentation, points: np.ndarray) -> FullCloud:
             return result
 
 
+def _held(fits: PlaneFits) -> tuple[threading.Event, threading.Thread]:
+    """A plane fit held open on a thread of its own until ``release`` is set."""
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with fits.fitting():
+            started.set()
+            release.wait(JOIN_S)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert started.wait(JOIN_S)
+    return release, holder
+
+
 def test_a_wait_lasts_while_a_plane_fit_runs(points: np.ndarray) -> None:
     seg = segmentation(NearField())
-    seg.await_handover(60.0)
-    seg._fit_phase(1)
-    waiter = threading.Thread(target=seg.await_handover, args=(60.0,))
+    seg.fits.await_none(60.0)
+    release, holder = _held(seg.fits)
+    waiter = threading.Thread(target=seg.fits.await_none, args=(60.0,))
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()
-    seg._fit_phase(-1)
+    release.set()
     waiter.join(JOIN_S)
+    holder.join(JOIN_S)
     assert not waiter.is_alive()
 
 
 def test_a_wait_ends_at_its_bound_if_the_fit_does_not(points: np.ndarray) -> None:
     seg = segmentation(NearField())
-    seg._fit_phase(1)
-    waiter = threading.Thread(target=seg.await_handover, args=(0.05,))
+    release, holder = _held(seg.fits)
+    waiter = threading.Thread(target=seg.fits.await_none, args=(0.05,))
     waiter.start()
     waiter.join(JOIN_S)
     assert not waiter.is_alive()
-    seg._fit_phase(-1)
+    release.set()
+    holder.join(JOIN_S)
+
+
+def test_segmentations_that_share_their_fits_wait_for_each_others(points: np.ndarray) -> None:
+    fits = PlaneFits()
+    first, second = segmentation(NearField(), fits=fits), segmentation(NearField(), fits=fits)
+    alone = segmentation(NearField())
+    release, holder = _held(first.fits)
+    assert second.fits.running == 1 and alone.fits.running == 0
+    waiter = threading.Thread(target=second.fits.await_none, args=(60.0,))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()
+    release.set()
+    waiter.join(JOIN_S)
+    holder.join(JOIN_S)
+    assert not waiter.is_alive() and fits.running == 0
 
 
 def test_the_fit_phase_ends_with_the_fit_even_when_it_fails(points: np.ndarray) -> None:
     seg = segmentation(NearField())
     cloud = _full_cloud(seg, points)
-    assert cloud.obstacles.shape[0] > 0 and seg.planes_fitting == 0
+    assert cloud.obstacles.shape[0] > 0 and seg.fits.running == 0
     failing = segmentation(NearField(), FaultInjectedFitPipeline)
     with pytest.raises(ConfigError, match="fault injected"):
         _full_cloud(failing, points)
-    assert failing.planes_fitting == 0
+    assert failing.fits.running == 0
 
 
 def test_waiting_near_fields_find_the_same_obstacles(points: np.ndarray) -> None:
     seg = segmentation(NearField(handover_wait_ms=10.0))
     seg.plane = seg.pipeline.fit_ground(points)
     alone = seg.near_field(points)()
-    seg._fit_phase(1)
+    release, holder = _held(seg.fits)
     got: list[NearResult] = []
     worker = threading.Thread(target=lambda: got.append(seg.near_field(points)()))
     worker.start()
     worker.join(JOIN_S)
-    seg._fit_phase(-1)
+    release.set()
+    holder.join(JOIN_S)
     assert not worker.is_alive() and got
     assert alone.obstacles.shape[0] > 0
     assert got[0].obstacles.tobytes() == alone.obstacles.tobytes()

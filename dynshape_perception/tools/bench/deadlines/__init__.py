@@ -33,7 +33,6 @@ from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.tiers import TierConfig
 from dynshape_perception.tools.bench.deadlines.calibration import (
-    CHUNK_EDGES,
     Estimates,
     calibrate,
     calibrated_estimates,
@@ -54,6 +53,7 @@ from dynshape_perception.tools.bench.deadlines.strategies import (
     tier_table,
 )
 from dynshape_perception.tools.bench.deadlines.stream import (
+    CHUNK_EDGES,
     DATASETS,
     AgentFrame,
     Bench,
@@ -198,6 +198,7 @@ def prepared(args: argparse.Namespace) -> Iterator[Prepared]:
             agents,
             near,
             chunk,
+            float(chunk_costs[str(chunk)]["p50_ms"]),
             tiers,
             SpeculationConfig(radius_cells=args.spec_radius),
             realtime=not args.no_realtime,

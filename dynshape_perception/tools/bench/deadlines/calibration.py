@@ -9,17 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception.models.segmenter import P_EDGES
 from dynshape_perception.perception.ground import fit_ground_plane
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.shapes import Signature
 from dynshape_perception.stats import latency_stats
-from dynshape_perception.tools.bench.deadlines.stream import Bench, Run, exhaust
+from dynshape_perception.tools.bench.deadlines.stream import CHUNK_EDGES, Bench, Run, exhaust
 
 CALIBRATION_ROUNDS = 4
 WARM_WAIT_S = 300.0
-# Segmenter chunk candidates: bucket edges, so that every chunk hits a warm specialisation.
-CHUNK_EDGES = tuple(e for e in P_EDGES if e <= 16384)
 
 
 def _timed(fn: Callable[[], Any], repeats: int) -> list[float]:

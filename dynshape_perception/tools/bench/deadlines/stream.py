@@ -1,4 +1,9 @@
-"""The frames ``bench deadlines`` serves: a scan and the pedestrians' next step, as tiered jobs."""
+"""The frames ``bench deadlines`` serves: a scan and the pedestrians' next step, as tiered jobs.
+
+A scan's near-field and full-cloud jobs are the lidar nodes' own
+(``scheduling.lidar_tiers.Segmentation``), one segmentation per scan source, as one per
+lidar, sharing the process's plane fits.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from dynshape_perception.config import default_bounds
 from dynshape_perception.errors import DataError, WeightsError
 from dynshape_perception.io.datasets import read_eth_ucy, read_kitti_bin
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
+from dynshape_perception.models.segmenter import P_EDGES
 from dynshape_perception.models.weights import init_weights
-from dynshape_perception.perception.clustering import ClusterParams, cluster_obstacles
-from dynshape_perception.perception.ground import GroundPlane, fit_ground_plane
+from dynshape_perception.perception.ground import GroundPlane
+from dynshape_perception.perception.pipeline import Pipeline
 from dynshape_perception.perception.prediction.incremental import (
     HistoryFn,
     Prediction,
@@ -29,7 +34,7 @@ from dynshape_perception.perception.prediction.speculative import (
     SpeculativePredictor,
     run_to_end,
 )
-from dynshape_perception.perception.streaming import NearField, subsample_far_field
+from dynshape_perception.perception.streaming import NearField
 from dynshape_perception.perception.tracking import Tracker
 from dynshape_perception.resources import shared_data_dir
 from dynshape_perception.runtime.engine import Engine
@@ -38,6 +43,7 @@ from dynshape_perception.scheduling.executor import (
     TieredExecutor,
     diagnostic_status,
 )
+from dynshape_perception.scheduling.lidar_tiers import PlaneFits, Segmentation
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
 from dynshape_perception.tools.sim.scenes import driving_scene
 
@@ -50,6 +56,8 @@ DATASETS = ("eth", "hotel")
 RESERVED_RT_PRIORITY = 10
 SHARED_BOOST_RT_PRIORITY = 5
 DIAGNOSTICS_PERIOD_S = 1.0
+# Segmenter chunk candidates: bucket edges, so that every chunk hits a warm specialisation.
+CHUNK_EDGES = tuple(e for e in P_EDGES if e <= 16384)
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,10 @@ class Bench:
     planes: dict[str, GroundPlane]
     agents: dict[str, list[AgentFrame]]
     near: NearField
+    # The chunk the full clouds start with, and its segmenter p50: the nodes size their
+    # chunks from what the chunks they ran cost, and each run starts from this one.
     chunk_points: int
+    chunk_ms: float
     tiers: TierConfig = field(default_factory=TierConfig)
     spec: SpeculationConfig = field(default_factory=SpeculationConfig)
     realtime: bool = True
@@ -114,7 +125,25 @@ class Run:
             name: Tracker(lambda d, t: associator("forward", d, t)[0]) for name, _ in bench.sources
         }
         self.last_stamp = {name: float("-inf") for name, _ in bench.sources}
-        self.planes = dict(bench.planes)
+        pipeline = Pipeline(
+            bench.main["segmenter"], bench.main["associator"], bench.main["predictor"]
+        )
+        lanes = executor if executor is not None else Serial(bench.tiers)
+        fits = PlaneFits()
+        self.segmentations: dict[str, Segmentation] = {}
+        for name, _ in bench.sources:
+            segmentation = Segmentation(
+                bench.fast["segmenter"],
+                bench.main["segmenter"],
+                pipeline,
+                bench.near,
+                lanes,
+                CHUNK_EDGES,
+                fits,
+            )
+            segmentation.plane = bench.planes[name]
+            segmentation.chunks.record(bench.chunk_points, bench.chunk_ms)
+            self.segmentations[name] = segmentation
         self.track_lock = threading.Lock()
         self.predictors = {
             d: SpeculativePredictor(bench.main["predictor"], bench.spec) for d in DATASETS
@@ -123,8 +152,6 @@ class Run:
         self.predictions: dict[str, Prediction] = {}
         self.counters: Counter[str] = Counter()
         self.last_diagnostics_s = float("-inf")
-        self.near_cluster = ClusterParams(roi=bench.near.roi())
-        self.full_cluster = ClusterParams()
 
     def jobs(self, frame: int, stamp_s: float) -> list[Job]:
         name, points = self.bench.sources[frame % len(self.bench.sources)]
@@ -144,13 +171,10 @@ class Run:
         ]
 
     def _near_field(self, name: str, points: np.ndarray) -> Callable[[], int]:
+        near_field = self.segmentations[name].near_field(points)
+
         def job() -> int:
-            ground = self.planes[name]
-            near = points[self.bench.near.select(points, ground)]
-            if near.shape[0] == 0:
-                return 0
-            (scores,) = self.bench.fast["segmenter"]("forward", near, ground.as_array())
-            return int(cluster_obstacles(near, scores, self.near_cluster, ground).shape[0])
+            return int(near_field().obstacles.shape[0])
 
         return job
 
@@ -158,28 +182,15 @@ class Run:
         self, name: str, points: np.ndarray, stamp_s: float, frame: int
     ) -> Callable[[], Generator[None, None, int]]:
         def job() -> Generator[None, None, int]:
-            keep = self.executor.far_field_keep_fraction() if self.executor else 1.0
-            if keep < 1.0:
+            full = yield from self.segmentations[name].full_cloud(points, seed=frame)
+            if full.far_field_subsampled:
                 self.counters["far_field_subsampled"] += 1
-            cloud = subsample_far_field(points, self.bench.near, keep, seed=frame)
-            yield
-            ground = fit_ground_plane(cloud[:, :3], seed=0)
-            yield
-            plane = ground.as_array()
-            scores = []
-            for start in range(0, cloud.shape[0], self.bench.chunk_points):
-                chunk = cloud[start : start + self.bench.chunk_points]
-                scores.append(self.bench.main["segmenter"]("forward", chunk, plane)[0])
-                yield
-            obstacles = cluster_obstacles(cloud, np.concatenate(scores), self.full_cluster, ground)
-            yield
             with self.track_lock:
-                self.planes[name] = ground
                 if stamp_s <= self.last_stamp[name]:
                     self.counters["tracker_out_of_order"] += 1
                     return 0
                 self.last_stamp[name] = stamp_s
-                tracks = self.trackers[name].update(obstacles[: default_bounds().N], stamp_s)
+                tracks = self.trackers[name].update(full.obstacles, stamp_s)
             return int(tracks.shape[0])
 
         return job
@@ -221,6 +232,16 @@ class Run:
         for predictor in self.predictors.values():
             done += yield from predictor.speculate_chunks()
         return done
+
+
+class Serial:
+    """The lanes the jobs see when run one after the other, outside any executor."""
+
+    def __init__(self, config: TierConfig) -> None:
+        self.config = config
+
+    def far_field_keep_fraction(self) -> float:
+        return 1.0
 
 
 def exhaust(result: Any) -> Any:
