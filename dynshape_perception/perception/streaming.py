@@ -81,7 +81,7 @@ class NearField:
     handover_wait_ms: float = param(
         3.0,
         "how long the near field may wait, before clustering, for the full cloud's plane fit "
-        "to end (both hold the GIL); 0 never waits",
+        "to end (both hold the GIL), never past half its deadline; 0 never waits",
         low=0.0,
         high=10.0,
     )

@@ -18,7 +18,7 @@ from dynshape_perception.perception.pipeline import ModelFn, Pipeline
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
 from dynshape_perception.perception.streaming import NearField, subsample_far_field
 from dynshape_perception.scheduling.executor import COST_SMOOTHING, DROP_REASONS
-from dynshape_perception.scheduling.tiers import TierConfig
+from dynshape_perception.scheduling.tiers import Tier, TierConfig
 
 MS_PER_S = 1000.0
 # Unit names: the executor keeps a service-time estimate per name.
@@ -139,7 +139,7 @@ class Segmentation:
     takes the newest full-cloud ground plane (a plane fit costs about a tier-1 budget),
     the flat default before the first; road points are left out only with a fitted plane.
     Its clustering waits for the process's plane fits (``fits``), at most
-    ``near.handover_wait_ms``.
+    ``near.handover_wait_ms`` and never past half its deadline (``handover_wait_s``).
     """
 
     def __init__(
@@ -161,9 +161,20 @@ class Segmentation:
         self.plane: GroundPlane | None = None
         self.fits = fits or PlaneFits()
 
+    def handover_wait_s(self, near: NearField, made_s: float) -> float:
+        """How long a near field made at ``made_s`` (``time.perf_counter``) may now wait for
+        the plane fits: ``near.handover_wait_ms``, but never past half its tier's deadline.
+        The other half is the clustering's, which beside a loaded shared lane takes several
+        times its time alone: a unit that queued or ran slow gives up the wait, not its
+        deadline."""
+        latest_s = made_s + self.executor.config.deadline_ms(Tier.COLLISION) / MS_PER_S / 2.0
+        wait_s = min(near.handover_wait_ms / MS_PER_S, latest_s - time.perf_counter())
+        return max(0.0, wait_s)
+
     def near_field(self, points: np.ndarray) -> Callable[[], NearResult]:
         near = self.near
         cluster = replace(self.pipeline.params.cluster, roi=near.roi())
+        made_s = time.perf_counter()
 
         def job() -> NearResult:
             start = time.perf_counter()
@@ -175,7 +186,7 @@ class Segmentation:
                 obstacles = np.zeros(0, dtype=OBSTACLE_DTYPE)
             else:
                 scores = self.fast("forward", selected, ground.as_array())[0]
-                self.fits.await_none(near.handover_wait_ms / MS_PER_S)
+                self.fits.await_none(self.handover_wait_s(near, made_s))
                 obstacles = cluster_obstacles(selected, scores, cluster, ground)
                 dropped = max(0, obstacles.shape[0] - self.pipeline.bounds.N)
                 obstacles = obstacles[: self.pipeline.bounds.N]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -21,7 +22,7 @@ from dynshape_perception.scheduling.lidar_tiers import (
     PlaneFits,
     Segmentation,
 )
-from dynshape_perception.scheduling.tiers import TierConfig
+from dynshape_perception.scheduling.tiers import Tier, TierConfig
 from dynshape_perception.tools.sim.scenes import driving_scene
 
 JOIN_S = 10.0
@@ -168,3 +169,18 @@ def test_waiting_near_fields_find_the_same_obstacles(points: np.ndarray) -> None
     never = segmentation(NearField(handover_wait_ms=0.0))
     never.plane = seg.plane
     assert never.near_field(points)().obstacles.tobytes() == alone.obstacles.tobytes()
+
+
+def test_a_near_field_waits_only_within_half_its_deadline() -> None:
+    seg = segmentation(NearField(handover_wait_ms=3.0))
+    half_s = Lanes.config.deadline_ms(Tier.COLLISION) / 1000.0 / 2.0
+    assert half_s > 0.003
+    now = time.perf_counter()
+    # Made just now (a made time ahead of the clock stands for one that no clock tick can
+    # age): the whole wait. Made half a deadline ago or earlier: none.
+    assert seg.handover_wait_s(seg.near, now + 60.0) == pytest.approx(0.003)
+    assert seg.handover_wait_s(seg.near, now - half_s) == 0.0
+    assert seg.handover_wait_s(seg.near, now - 60.0) == 0.0
+    # Made a millisecond before half its deadline: at most that millisecond.
+    assert 0.0 <= seg.handover_wait_s(seg.near, now - half_s + 0.001) <= 0.001
+    assert seg.handover_wait_s(NearField(handover_wait_ms=0.0), now + 60.0) == 0.0
