@@ -101,11 +101,11 @@ def _held(fits: PlaneFits) -> tuple[threading.Event, threading.Thread]:
     return release, holder
 
 
-def test_a_wait_lasts_while_a_plane_fit_runs(points: np.ndarray) -> None:
-    seg = segmentation(NearField())
-    seg.fits.await_none(60.0)
-    release, holder = _held(seg.fits)
-    waiter = threading.Thread(target=seg.fits.await_none, args=(60.0,))
+def _waits_out_the_fit(held: PlaneFits, waiting: PlaneFits) -> None:
+    """A wait on ``waiting`` (of up to a minute) lasts while a fit of ``held`` runs, and ends
+    with it."""
+    release, holder = _held(held)
+    waiter = threading.Thread(target=waiting.await_none, args=(60.0,))
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()
@@ -113,6 +113,12 @@ def test_a_wait_lasts_while_a_plane_fit_runs(points: np.ndarray) -> None:
     waiter.join(JOIN_S)
     holder.join(JOIN_S)
     assert not waiter.is_alive()
+
+
+def test_a_wait_lasts_while_a_plane_fit_runs(points: np.ndarray) -> None:
+    seg = segmentation(NearField())
+    seg.fits.await_none(60.0)
+    _waits_out_the_fit(seg.fits, seg.fits)
 
 
 def test_a_wait_ends_at_its_bound_if_the_fit_does_not(points: np.ndarray) -> None:
@@ -132,14 +138,15 @@ def test_segmentations_that_share_their_fits_wait_for_each_others(points: np.nda
     alone = segmentation(NearField())
     release, holder = _held(first.fits)
     assert second.fits.running == 1 and alone.fits.running == 0
-    waiter = threading.Thread(target=second.fits.await_none, args=(60.0,))
-    waiter.start()
-    waiter.join(0.2)
-    assert waiter.is_alive()
+    # A segmentation with fits of its own does not wait for theirs.
+    unshared = threading.Thread(target=alone.fits.await_none, args=(60.0,))
+    unshared.start()
+    unshared.join(JOIN_S)
+    assert not unshared.is_alive()
     release.set()
-    waiter.join(JOIN_S)
     holder.join(JOIN_S)
-    assert not waiter.is_alive() and fits.running == 0
+    _waits_out_the_fit(first.fits, second.fits)
+    assert fits.running == 0
 
 
 def test_the_fit_phase_ends_with_the_fit_even_when_it_fails(points: np.ndarray) -> None:

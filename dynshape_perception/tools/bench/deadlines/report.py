@@ -16,7 +16,7 @@ def print_report(results: dict[str, Any]) -> None:
     print(
         f"sustainable {cal['sustainable_hz']} Hz (mean serial frame {cal['frame_ms']['mean_ms']} "
         f"ms); 1x = {setup['rates_hz']['1x']} Hz, 2x = {setup['rates_hz']['2x']} Hz; "
-        f"chunk {setup['chunk_points']} points; load {setup['machine']['loadavg_before']}"
+        f"first chunk {setup['chunk_points']} points; load {setup['machine']['loadavg_before']}"
     )
     latency = setup["machine"]["cpu_latency"]
     if latency["held"]:
