@@ -38,6 +38,17 @@ class ExecutorView(Protocol):
     def far_field_keep_fraction(self) -> float: ...
 
 
+class Undegraded:
+    """What the segmentation jobs see of an executor when they run outside one: its tier
+    config, and never degraded."""
+
+    def __init__(self, config: TierConfig | None = None) -> None:
+        self.config = config or TierConfig()
+
+    def far_field_keep_fraction(self) -> float:
+        return 1.0
+
+
 def _elapsed_ms(start: float) -> float:
     return (time.perf_counter() - start) * MS_PER_S
 

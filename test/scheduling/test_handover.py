@@ -21,20 +21,12 @@ from dynshape_perception.scheduling.lidar_tiers import (
     NearResult,
     PlaneFits,
     Segmentation,
+    Undegraded,
 )
-from dynshape_perception.scheduling.tiers import Tier, TierConfig
+from dynshape_perception.scheduling.tiers import Tier
 from dynshape_perception.tools.sim.scenes import driving_scene
 
 JOIN_S = 10.0
-
-
-class Lanes:
-    """What the jobs read of the executor: its config, never degraded."""
-
-    config = TierConfig()
-
-    def far_field_keep_fraction(self) -> float:
-        return 1.0
 
 
 def _segmenter() -> Callable[..., list[np.ndarray]]:
@@ -67,7 +59,7 @@ def segmentation(
 ) -> Segmentation:
     model = _segmenter()
     pipeline = pipeline_type(model, _associate, _predict)
-    return Segmentation(model, model, pipeline, near, Lanes(), (4096,), fits)
+    return Segmentation(model, model, pipeline, near, Undegraded(), (4096,), fits)
 
 
 @pytest.fixture(scope="module")
@@ -121,10 +113,10 @@ def test_a_wait_lasts_while_a_plane_fit_runs(points: np.ndarray) -> None:
     _waits_out_the_fit(seg.fits, seg.fits)
 
 
-def test_a_wait_ends_at_its_bound_if_the_fit_does_not(points: np.ndarray) -> None:
-    seg = segmentation(NearField())
-    release, holder = _held(seg.fits)
-    waiter = threading.Thread(target=seg.fits.await_none, args=(0.05,))
+def _ends_while_the_fit_runs(held: PlaneFits, waiting: PlaneFits, wait_s: float) -> None:
+    """A wait on ``waiting`` of at most ``wait_s`` ends while a fit of ``held`` still runs."""
+    release, holder = _held(held)
+    waiter = threading.Thread(target=waiting.await_none, args=(wait_s,))
     waiter.start()
     waiter.join(JOIN_S)
     assert not waiter.is_alive()
@@ -132,19 +124,19 @@ def test_a_wait_ends_at_its_bound_if_the_fit_does_not(points: np.ndarray) -> Non
     holder.join(JOIN_S)
 
 
+def test_a_wait_ends_at_its_bound_if_the_fit_does_not(points: np.ndarray) -> None:
+    seg = segmentation(NearField())
+    _ends_while_the_fit_runs(seg.fits, seg.fits, 0.05)
+
+
 def test_segmentations_that_share_their_fits_wait_for_each_others(points: np.ndarray) -> None:
     fits = PlaneFits()
     first, second = segmentation(NearField(), fits=fits), segmentation(NearField(), fits=fits)
     alone = segmentation(NearField())
-    release, holder = _held(first.fits)
-    assert second.fits.running == 1 and alone.fits.running == 0
+    with first.fits.fitting():
+        assert second.fits.running == 1 and alone.fits.running == 0
     # A segmentation with fits of its own does not wait for theirs.
-    unshared = threading.Thread(target=alone.fits.await_none, args=(60.0,))
-    unshared.start()
-    unshared.join(JOIN_S)
-    assert not unshared.is_alive()
-    release.set()
-    holder.join(JOIN_S)
+    _ends_while_the_fit_runs(first.fits, alone.fits, 60.0)
     _waits_out_the_fit(first.fits, second.fits)
     assert fits.running == 0
 
@@ -180,7 +172,7 @@ def test_waiting_near_fields_find_the_same_obstacles(points: np.ndarray) -> None
 
 def test_a_near_field_waits_only_within_half_its_deadline() -> None:
     seg = segmentation(NearField(handover_wait_ms=3.0))
-    half_s = Lanes.config.deadline_ms(Tier.COLLISION) / 1000.0 / 2.0
+    half_s = seg.executor.config.deadline_ms(Tier.COLLISION) / 1000.0 / 2.0
     assert half_s > 0.003
     now = time.perf_counter()
     # Made just now (a made time ahead of the clock stands for one that no clock tick can

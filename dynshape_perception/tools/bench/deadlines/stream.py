@@ -43,7 +43,7 @@ from dynshape_perception.scheduling.executor import (
     TieredExecutor,
     diagnostic_status,
 )
-from dynshape_perception.scheduling.lidar_tiers import PlaneFits, Segmentation
+from dynshape_perception.scheduling.lidar_tiers import PlaneFits, Segmentation, Undegraded
 from dynshape_perception.scheduling.tiers import Tier, TierConfig
 from dynshape_perception.tools.sim.scenes import driving_scene
 
@@ -128,7 +128,7 @@ class Run:
         pipeline = Pipeline(
             bench.main["segmenter"], bench.main["associator"], bench.main["predictor"]
         )
-        lanes = executor if executor is not None else Serial(bench.tiers)
+        lanes = executor if executor is not None else Undegraded(bench.tiers)
         fits = PlaneFits()
         self.segmentations: dict[str, Segmentation] = {}
         for name, _ in bench.sources:
@@ -232,16 +232,6 @@ class Run:
         for predictor in self.predictors.values():
             done += yield from predictor.speculate_chunks()
         return done
-
-
-class Serial:
-    """The lanes the jobs see when run one after the other, outside any executor."""
-
-    def __init__(self, config: TierConfig) -> None:
-        self.config = config
-
-    def far_field_keep_fraction(self) -> float:
-        return 1.0
 
 
 def exhaust(result: Any) -> Any:
