@@ -1,19 +1,46 @@
-"""Background compiles held back while a node's frames are under way, and briefly after."""
+"""Background compiles held back while frames are under way (the node's own, or on the host any
+process's), and briefly after."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from dynshape_perception.runtime.host_work import HostState
 
 
 class Yielding(Protocol):
     """What the gate needs of a compile pool (``CompilePool``)."""
 
+    @property
+    def running(self) -> bool: ...
+
     def enter_yield(self) -> None: ...
 
     def leave_yield(self) -> None: ...
+
+
+class HostView(Protocol):
+    """The work of every process on the host (``host_work.HostWork``)."""
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+    def state(self) -> HostState: ...
+
+
+# How often an open gate whose pools compile looks for another process's work: the compile
+# runs beside that work until the next look.
+HOST_POLL_S = 0.002
+# Where nothing compiles, only a compile started since the last look can be beside it.
+HOST_IDLE_POLL_S = 0.05
+# Shut for another process's work: the hold after it passes before the pools run anyway.
+HOST_BUSY_POLL_S = 0.005
 
 
 class CompileGate:
@@ -25,6 +52,10 @@ class CompileGate:
     between the frames of a saturated input is still running as the next one starts. At a
     lidar's pace the node is idle for most of each period, and the compiles run then.
 
+    With ``host``, the work of the host's other processes (the other nodes of a launch)
+    holds the pools too: its stores which work is under way and when it last ended, and the
+    keeper looks at it while the gate is open.
+
     A keeper thread resumes the pools once the hold has passed; without one (``keeper``
     False), ``poll`` does.
     """
@@ -35,21 +66,24 @@ class CompileGate:
         hold_ms: float,
         clock: Callable[[], float] = time.monotonic,
         keeper: bool = True,
+        host: HostView | None = None,
     ) -> None:
         self._pools = list(pools)
         self._hold_s = max(0.0, hold_ms) / 1e3
         self._clock = clock
+        self._host = host if self._pools else None
         # The pools' own locks are taken under this one, never the other way round: a stop
         # and a resume never swap places on their way out.
         self._cv = threading.Condition()
         self._busy = 0
         self._shut = False
-        # Set only while the gate is shut and no work is under way: the hold runs from here.
-        self._idle_since: float | None = None
+        # When this process's work last ended (gate clock).
+        self._ended = -math.inf
         self._closed = False
         self.stops = 0
+        self.host_stops = 0
         self._thread: threading.Thread | None = None
-        if self._pools and keeper and self._hold_s > 0.0:
+        if self._pools and keeper and (self._hold_s > 0.0 or self._host is not None):
             self._thread = threading.Thread(target=self._keep, name="compile-gate", daemon=True)
             self._thread.start()
 
@@ -63,30 +97,34 @@ class CompileGate:
             return
         with self._cv:
             self._busy += 1
-            self._idle_since = None
+            if self._busy == 1 and self._host is not None:
+                self._host.enter()
             if self._shut or self._closed:
                 return
-            self._shut = True
+            self._shut_locked()
             self.stops += 1
-            for pool in self._pools:
-                pool.enter_yield()
 
     def leave(self) -> None:
-        """Work ends: once none is left for ``hold_ms``, the compiles run again."""
+        """Work ends: once none is left (on the host too, with ``host``) for ``hold_ms``, the
+        compiles run again."""
         if not self._pools:
             return
         with self._cv:
-            self._busy = max(0, self._busy - 1)
-            if self._busy or not self._shut:
+            if self._busy == 0:
                 return
-            self._idle_since = self._clock()
-            self._poll_locked()
+            self._busy -= 1
+            if self._busy:
+                return
+            self._ended = self._clock()
+            if self._host is not None:
+                self._host.leave()
+            self._step_locked()
             self._cv.notify()
 
     def poll(self) -> None:
-        """Resume the compiles if the hold has passed (where no keeper thread runs)."""
+        """Resume or stop the compiles as the work says (where no keeper thread runs)."""
         with self._cv:
-            self._poll_locked()
+            self._step_locked()
 
     def close(self) -> None:
         """Resume what the gate holds, and hold nothing from now on."""
@@ -98,29 +136,41 @@ class CompileGate:
         if self._thread is not None:
             self._thread.join()
 
-    def _resume_at_locked(self) -> float | None:
-        """When the hold ends (gate clock); None while work is under way or nothing is held."""
-        since = self._idle_since
-        return None if since is None else since + self._hold_s
-
-    def _poll_locked(self) -> None:
-        resume_at = self._resume_at_locked()
-        if resume_at is not None and self._clock() >= resume_at:
+    def _step_locked(self) -> float | None:
+        """Open or shut the pools as the work says; returns how long until that may change
+        (None: until this process's own work changes it)."""
+        if self._closed or self._busy:
+            return None
+        now = self._clock()
+        ended = self._ended
+        if self._host is not None:
+            host = self._host.state()
+            if host.busy:
+                if not self._shut:
+                    self._shut_locked()
+                    self.host_stops += 1
+                return HOST_BUSY_POLL_S
+            ended = max(ended, host.ended)
+        if self._shut:
+            resume_at = ended + self._hold_s
+            if now < resume_at:
+                return resume_at - now
             self._open_locked()
+        if self._host is None:
+            return None
+        return HOST_POLL_S if any(pool.running for pool in self._pools) else HOST_IDLE_POLL_S
+
+    def _shut_locked(self) -> None:
+        self._shut = True
+        for pool in self._pools:
+            pool.enter_yield()
 
     def _open_locked(self) -> None:
         self._shut = False
-        self._idle_since = None
         for pool in self._pools:
             pool.leave_yield()
 
     def _keep(self) -> None:
         with self._cv:
             while not self._closed:
-                resume_at = self._resume_at_locked()
-                if resume_at is None:
-                    self._cv.wait()
-                elif (left := resume_at - self._clock()) > 0.0:
-                    self._cv.wait(left)
-                else:
-                    self._open_locked()
+                self._cv.wait(self._step_locked())

@@ -19,12 +19,14 @@ from dynshape_perception.interrupts import uninterrupted
 from dynshape_perception.models import MODEL_NAMES, model_definition
 from dynshape_perception.models.registry import committed_weights, parameter_shapes
 from dynshape_perception.models.weights import check_arrays
+from dynshape_perception.runtime import host_work
 from dynshape_perception.runtime.bookkeeper import Bookkeeper
 from dynshape_perception.runtime.compile_gate import CompileGate
 from dynshape_perception.runtime.compile_pool import CompileFn, CompilePool
 from dynshape_perception.runtime.compile_workers import compile_to_cache
 from dynshape_perception.runtime.dispatcher import Dispatcher
 from dynshape_perception.runtime.executable import LoadedModel
+from dynshape_perception.runtime.host_work import HostWork
 from dynshape_perception.runtime.metrics import JitMetrics
 from dynshape_perception.runtime.policy import InterferenceMeter, JitConfig
 from dynshape_perception.runtime.shape_log import dump_shape_log, load_shape_log
@@ -95,7 +97,9 @@ class Engine:
                 # the hand-shake would leave the worker reading a closed pipe.
                 with uninterrupted():
                     self.pool = self._new_pool(compile_fn)
-                    self.gate = CompileGate([self.pool], self.jit.compile_idle_ms)
+                    self.gate = CompileGate(
+                        [self.pool], self.jit.compile_idle_ms, host=self._host_work()
+                    )
                     if self.jit.start_workers:
                         # Now, to import the compiler while the generic builds load.
                         self.pool.start_workers()
@@ -215,6 +219,17 @@ class Engine:
             for dispatcher in self.dispatchers.values():
                 dispatcher.freeze()
         return queued
+
+    def _host_work(self) -> HostWork | None:
+        path = host_work.default_path() if self.jit.host_gate else None
+        if path is None:
+            return None
+        try:
+            return host_work.shared(path)
+        except ConfigError as err:
+            # A table that cannot be had costs the nodes only compiles beside each other's frames.
+            log.warning("compiles see only this process's frames: %s", err)
+            return None
 
     def close(self) -> None:
         if self.bookkeeper is not None:

@@ -106,6 +106,15 @@ class JitConfig:
         low=0.0,
         high=1000.0,
     )
+    # In the three-node launch the later nodes idle while the lidar node computes the next
+    # scan: their own work alone would let their compiles run beside it.
+    host_gate: bool = param(
+        True,
+        "also stop this node's background compiles while any process of this user on the "
+        "host (another node) has frame work under way, and for compile_idle_ms after "
+        "(Linux, through /dev/shm)",
+        read_only=True,
+    )
     max_strikes: int = derived("its default: a tuning constant of the JIT", 3)
     degrade_min_misses: int = derived("its default: a tuning constant of the JIT", 20)
     degrade_completion_rate: float = derived("its default: a tuning constant of the JIT", 0.3)

@@ -16,6 +16,7 @@ WAIT_S = 10.0
 class RecordingPool:
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.running = False
 
     def enter_yield(self) -> None:
         self.calls.append("stop")
