@@ -229,6 +229,7 @@ class PerceptionNode(Node):
             self._stop_workers()
             raise
         self.cpu_latency = self._hold_cpu_latency()
+        self.note("host_gate", self.engine.host_gate)
         # Setup made most of the objects the process will ever hold; a full collection
         # over them holds the GIL for a long while, so later ones scan new objects only.
         gc.collect()
@@ -639,6 +640,7 @@ class PerceptionNode(Node):
             )
         # The whole process tree: idle compile workers are hundreds of MB beside the node.
         values.update(tree_values([e.pool for e in self.engines()]))
+        values["jit.host_stops"] = sum(e.gate.host_stops for e in self.engines())
         if any(engine.metrics.degraded for engine in self.engines()):
             return 1, ["JIT specialisation paused (auto-degrade)"], values
         return 0, [], values

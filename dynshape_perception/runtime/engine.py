@@ -87,6 +87,8 @@ class Engine:
                 _, w = committed_weights(name, weights_dir)
             self.weights[name] = w
         self.pool: CompilePool | None = None
+        # The host's work table the gate reads, "off", or why it could not be had.
+        self.host_gate = "off"
         # Held by the node's frame work: its compiles run between frames. Open until a pool.
         self.gate = CompileGate((), 0.0)
         # The engine owns it, given or not, and stops its thread on close.
@@ -225,11 +227,14 @@ class Engine:
         if path is None:
             return None
         try:
-            return host_work.shared(path)
+            work = host_work.shared(path)
         except ConfigError as err:
             # A table that cannot be had costs the nodes only compiles beside each other's frames.
             log.warning("compiles see only this process's frames: %s", err)
+            self.host_gate = f"unavailable: {err}"
             return None
+        self.host_gate = str(path)
+        return work
 
     def close(self) -> None:
         if self.bookkeeper is not None:

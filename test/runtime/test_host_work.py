@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -10,13 +11,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from dynshape_perception.errors import ConfigError
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime import host_work
 from dynshape_perception.runtime.compile_gate import CompileGate
+from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.host_work import SLOT, SLOTS, STALE_BUSY_S, HostWork
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.work import holding
 from dynshape_perception.testing.clocks import FakeClock
 
@@ -207,3 +215,29 @@ def _wait_for(done: Callable[[], bool]) -> None:
     while not done() and time.monotonic() < deadline:
         time.sleep(0.002)
     assert done()
+
+
+def test_an_engine_without_the_host_table_warns_and_gates_its_own_work_injected_fault(
+    cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    # Injected fault: the host's table lies in a folder that is not there.
+    monkeypatch.setattr(host_work, "default_path", lambda: tmp_path / "missing" / "work")
+    config = JitConfig(mode="adaptive", compile_mode="thread")
+    weights = {"associator": init_weights(parameter_shapes(model_definition("associator")), 1)}
+    with (
+        caplog.at_level(logging.WARNING),
+        Engine(
+            "x86_64", config, cache_dir=cache_root, models=("associator",), weights=weights
+        ) as engine,
+    ):
+        assert engine.host_gate.startswith("unavailable: cannot open the host's work table")
+        with holding([engine.gate]):
+            assert engine.gate.shut, "its own work still holds it"
+    assert "compiles see only this process's frames" in caplog.text
+    monkeypatch.setattr(host_work, "default_path", lambda: tmp_path / "work")
+    with Engine(
+        "x86_64", config, cache_dir=cache_root, models=("associator",), weights=weights
+    ) as engine:
+        assert engine.host_gate == str(tmp_path / "work")
+        with holding([engine.gate]):
+            assert host_work.shared(tmp_path / "work").state().busy
