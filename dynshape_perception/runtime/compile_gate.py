@@ -118,7 +118,10 @@ class CompileGate:
             self._ended = self._clock()
             if self._host is not None:
                 self._host.leave()
-            self._step_locked()
+            # With a hold, nothing opens now: the keeper times it (a read of the host's
+            # table here would be one more per frame, on the frame's thread).
+            if self._hold_s == 0.0:
+                self._step_locked()
             self._cv.notify()
 
     def poll(self) -> None:
