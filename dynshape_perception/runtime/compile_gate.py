@@ -53,7 +53,7 @@ class CompileGate:
     lidar's pace the node is idle for most of each period, and the compiles run then.
 
     With ``host``, the work of the host's other processes (the other nodes of a launch)
-    holds the pools too: its stores which work is under way and when it last ended, and the
+    holds the pools too: it stores which work is under way and when it last ended, and the
     keeper looks at it while the gate is open.
 
     A keeper thread resumes the pools once the hold has passed; without one (``keeper``

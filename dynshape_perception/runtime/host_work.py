@@ -71,6 +71,8 @@ class HostWork:
         self._clock = clock
         self._lock = threading.Lock()
         self._count = 0
+        # A child forked from this process shares the mapping, not the slot.
+        self._pid = os.getpid()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as err:
@@ -82,7 +84,12 @@ class HostWork:
                     os.ftruncate(fd, SLOTS * SLOT.itemsize)
                 self._map = mmap.mmap(fd, SLOTS * SLOT.itemsize)
                 self._slots = np.frombuffer(self._map, dtype=SLOT, count=SLOTS)
-                self._index = self._claim()
+                try:
+                    self._index = self._claim()
+                except ConfigError:
+                    del self._slots
+                    self._map.close()
+                    raise
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError as err:
@@ -91,23 +98,28 @@ class HostWork:
             os.close(fd)
 
     def _claim(self) -> int:
-        pids = self._slots["pid"]
         own = os.getpid()
-        for index, pid in enumerate(pids.tolist()):
+        # A list, not a view: a view left in a failed claim's traceback would keep the map open.
+        for index, pid in enumerate(self._slots["pid"].tolist()):
             if pid == 0 or pid == own or not _alive(pid):
                 self._slots[index] = (own, 0.0, 0.0)
                 return index
         raise ConfigError(f"the host's work table {self.path} has no free slot of {SLOTS}")
 
+    def _writable(self) -> bool:
+        return not self._map.closed and os.getpid() == self._pid
+
     def enter(self) -> None:
         with self._lock:
+            if not self._writable():
+                return
             self._count += 1
             if self._count == 1:
                 self._slots["since"][self._index] = self._clock()
 
     def leave(self) -> None:
         with self._lock:
-            if self._count == 0:
+            if self._count == 0 or not self._writable():
                 return
             self._count -= 1
             if self._count == 0:
@@ -133,7 +145,7 @@ class HostWork:
         with self._lock:
             if self._map.closed:
                 return
-            if int(self._slots["pid"][self._index]) == os.getpid():
+            if int(self._slots["pid"][self._index]) == os.getpid() == self._pid:
                 self._slots[self._index] = (0, 0.0, 0.0)
             del self._slots
             self._map.close()

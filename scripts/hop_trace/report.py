@@ -9,7 +9,8 @@ Usage:
 Per segment of the chain (scan sent, each node's receive callback, each publish, the
 probe's receive) the median, 90th percentile and max in ms over the measured frames, the
 slowest frames segment by segment, each process's garbage collections and diagnostics
-updates in the measured window (count, total and longest ms), and per node thread what a
+updates in the measured window (count, total and longest ms) and the segments they fell in
+(a compile worker's show where it ran), and per node thread what a
 frame cost it (scan sent to predictions in): ms on a core, ms runnable but waiting for one,
 times scheduled in and minor page faults, at the median frame and in the frames whose
 threads ran longest together.
@@ -17,9 +18,10 @@ threads ran longest together.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -58,6 +60,9 @@ def _process(header: str) -> str:
     words = header[1:].split()
     if "bench" in words:
         return "harness"
+    # multiprocessing's spawn: in these runs, a node's compile worker.
+    if "--multiprocessing-fork" in words:
+        return "compile_worker"
     return words[0].rsplit("/", 1)[-1] if words else "?"
 
 
@@ -175,7 +180,28 @@ def main(folder: Path, setup: str) -> None:
     )
     for (process, kind), values in sorted(per.items()):
         print(f"  {process} {kind}: {len(values)} {sum(values):.1f} {max(values):.2f}")
+    pauses_by_segment(trace, chain, frames)
     thread_costs(trace, stamps)
+
+
+def pauses_by_segment(trace: Trace, chain: tuple[str, ...], frames: list[list[float]]) -> None:
+    """Where each process's collections and diagnostics updates fell: in which segment of
+    a frame (numbered as the columns of the slowest frames), or between frames."""
+    sends = [f[0] for f in frames]
+    where: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for t, process, kind, _ in trace.pauses:
+        i = bisect.bisect_right(sends, t) - 1
+        if i < 0 or t > frames[-1][-1]:
+            continue
+        frame = frames[i]
+        k = bisect.bisect_right(frame, t) - 1
+        where[(process, "diag" if kind == "diag" else "gc")][
+            f"{k + 1}" if k < len(chain) - 1 else "between"
+        ] += 1
+    print("where they fell (segment of the slowest frames' columns, or between frames):")
+    for (process, kind), counts in sorted(where.items()):
+        order = sorted(counts, key=lambda s: (s == "between", int(s) if s.isdigit() else 0))
+        print(f"  {process} {kind}: " + ", ".join(f"{s} {counts[s]}" for s in order))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -150,6 +151,10 @@ def test_work_is_counted_across_a_process_holders_and_a_hung_one_goes_stale(
     finally:
         work.close()
     assert not np.fromfile(tmp_path / "work", dtype=SLOT)["pid"].any(), "closed, slot freed"
+    # A gate's thread may still be at work as the process exits and the table closes.
+    work.enter()
+    work.leave()
+    assert work.state() == (False, -math.inf)
 
 
 def test_a_full_or_unusable_table_is_a_config_error(tmp_path: Path) -> None:
