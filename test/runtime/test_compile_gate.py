@@ -1,11 +1,33 @@
-"""The compile gate: pools stopped while work is under way and for the hold after it."""
+"""The compile gate: pools stopped while work is under way (on the host too: real processes
+in one shared table) and for the hold after it."""
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pytest
+
+from dynshape_perception.errors import ConfigError
+from dynshape_perception.models import model_definition
+from dynshape_perception.models.registry import parameter_shapes
+from dynshape_perception.models.weights import init_weights
+from dynshape_perception.runtime import host_work
 from dynshape_perception.runtime.compile_gate import CompileGate
+from dynshape_perception.runtime.engine import Engine
+from dynshape_perception.runtime.host_work import SLOT, SLOTS, STALE_BUSY_S, HostWork
+from dynshape_perception.runtime.policy import JitConfig
 from dynshape_perception.scheduling.work import holding
 from dynshape_perception.testing.clocks import FakeClock
 
@@ -16,7 +38,8 @@ WAIT_S = 10.0
 class RecordingPool:
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.running = False
+        # Read only by a gate that polls the host's table.
+        self.running = True
 
     def enter_yield(self) -> None:
         self.calls.append("stop")
@@ -109,3 +132,207 @@ def test_a_gate_without_pools_holds_nothing() -> None:
     with holding([gate]):
         assert not gate.shut
     gate.close()
+
+
+# Another node, as far as the table goes: it enters and leaves its work when told.
+OTHER = """
+import sys
+from pathlib import Path
+from dynshape_perception.runtime.host_work import HostWork
+work = HostWork(Path(sys.argv[1]))
+print("ready", flush=True)
+for line in sys.stdin:
+    getattr(work, line.strip())()
+    print("done", flush=True)
+"""
+
+
+class OtherProcess:
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", OTHER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._reply() == "ready"
+
+    def _reply(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def do(self, what: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        assert self._reply() == "done"
+
+
+@contextmanager
+def other_process(path: Path) -> Iterator[OtherProcess]:
+    other = OtherProcess(path)
+    try:
+        yield other
+    finally:
+        other.proc.kill()
+        other.proc.wait(WAIT_S)
+
+
+def test_another_process_work_shows_while_under_way_then_its_end(tmp_path: Path) -> None:
+    work = HostWork(tmp_path / "work")
+    try:
+        assert not work.state().busy
+        with other_process(work.path) as other:
+            before = time.monotonic()
+            other.do("enter")
+            assert work.state().busy
+            other.do("leave")
+            state = work.state()
+            assert not state.busy and before <= state.ended <= time.monotonic()
+    finally:
+        work.close()
+
+
+def test_a_process_that_died_mid_work_holds_nothing_and_its_slot_is_taken_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "work"
+    with other_process(path) as other:
+        other.do("enter")
+        pid = other.proc.pid
+        work = HostWork(path)
+        try:
+            assert work.state().busy
+            other.proc.send_signal(signal.SIGKILL)
+            other.proc.wait(WAIT_S)
+            assert not work.state().busy, "a dead process's work is over"
+        finally:
+            work.close()
+    slots = np.fromfile(path, dtype=SLOT)
+    assert pid in slots["pid"].tolist(), "killed, it never released its slot"
+    # Every live slot taken but the dead one's: a new process must get that one.
+    slots["pid"] = [os.getppid() if p != pid else p for p in slots["pid"].tolist()]
+    slots.tofile(path)
+    with other_process(path) as newer:
+        assert int(np.fromfile(path, dtype=SLOT)["pid"][slots["pid"].tolist().index(pid)]) == (
+            newer.proc.pid
+        )
+
+
+def test_work_is_counted_across_a_process_holders_and_a_hung_one_goes_stale(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(start_s=time.monotonic())
+    work = HostWork(tmp_path / "work", clock=clock)
+    try:
+        work.enter()
+        work.enter()
+        work.leave()
+        assert work.state().busy, "one holder is still at work"
+        ended = clock()
+        work.leave()
+        clock.advance_ms(5)
+        assert work.state() == (False, ended)
+        work.leave()
+        assert not work.state().busy, "an unmatched leave changes nothing"
+        work.enter()
+        clock.advance_ms(STALE_BUSY_S * 1e3 + 1)
+        assert not work.state().busy
+    finally:
+        work.close()
+    assert not np.fromfile(tmp_path / "work", dtype=SLOT)["pid"].any(), "closed, slot freed"
+    # A gate's thread may still be at work as the process exits and the table closes.
+    work.enter()
+    work.leave()
+    assert work.state() == (False, -math.inf)
+
+
+def test_a_full_or_unusable_table_is_a_config_error(tmp_path: Path) -> None:
+    full = np.zeros(SLOTS, dtype=SLOT)
+    full["pid"] = os.getppid()
+    full.tofile(tmp_path / "full")
+    with pytest.raises(ConfigError, match="no free slot"):
+        HostWork(tmp_path / "full")
+    with pytest.raises(ConfigError, match="cannot open"):
+        HostWork(tmp_path / "missing" / "work")
+
+
+def test_the_other_engine_of_a_process_holds_a_gate_through_the_shared_slot(
+    tmp_path: Path,
+) -> None:
+    clock, pool = FakeClock(start_s=time.monotonic()), RecordingPool()
+    work = HostWork(tmp_path / "work", clock=clock)
+    try:
+        gate = CompileGate([pool], HOLD_MS, clock=clock, keeper=False, host=work)
+        other = CompileGate([RecordingPool()], HOLD_MS, clock=clock, keeper=False, host=work)
+        other.enter()
+        gate.poll()
+        assert pool.calls == ["stop"] and gate.shut and gate.host_stops == 1
+        clock.advance_ms(5)
+        other.leave()
+        clock.advance_ms(HOLD_MS - 1)
+        gate.poll()
+        assert pool.calls == ["stop"], "within the hold after the other's work"
+        clock.advance_ms(2)
+        gate.poll()
+        assert pool.calls == ["stop", "go"] and gate.stops == 0
+        with holding([gate]):
+            assert pool.calls == ["stop", "go", "stop"]
+        clock.advance_ms(HOLD_MS + 1)
+        gate.poll()
+        assert pool.calls == ["stop", "go", "stop", "go"]
+    finally:
+        work.close()
+
+
+def test_another_process_work_stops_a_gate_s_compiles_until_the_hold_after_it(
+    tmp_path: Path,
+) -> None:
+    pool = RecordingPool()
+    work = HostWork(tmp_path / "work")
+    gate = CompileGate([pool], HOLD_MS, host=work)
+    try:
+        with other_process(work.path) as other:
+            other.do("enter")
+            _wait_for(lambda: pool.calls == ["stop"])
+            assert gate.shut and gate.host_stops == 1
+            other.do("leave")
+            ended = work.state().ended
+            _wait_for(lambda: pool.calls == ["stop", "go"])
+            assert time.monotonic() >= ended + HOLD_MS / 1e3
+    finally:
+        gate.close()
+        work.close()
+
+
+def _wait_for(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert done()
+
+
+def test_an_engine_without_the_host_table_warns_and_gates_its_own_work_injected_fault(
+    cache_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    # Injected fault: the host's table lies in a folder that is not there.
+    monkeypatch.setattr(host_work, "default_path", lambda: tmp_path / "missing" / "work")
+    config = JitConfig(mode="adaptive", compile_mode="thread")
+    weights = {"associator": init_weights(parameter_shapes(model_definition("associator")), 1)}
+    with (
+        caplog.at_level(logging.WARNING),
+        Engine(
+            "x86_64", config, cache_dir=cache_root, models=("associator",), weights=weights
+        ) as engine,
+    ):
+        assert engine.host_gate.startswith("unavailable: cannot open the host's work table")
+        with holding([engine.gate]):
+            assert engine.gate.shut, "its own work still holds it"
+    assert "compiles see only this process's frames" in caplog.text
+    monkeypatch.setattr(host_work, "default_path", lambda: tmp_path / "work")
+    with Engine(
+        "x86_64", config, cache_dir=cache_root, models=("associator",), weights=weights
+    ) as engine:
+        assert engine.host_gate == str(tmp_path / "work")
+        with holding([engine.gate]):
+            assert host_work.shared(tmp_path / "work").state().busy
