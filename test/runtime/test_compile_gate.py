@@ -48,6 +48,13 @@ class RecordingPool:
         self.calls.append("go")
 
 
+def _wait_for(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert done()
+
+
 def test_nested_work_stops_the_pools_once_and_they_run_after_the_hold() -> None:
     clock, pool = FakeClock(), RecordingPool()
     gate = CompileGate([pool], HOLD_MS, clock=clock, keeper=False)
@@ -105,10 +112,7 @@ def test_the_keeper_resumes_the_pools_after_the_hold() -> None:
     try:
         with holding([gate]):
             pass
-        deadline = time.monotonic() + WAIT_S
-        while pool.calls != ["stop", "go"] and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert pool.calls == ["stop", "go"]
+        _wait_for(lambda: pool.calls == ["stop", "go"])
     finally:
         gate.close()
 
@@ -303,13 +307,6 @@ def test_another_process_work_stops_a_gate_s_compiles_until_the_hold_after_it(
     finally:
         gate.close()
         work.close()
-
-
-def _wait_for(done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not done() and time.monotonic() < deadline:
-        time.sleep(0.002)
-    assert done()
 
 
 def test_an_engine_without_the_host_table_warns_and_gates_its_own_work_injected_fault(
