@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections import Counter, deque
+from collections import deque
 from typing import Any
 
 from dynshape_perception.errors import SchedulingError
@@ -17,6 +17,9 @@ from dynshape_perception.scheduling.work import (
     Lane,
     Work,
 )
+
+# Replaced units a heap may hold beyond twice its queued ones before it is rebuilt.
+_HEAP_SLACK = 32
 
 __all__ = [
     "COST_SMOOTHING",
@@ -41,7 +44,9 @@ class TieredExecutor(ExecutorBase):
 
     def _init_queue(self) -> None:
         self._heaps: dict[Tier, list[tuple[float, int, Work]]] = {t: [] for t in TIERS}
-        self._live: Counter[Tier] = Counter()
+        # The queued units by sequence number: a replaced unit stays in its heap until a lane
+        # pops it, and a tier that rarely runs would make every walk of its heap longer.
+        self._live: dict[Tier, dict[int, Work]] = {t: {} for t in TIERS}
         self._by_stream: dict[str, Work] = {}
         self._latest: dict[str, int] = {}
         self._degraded = False
@@ -67,16 +72,23 @@ class TieredExecutor(ExecutorBase):
     def _push_locked(self, work: Work) -> None:
         work.state = "queued"
         heapq.heappush(self._heaps[work.tier], (work.deadline_s, work.seq, work))
-        self._live[work.tier] += 1
+        self._live[work.tier][work.seq] = work
         # A started unit finishes: were a newer frame to cancel it, a unit that takes longer
         # than the frame period would never complete. Only a waiting unit is replaced.
         if work.stream is not None and work.gen is None:
             self._by_stream[work.stream] = work
 
     def _unlink_locked(self, work: Work) -> None:
-        self._live[work.tier] -= 1
+        del self._live[work.tier][work.seq]
         if work.stream is not None and self._by_stream.get(work.stream) is work:
             del self._by_stream[work.stream]
+
+    def _compact_locked(self, tier: Tier) -> None:
+        """Drop the replaced units from the tier's heap once they outnumber its queued ones."""
+        heap, live = self._heaps[tier], self._live[tier]
+        if len(heap) > 2 * len(live) + _HEAP_SLACK:
+            heap[:] = [entry for entry in heap if entry[1] in live]
+            heapq.heapify(heap)
 
     def _admit_locked(self, work: Work, now: float) -> tuple[str | None, list[Work]]:
         self._update_degrade_locked(now)
@@ -84,7 +96,7 @@ class TieredExecutor(ExecutorBase):
             return "degraded", []
         old = self._by_stream.get(work.stream) if work.stream is not None else None
         if work.tier != Tier.COLLISION:
-            depth = self._live[work.tier] - (1 if old is not None else 0)
+            depth = len(self._live[work.tier]) - (1 if old is not None else 0)
             if depth >= self.config.max_queue_depth:
                 return "admission", []
             if (
@@ -105,6 +117,7 @@ class TieredExecutor(ExecutorBase):
         displaced: list[Work] = []
         if old is not None:
             self._unlink_locked(old)
+            self._compact_locked(old.tier)
             displaced.append(old)
         if work.stream is not None:
             self._latest[work.stream] = work.seq
@@ -175,13 +188,14 @@ class TieredExecutor(ExecutorBase):
         return None
 
     def _queued_locked(self) -> list[Work]:
-        return [w for heap in self._heaps.values() for _, _, w in heap if w.state == "queued"]
+        return [w for live in self._live.values() for w in live.values()]
 
     def _drain_queue_locked(self) -> list[Work]:
         queued = self._queued_locked()
         for heap in self._heaps.values():
             heap.clear()
-        self._live.clear()
+        for live in self._live.values():
+            live.clear()
         self._by_stream.clear()
         return queued
 

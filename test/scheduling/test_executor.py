@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Generator
 from concurrent.futures import CancelledError
 from typing import Any
@@ -139,6 +140,37 @@ def test_newest_frame_wins_per_stream_and_stale_frames_are_counted() -> None:
     assert drops(ex, "2")["stale"] == 1
     snap = ex.snapshot()["tiers"]["2"]
     assert (snap["submitted"], snap["completed"], snap["dropped"]) == (2, 1, 1)
+
+
+class Scan:
+    """What a unit holds on to: a frame's data, weakly referable."""
+
+
+def holding(scan: Scan) -> Callable[[], Scan]:
+    """A stage whose closure holds ``scan``, as a node's holds its frame."""
+    return lambda: scan
+
+
+def test_replaced_units_are_let_go_while_their_tier_waits() -> None:
+    """A tier that does not run for a while keeps no more than a few of the frames that
+    newer ones replaced, so neither their data nor the queue's walks grow with the wait."""
+    clock = FakeClock()
+    ex = tiered(clock)
+    scans: list[weakref.ref[Scan]] = []
+    futures = []
+    for _ in range(1000):
+        scan = Scan()
+        scans.append(weakref.ref(scan))
+        futures.append(ex.submit(holding(scan), 4, arrival=ex.arrive("markers"), name="markers"))
+        del scan
+    planning = ex.submit(returning(2), 2, arrival=ex.arrive("points"), name="seg")
+    held = sum(ref() is not None for ref in scans)
+    assert 1 <= held <= 40
+    assert drops(ex, "4")["stale"] == 999
+    assert ex.snapshot()["tiers"]["4"]["queued"] == 1
+    assert ex.run_one() and ex.run_one() and not ex.run_one()
+    assert planning.result(timeout=0) == 2
+    assert futures[-1].result(timeout=0) is scans[-1]()
 
 
 def test_queue_depth_is_enforced_for_lower_tiers_only() -> None:
