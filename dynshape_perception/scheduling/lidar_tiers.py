@@ -12,7 +12,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from dynshape_perception.errors import ConfigError
-from dynshape_perception.perception.clustering import cluster_obstacles, rows_to_score
+from dynshape_perception.perception.clustering import (
+    ClusterParams,
+    cluster_obstacles,
+    rows_to_score,
+)
 from dynshape_perception.perception.ground import GroundPlane
 from dynshape_perception.perception.pipeline import ModelFn, Pipeline
 from dynshape_perception.perception.records import OBSTACLE_DTYPE
@@ -171,6 +175,17 @@ class Segmentation:
         self.chunks = ChunkSizer(chunk_edges)
         self.plane: GroundPlane | None = None
         self.fits = fits or PlaneFits()
+        self._near_cluster: tuple[ClusterParams, NearField, ClusterParams] | None = None
+
+    def near_cluster(self, near: NearField) -> ClusterParams:
+        """The clustering settings cropped to the corridor of ``near``, made again only when
+        either changes: checking them takes about 0.1 ms of the thread that submits a scan."""
+        cluster = self.pipeline.params.cluster
+        made = self._near_cluster
+        if made is None or made[0] is not cluster or made[1] is not near:
+            made = (cluster, near, replace(cluster, roi=near.roi()))
+            self._near_cluster = made
+        return made[2]
 
     def handover_wait_s(self, near: NearField, made_s: float) -> float:
         """How long a near field made at ``made_s`` (``time.perf_counter``) may now wait for
@@ -184,7 +199,7 @@ class Segmentation:
 
     def near_field(self, points: np.ndarray) -> Callable[[], NearResult]:
         near = self.near
-        cluster = replace(self.pipeline.params.cluster, roi=near.roi())
+        cluster = self.near_cluster(near)
         made_s = time.perf_counter()
 
         def job() -> NearResult:

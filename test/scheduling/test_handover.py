@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -183,3 +184,22 @@ def test_a_near_field_waits_only_within_half_its_deadline() -> None:
     # Made a millisecond before half its deadline: at most that millisecond.
     assert 0.0 <= seg.handover_wait_s(seg.near, now - half_s + 0.001) <= 0.001
     assert seg.handover_wait_s(NearField(handover_wait_ms=0.0), now + 60.0) == 0.0
+
+
+def test_a_near_field_clusters_in_the_corridor_and_with_the_settings_it_has_now(
+    points: np.ndarray,
+) -> None:
+    narrow = NearField(half_width_m=1.5)
+    seg = segmentation(narrow)
+    seg.plane = seg.pipeline.fit_ground(points)
+    assert seg.near_field(points)().obstacles.shape[0] == 0
+    assert seg.near_cluster(narrow) is seg.near_cluster(narrow)
+    seg.near = replace(narrow, half_width_m=3.0)
+    assert seg.near_cluster(seg.near).roi == seg.near.roi()
+    wide = seg.near_field(points)().obstacles
+    assert wide.shape[0] > 0 and np.all(np.abs(wide["y"]) < 3.0)
+    coarse = replace(seg.pipeline.params.cluster, min_points=10_000)
+    seg.pipeline.params = replace(seg.pipeline.params, cluster=coarse)
+    assert seg.near_cluster(seg.near).min_points == 10_000
+    assert seg.near_cluster(seg.near).roi == seg.near.roi()
+    assert seg.near_field(points)().obstacles.shape[0] == 0
