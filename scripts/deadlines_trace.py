@@ -13,7 +13,9 @@ submitted. Prints the tier-1 units' p50, p99, max and misses, the median unit, a
 N slowest: the wait before it started, its run and CPU time, which scan it served, what the
 other threads ran meanwhile (per thread, job and step of the job: the steps that overlapped
 it, the wall time of the overlap, those steps' CPU time) and any garbage collection. Run
-time well above CPU time was spent waiting for a core or for the GIL.
+time well above CPU time was spent waiting for a core or for the GIL. Last, the CPU time of
+the generator thread (it makes and submits each frame's jobs) and of each lane, and how much
+of a lane's went into its jobs' steps: the rest is the executor's own work.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from dynshape_perception.scheduling.executor_base import ExecutorBase
 from dynshape_perception.scheduling.tiers import Tier
+from dynshape_perception.scheduling.work import Lane
 from dynshape_perception.tools.bench.deadlines import (
     add_arguments,
     held_cpu_latency,
@@ -171,6 +175,48 @@ class Trace:
         return dict(seen)
 
 
+class ThreadCpu:
+    """CPU time over a run of the generator thread (the calling one) and of each lane."""
+
+    def __init__(self) -> None:
+        self.generator_s = 0.0
+        self.lanes_s: dict[str, float] = {}
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        serve = ExecutorBase._serve
+
+        def timed_serve(executor: ExecutorBase, lane: Lane) -> None:
+            try:
+                serve(executor, lane)
+            finally:
+                # A lane's thread serves until the executor closes: this is all its CPU.
+                self.lanes_s[threading.current_thread().name] = time.thread_time()
+
+        ExecutorBase._serve = timed_serve  # type: ignore[method-assign,assignment]
+        start = time.thread_time()
+        try:
+            yield
+        finally:
+            self.generator_s = time.thread_time() - start
+            ExecutorBase._serve = serve  # type: ignore[method-assign]
+
+    def report(self, trace: Trace, frames: int) -> None:
+        in_steps: dict[str, float] = defaultdict(float)
+        for step in trace.steps:
+            in_steps[step.thread] += step.cpu_s
+        print(
+            f"CPU over the run: generator {self.generator_s * MS:.0f} ms "
+            f"({self.generator_s * MS / max(frames, 1):.3f} ms a frame)"
+        )
+        for name, total in sorted(self.lanes_s.items()):
+            steps = in_steps.get(name, 0.0)
+            print(
+                f"  {name:20s} {total * MS:7.0f} ms, {steps * MS:7.0f} in job steps, "
+                f"{(total - steps) * MS / max(frames, 1):.3f} ms a frame besides"
+            )
+
+
 def describe(unit: Unit, source: str) -> str:
     return (
         f"{unit.latency_ms:7.2f} {(unit.start_s - unit.submitted_s) * MS:6.2f} "
@@ -212,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slowest", type=int, default=DEFAULT_SLOWEST)
     args = parser.parse_args(argv)
     trace = Trace()
+    cpu = ThreadCpu()
     with held_cpu_latency(args.cpu_latency_us), prepared(args) as ready:
         rate_hz = ready.calibration["sustainable_hz"] * args.rate
-        with trace.installed():
+        with trace.installed(), cpu.installed():
             outcome = load_run(ready.bench, "tiered", rate_hz, args.duration_s, ready.estimates)
         sources = [name for name, _ in ready.bench.sources]
     own = outcome["snapshot"]["tiers"][str(int(Tier.COLLISION))]
@@ -223,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         f"p99 {own['p99_ms']} ms, misses {own['misses']}"
     )
     report(trace, sources, float(own["deadline_ms"]), args.slowest)
+    cpu.report(trace, int(outcome["frames"]))
     if args.json is not None:
         args.json.write_text(
             json.dumps(
