@@ -18,7 +18,7 @@ from dynshape_perception.scheduling.work import (
     Work,
 )
 
-# Replaced units a heap may hold beyond twice its queued ones before it is rebuilt.
+# How many more replaced units than queued ones a heap may hold before it is rebuilt.
 _HEAP_SLACK = 32
 
 __all__ = [
@@ -84,7 +84,8 @@ class TieredExecutor(ExecutorBase):
             del self._by_stream[work.stream]
 
     def _compact_locked(self, tier: Tier) -> None:
-        """Drop the replaced units from the tier's heap once they outnumber its queued ones."""
+        """Drop the replaced units from the tier's heap once they outnumber its queued ones by
+        more than ``_HEAP_SLACK``."""
         heap, live = self._heaps[tier], self._live[tier]
         if len(heap) > 2 * len(live) + _HEAP_SLACK:
             heap[:] = [entry for entry in heap if entry[1] in live]
