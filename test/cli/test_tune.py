@@ -5,9 +5,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy
 
 from dynshape_perception.cli import tune as tune_cli
 from dynshape_perception.cli.main import main
@@ -17,7 +19,7 @@ from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
 from dynshape_perception.runtime.engine import Engine
 from dynshape_perception.runtime.policy import JitConfig
-from dynshape_perception.tools.replay import sources
+from dynshape_perception.tools.replay import sources, tuning
 from dynshape_perception.tools.replay.params import load_params_file
 from dynshape_perception.tools.replay.tuning import Score, Space, load_space, tune, write_best
 
@@ -307,3 +309,50 @@ def test_bad_bags_are_refused_before_the_shared_study_runs_a_trial(
     assert str(bad) in captured.err and "Traceback" not in captured.err + captured.out
     study = optuna.load_study(study_name="test-study", storage=storage)
     assert study.trials == []
+
+
+class PostgresErrorFault(Exception):
+    """The driver's error that an injected fault carries: only its SQLSTATE is read."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(f"SQLSTATE {sqlstate}")
+        self.sqlstate = sqlstate
+
+
+def _schema_race_fault_injector(sqlstate: str, failures: int, calls: list[int]) -> Any:
+    """``optuna.create_study`` that first fails ``failures`` times as PostgreSQL fails a
+    process whose schema statement another process beat (or with another error)."""
+    create = optuna.create_study
+
+    def create_study(*args: Any, **kwargs: Any) -> optuna.Study:
+        calls.append(1)
+        if len(calls) <= failures:
+            raise sqlalchemy.exc.ProgrammingError(
+                "CREATE TABLE studies", {}, PostgresErrorFault(sqlstate)
+            )
+        return create(*args, **kwargs)
+
+    return create_study
+
+
+@pytest.mark.parametrize("sqlstate", ["42P07", "42710", "23505"])
+def test_a_process_that_loses_the_race_for_the_schema_joins_the_study(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlstate: str
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(tuning, "SCHEMA_RETRY_S", 0.0)
+    monkeypatch.setattr(optuna, "create_study", _schema_race_fault_injector(sqlstate, 2, calls))
+    assert tuning.open_study(f"sqlite:///{tmp_path / 'study.db'}", "raced") == 0
+    assert len(calls) == 3
+
+
+def test_other_database_errors_are_no_race_and_fail_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(tuning, "SCHEMA_RETRY_S", 0.0)
+    # 42501: insufficient privilege.
+    monkeypatch.setattr(optuna, "create_study", _schema_race_fault_injector("42501", 9, calls))
+    with pytest.raises(ConfigError, match="cannot open Optuna storage"):
+        tuning.open_study(f"sqlite:///{tmp_path / 'study.db'}", "refused")
+    assert len(calls) == 1

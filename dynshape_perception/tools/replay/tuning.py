@@ -30,6 +30,9 @@ DEFAULT_STUDY = "dynshape-perception"
 DEFAULT_STARTUP_TRIALS = 10
 SCHEMA_ATTEMPTS = 5
 SCHEMA_RETRY_S = 0.5
+# What PostgreSQL says to the process that loses the race to create Optuna's schema: a
+# duplicate table, a duplicate object (a type) or a unique violation (its catalog row).
+SCHEMA_RACE_SQLSTATES = frozenset({"42P07", "42710", "23505"})
 MAX_SAMPLER_SEED = 2**32
 SPACE_KEYS = {"study", "objective", "sampler", "fixed", "start", "parameters"}
 SAMPLER_KEYS = {"startup_trials"}
@@ -334,6 +337,15 @@ def storage_errors(storage: str | None) -> Iterator[None]:
         raise ConfigError(f"cannot open Optuna storage {storage!r}: {first}") from err
 
 
+def lost_schema_race(err: sqlalchemy.exc.DBAPIError) -> bool:
+    """Whether ``err`` says that another process created a piece of Optuna's schema first."""
+    if isinstance(err, sqlalchemy.exc.IntegrityError):
+        return True
+    # psycopg names it sqlstate, psycopg2 pgcode.
+    state = getattr(err.orig, "sqlstate", None) or getattr(err.orig, "pgcode", None)
+    return state in SCHEMA_RACE_SQLSTATES
+
+
 def open_study(storage: str, study: str) -> int:
     """Create or load ``study`` in ``storage`` and return how many trials it holds.
 
@@ -349,10 +361,10 @@ def open_study(storage: str, study: str) -> int:
                         study_name=study, storage=storage, direction="minimize", load_if_exists=True
                     ).trials
                 )
-            except sqlalchemy.exc.IntegrityError:
+            except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as err:
                 # Processes that join an empty database at once race to create Optuna's
-                # tables (PostgreSQL: a duplicate type name); the loser finds them next time.
-                if attempt == SCHEMA_ATTEMPTS - 1:
+                # tables; the loser finds them next time.
+                if not lost_schema_race(err) or attempt == SCHEMA_ATTEMPTS - 1:
                     raise
                 time.sleep(SCHEMA_RETRY_S * (attempt + 1))
     raise AssertionError("unreachable")
