@@ -17,12 +17,13 @@ from dynshape_perception.runtime.lean_imports import keep_unused_out
 
 def run(module: str) -> int:
     """Install the handlers, then import and run ``dynshape_perception.nodes.<module>``."""
-    install_handlers()
-    # At C level, so it answers while the main thread waits in DDS or holds the GIL in C
-    # code: the one way to see where a node that does not stop is stuck.
-    faulthandler.register(STACKS_SIGNAL, all_threads=True)
-    keep_unused_out()
+    # Inside the try from the first handler on: a signal may interrupt the next line.
     try:
+        install_handlers()
+        # At C level, so it answers while the main thread waits in DDS or holds the GIL in C
+        # code: the one way to see where a node that does not stop is stuck.
+        faulthandler.register(STACKS_SIGNAL, all_threads=True)
+        keep_unused_out()
         node_main = importlib.import_module(f"dynshape_perception.nodes.{module}").main
         # After the import: loading tvm_ffi installs its own SIGSEGV handler, which prints
         # only native frames and would replace this one. This one writes every thread's
