@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ OUTPUTS = (DETECTED, TRACKED, PREDICTED, "markers")
 # How long the deferred outputs of a frame whose awaited ones came may still take: they were
 # published first, so they are already in, unless a node dropped them.
 DEFERRED_WAIT_S = 1.0
+# The least a priming frame is waited for, however close the priming's deadline.
+PRIME_MIN_WAIT_S = 0.5
+PRIME_LOG_LINES = 3
 
 
 @dataclass
@@ -142,20 +146,47 @@ class NodeSession:
                     timing.counts["agents"] = int(np.unique(item.table["id"]).size)
         return timing
 
-    def prime(self, cloud: np.ndarray, first_ns: int, attempts: int, timeout_s: float) -> int:
-        """Send frames until one comes all the way through in the odometry's frame; the next
-        stamp. Discovery has settled then, and every node has taken odometry: one that reads
-        a scan before its first odometry tracks in the sensor's frame, and resets its tracks
-        when it switches, a few frames into what follows."""
+    def prime(
+        self, cloud: np.ndarray, first_ns: int, within_s: float, frame_timeout_s: float
+    ) -> int:
+        """Send frames a scan period apart until one comes all the way through in the
+        odometry's frame; the next stamp. Discovery has settled then, and every node has
+        taken odometry: one that reads a scan before its first odometry tracks in the
+        sensor's frame, and resets its tracks when it switches, a few frames into what follows.
+
+        Bounded by time, not by a count of frames: under load a node may match the probe's
+        odometry writer seconds after the probe saw it, and meanwhile answers every scan in
+        the sensor's frame within milliseconds.
+        """
+        deadline = time.monotonic() + within_s
         stamp = first_ns
-        for _ in range(attempts):
-            self.frame(cloud, stamp, Pose2D(), timeout_s, wait_for=(PREDICTED,))
+        answered: Counter[str] = Counter()
+        while True:
+            wait_s = max(min(frame_timeout_s, deadline - time.monotonic()), PRIME_MIN_WAIT_S)
+            self.frame(cloud, stamp, Pose2D(), wait_s, wait_for=(PREDICTED,))
             came = self.probe.received[PREDICTED].get(stamp)
             stamp += STAMP_STEP_NS
             if came is not None and came.frame_id == ODOM_FRAME:
                 return stamp
+            answered["lost" if came is None else f"in {came.frame_id!r}"] += 1
             self.check_alive()
-        raise ConfigError(f"no predictions in {ODOM_FRAME!r} came back after {attempts} frames")
+            if time.monotonic() >= deadline:
+                break
+            if came is not None:
+                self.probe.spin_for(STAMP_STEP_NS / 1e9)
+        frames = ", ".join(f"{n} {outcome}" for outcome, n in answered.items())
+        raise ConfigError(
+            f"no predictions in {ODOM_FRAME!r} came back within {within_s} s "
+            f"(of {answered.total()} frames: {frames}); {self._odometry_lines()}"
+        )
+
+    def _odometry_lines(self) -> str:
+        """What each node last logged of odometry and frames: why none tracks in odom."""
+        said = []
+        for proc in self.processes:
+            lines = [ln for ln in proc.log().splitlines() if "odometry" in ln or "frame" in ln]
+            said.append(f"{proc.name}: " + (" | ".join(lines[-PRIME_LOG_LINES:]) or "nothing"))
+        return "; ".join(said)
 
     def stop(self, sig: int = signal.SIGINT) -> dict[str, int]:
         return {proc.name: proc.stop(sig) for proc in self.processes}

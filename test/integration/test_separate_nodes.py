@@ -52,6 +52,7 @@ EGO_SPEED_MPS = 1.0
 FRAME_TOPICS = (*OUTPUTS, "near_obstacles", "obstacles", "tracks", "predictions")
 FRAME_S = 0.1
 TIMEOUT_S = 15.0
+PRIME_WITHIN_S = 60.0
 COUNTER_TIMEOUT_S = 5.0
 MAX_HISTORY_STEPS = 64
 K = int(default_config().section("predictor")["K"])
@@ -67,7 +68,9 @@ def session(
     overrides = {**node_overrides, "bounds.max_history_steps": MAX_HISTORY_STEPS}
     logs = tmp_path_factory.mktemp("separate_logs")
     with node_session("separate", overrides=overrides, log_dir=logs) as running:
-        running.prime(kitti_points, 1_000_000_000, attempts=5, timeout_s=TIMEOUT_S)
+        running.prime(
+            kitti_points, 1_000_000_000, within_s=PRIME_WITHIN_S, frame_timeout_s=TIMEOUT_S
+        )
         yield running
 
 

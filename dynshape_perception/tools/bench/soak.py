@@ -28,7 +28,8 @@ FIRST_STAMP_NS = 1_000_000_000
 # A generated drive whose counts vary: points per scan, and objects and agents per segment.
 POINTS = (5_000, 40_000)
 SEGMENT_FRAMES = 50
-PRIME_ATTEMPTS = 30
+# How long the nodes may take to answer a scan in the odometry's frame once they are up.
+PRIME_WITHIN_S = 60.0
 # How long one priming frame is waited for: a frame published while discovery settles is
 # lost without a trace, and waiting out the start-up timeout on it would stall the run.
 PRIME_FRAME_TIMEOUT_S = 10.0
@@ -155,7 +156,7 @@ def soak(setup: str, args: argparse.Namespace) -> dict[str, Any]:
     ) as session:
         probe = session.probe
         points, _ = frames[0]
-        stamp = session.prime(points, FIRST_STAMP_NS, PRIME_ATTEMPTS, PRIME_FRAME_TIMEOUT_S)
+        stamp = session.prime(points, FIRST_STAMP_NS, PRIME_WITHIN_S, PRIME_FRAME_TIMEOUT_S)
         pids = [proc.pid for proc in session.processes]
         got = probe.received[PREDICTED]
         pending: dict[int, float] = {}
