@@ -19,6 +19,11 @@ class Yielding(Protocol):
     @property
     def running(self) -> bool: ...
 
+    @property
+    def has_work(self) -> bool: ...
+
+    def add_waker(self, wake: Callable[[], None]) -> None: ...
+
     def enter_yield(self) -> None: ...
 
     def leave_yield(self) -> None: ...
@@ -57,7 +62,11 @@ class CompileGate:
     keeper looks at it while the gate is open.
 
     A keeper thread resumes the pools once the hold has passed; without one (``keeper``
-    False), ``poll`` does.
+    False), ``poll`` does. Where the pools have nothing queued or running, the gate rests:
+    shut, it watches neither the hold nor the host; a pool wakes it as a compile is queued
+    and once its last has ended. A
+    frame then costs the gate no thread wake-up, where each read of the host's table cost
+    every node's keeper a share of the GIL beside the node's frame.
     """
 
     def __init__(
@@ -86,6 +95,8 @@ class CompileGate:
         if self._pools and keeper and (self._hold_s > 0.0 or self._host is not None):
             self._thread = threading.Thread(target=self._keep, name="compile-gate", daemon=True)
             self._thread.start()
+        for pool in self._pools:
+            pool.add_waker(self._wake)
 
     @property
     def shut(self) -> bool:
@@ -118,11 +129,25 @@ class CompileGate:
             self._ended = self._clock()
             if self._host is not None:
                 self._host.leave()
+            if self._shut and self._resting_locked():
+                return
             # With a hold, nothing opens now: the keeper times it (a read of the host's
             # table here would be one more per frame, on the frame's thread).
             if self._hold_s == 0.0:
                 self._step_locked()
             self._cv.notify()
+
+    def _wake(self) -> None:
+        """A compile was queued, or the last ended (called by a pool, outside its lock)."""
+        with self._cv:
+            if self._thread is None:
+                self._step_locked()
+            else:
+                self._cv.notify()
+
+    def _resting_locked(self) -> bool:
+        """No pool has a compile queued or running: nothing for the gate to hold back."""
+        return not any(pool.has_work for pool in self._pools)
 
     def poll(self) -> None:
         """Resume or stop the compiles as the work says (where no keeper thread runs)."""
@@ -143,6 +168,10 @@ class CompileGate:
         """Open or shut the pools as the work says; returns how long until that may change
         (None: until this process's own work changes it)."""
         if self._closed or self._busy:
+            return None
+        if self._resting_locked():
+            if not self._shut:
+                self._shut_locked()
             return None
         now = self._clock()
         ended = self._ended

@@ -105,6 +105,9 @@ class CompilePool:
         self._pending: set[tuple[str, Signature]] = set()
         # What may still submit compiles: dispatchers whose calls are not all settled.
         self._feeders: list[Callable[[], None]] = []
+        # Told of each compile queued, and when none is left (a compile gate that rests while
+        # nothing compiles).
+        self._wakers: list[Callable[[], None]] = []
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._paused = 0
@@ -292,7 +295,17 @@ class CompilePool:
                 CompileJob(-benefit_ms, next(self._seq), model, key, request, on_done),
             )
             self._cv.notify()
-            return True
+            wakers = list(self._wakers)
+        # Outside the lock: a gate takes its own lock first, then the pool's.
+        for wake in wakers:
+            wake()
+        return True
+
+    def add_waker(self, wake: Callable[[], None]) -> None:
+        """``wake`` is called after each compile is queued and once none is left queued or
+        running, outside the pool's lock."""
+        with self._cv:
+            self._wakers.append(wake)
 
     def in_flight(self, model: str, key: Signature) -> bool:
         with self._cv:
@@ -317,6 +330,12 @@ class CompilePool:
         """Whether a compile is running, read without the lock: a compile that starts during
         a call this read let pass costs that call one yield, not its correctness."""
         return self.busy > 0
+
+    @property
+    def has_work(self) -> bool:
+        """A compile queued or running, read without the lock, as ``running``: a gate's read
+        that misses a compile queued meanwhile is followed by that compile's wake."""
+        return self.busy > 0 or bool(self._heap)
 
     @property
     def can_yield(self) -> bool:
@@ -476,6 +495,11 @@ class CompilePool:
                     else:
                         self._pending.discard((job.model, job.key))
                     self._last_done = time.monotonic()
+                    ran_dry = not self._heap and self.busy == 0
+                    wakers = list(self._wakers)
+            if ran_dry:
+                for wake in wakers:
+                    wake()
 
     def _await(self, future: cf.Future[CompileResult]) -> CompileResult | None:
         """The compile's result; None if the pool closed meanwhile. Time its worker spent

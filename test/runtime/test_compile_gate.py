@@ -25,21 +25,42 @@ from dynshape_perception.models.registry import parameter_shapes
 from dynshape_perception.models.weights import init_weights
 from dynshape_perception.runtime import host_work
 from dynshape_perception.runtime.compile_gate import CompileGate
+from dynshape_perception.runtime.compile_pool import CompilePool
 from dynshape_perception.runtime.engine import Engine
-from dynshape_perception.runtime.host_work import SLOT, SLOTS, STALE_BUSY_S, HostWork
+from dynshape_perception.runtime.host_work import SLOT, SLOTS, STALE_BUSY_S, HostState, HostWork
 from dynshape_perception.runtime.policy import JitConfig
+from dynshape_perception.runtime.shapes import Signature, sample_inputs
+from dynshape_perception.runtime.validation import CompileRequest, CompileResult
 from dynshape_perception.scheduling.work import holding
 from dynshape_perception.testing.clocks import FakeClock
 
 HOLD_MS = 20.0
 WAIT_S = 10.0
+# A bound on a hang, not a timing: a real compile on a host loaded many times over.
+COMPILE_WAIT_S = 600.0
+# Long enough for a keeper that polls the host's table to read it many times over.
+QUIET_S = 0.3
+ASSOCIATOR_WEIGHTS = {
+    "associator": init_weights(parameter_shapes(model_definition("associator")), 1)
+}
 
 
 class RecordingPool:
-    def __init__(self) -> None:
+    def __init__(self, has_work: bool = True) -> None:
         self.calls: list[str] = []
         # Read only by a gate that polls the host's table.
-        self.running = True
+        self.running = has_work
+        self.has_work = has_work
+        self.wakers: list[Callable[[], None]] = []
+
+    def add_waker(self, wake: Callable[[], None]) -> None:
+        self.wakers.append(wake)
+
+    def queue(self) -> None:
+        """What a pool does as a compile is queued: it has work, and says so."""
+        self.has_work = self.running = True
+        for wake in self.wakers:
+            wake()
 
     def enter_yield(self) -> None:
         self.calls.append("stop")
@@ -129,6 +150,35 @@ def test_closing_resumes_what_the_gate_holds_and_holds_nothing_after() -> None:
     with holding([gate]):
         pass
     assert pool.calls == ["stop", "go"]
+
+
+def test_a_gate_whose_pools_have_nothing_to_compile_rests_shut_until_one_is_queued() -> None:
+    clock, pool = FakeClock(), RecordingPool(has_work=False)
+    gate = CompileGate([pool], HOLD_MS, clock=clock, keeper=False)
+    gate.poll()
+    assert pool.calls == ["stop"] and gate.shut
+    for _ in range(3):
+        with holding([gate]):
+            clock.advance_ms(10)
+        clock.advance_ms(2 * HOLD_MS)
+        gate.poll()
+    assert pool.calls == ["stop"] and gate.stops == 0, "frames pass a resting gate by"
+    with holding([gate]):
+        pool.queue()
+        assert pool.calls == ["stop"], "queued within work: it waits for the work and hold"
+    pool.queue()
+    assert pool.calls == ["stop"]
+    clock.advance_ms(HOLD_MS + 1)
+    pool.queue()
+    assert pool.calls == ["stop", "go"] and not gate.shut
+    with holding([gate]):
+        assert pool.calls == ["stop", "go", "stop"] and gate.stops == 1
+    clock.advance_ms(HOLD_MS + 1)
+    gate.poll()
+    assert pool.calls == ["stop", "go", "stop", "go"]
+    pool.has_work = False
+    gate.poll()
+    assert pool.calls == ["stop", "go", "stop", "go", "stop"] and gate.shut
 
 
 def test_a_gate_without_pools_holds_nothing() -> None:
@@ -307,6 +357,83 @@ def test_another_process_work_stops_a_gate_s_compiles_until_the_hold_after_it(
     finally:
         gate.close()
         work.close()
+
+
+class CountingHostWork(HostWork):
+    """The host's table, counting the gate's reads of it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads = 0
+
+    def state(self) -> HostState:
+        self.reads += 1
+        return super().state()
+
+
+def test_a_resting_gate_reads_nothing_of_the_host_until_a_compile_is_queued(
+    tmp_path: Path,
+) -> None:
+    pool = RecordingPool(has_work=False)
+    work = CountingHostWork(tmp_path / "work")
+    gate = CompileGate([pool], HOLD_MS, host=work)
+    try:
+        _wait_for(lambda: gate.shut)
+        with other_process(work.path) as other:
+            for _ in range(5):
+                with holding([gate]):
+                    other.do("enter")
+                    other.do("leave")
+            time.sleep(QUIET_S)
+            assert work.reads == 0 and pool.calls == ["stop"] and gate.host_stops == 0
+            pool.queue()
+            _wait_for(lambda: pool.calls == ["stop", "go"])
+            assert work.reads > 0
+            other.do("enter")
+            _wait_for(lambda: pool.calls == ["stop", "go", "stop"])
+            assert gate.host_stops == 1
+            other.do("leave")
+            _wait_for(lambda: pool.calls == ["stop", "go", "stop", "go"])
+            pool.has_work = pool.running = False
+            _wait_for(lambda: pool.calls == ["stop", "go", "stop", "go", "stop"])
+            reads = work.reads
+            other.do("enter")
+            other.do("leave")
+            time.sleep(QUIET_S)
+            assert work.reads == reads, "at rest again once the pool had nothing left"
+    finally:
+        gate.close()
+        work.close()
+
+
+def test_a_compile_queued_to_a_resting_gate_runs_once_no_work_holds_it(
+    cache_root: Path,
+) -> None:
+    done = threading.Event()
+    results: list[tuple[CompileResult | None, str]] = []
+
+    def on_done(key: Signature, result: CompileResult | None, s: float, reason: str) -> None:
+        results.append((result, reason))
+        done.set()
+
+    key = Signature.of("forward", {"N": 5, "M": 3})
+    sample = sample_inputs(model_definition("associator"), key.function, key.as_dict(), seed=1)
+    request = CompileRequest("associator", "x86_64", key, str(cache_root), sample=sample)
+    pool = CompilePool(ASSOCIATOR_WEIGHTS, "x86_64", cache_root, mode="thread")
+    gate = CompileGate([pool], HOLD_MS)
+    try:
+        _wait_for(lambda: gate.shut)
+        with holding([gate]):
+            assert pool.submit(request, 1.0, on_done)
+            assert not done.wait(QUIET_S), "no compile starts beside the work"
+            assert pool.has_work and not pool.running
+        assert done.wait(COMPILE_WAIT_S)
+        [(result, reason)] = results
+        assert result is not None, reason
+        _wait_for(lambda: gate.shut and not pool.has_work)
+    finally:
+        gate.close()
+        pool.shutdown()
 
 
 def test_an_engine_without_the_host_table_warns_and_gates_its_own_work_injected_fault(
