@@ -319,6 +319,12 @@ class CompilePool:
     def resume(self) -> None:
         with self._cv:
             self._paused = max(0, self._paused - 1)
+            self._notify_queued_locked()
+
+    def _notify_queued_locked(self) -> None:
+        """Wake the workers to what is queued; with nothing queued none of them can start,
+        and a wake-up at every tier-1 unit or frame would only take a core from it."""
+        if self._heap:
             self._cv.notify_all()
 
     def compiling_now(self) -> str | None:
@@ -373,7 +379,7 @@ class CompilePool:
             self._yielding = max(0, self._yielding - 1)
             if self._yielding:
                 return
-            self._cv.notify_all()
+            self._notify_queued_locked()
             if self._stopped:
                 self._resume_stopped()
 
