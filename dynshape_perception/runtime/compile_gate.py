@@ -44,7 +44,8 @@ class HostView(Protocol):
 HOST_POLL_S = 0.002
 # Where nothing compiles, only a compile started since the last look can be beside it.
 HOST_IDLE_POLL_S = 0.05
-# Shut for another process's work: the hold after it passes before the pools run anyway.
+# Shut for another process's work, the gate opens no sooner than the hold after that work
+# ends: it looks again after the hold, or after this where the hold is shorter.
 HOST_BUSY_POLL_S = 0.005
 
 
@@ -149,10 +150,11 @@ class CompileGate:
         """No pool has a compile queued or running: nothing for the gate to hold back."""
         return not any(pool.has_work for pool in self._pools)
 
-    def poll(self) -> None:
-        """Resume or stop the compiles as the work says (where no keeper thread runs)."""
+    def poll(self) -> float | None:
+        """Resume or stop the compiles as the work says (where no keeper thread runs); how
+        long until that may change (None: until work or a pool changes it)."""
         with self._cv:
-            self._step_locked()
+            return self._step_locked()
 
     def close(self) -> None:
         """Resume what the gate holds, and hold nothing from now on."""
@@ -181,7 +183,7 @@ class CompileGate:
                 if not self._shut:
                     self._shut_locked()
                     self.host_stops += 1
-                return HOST_BUSY_POLL_S
+                return max(self._hold_s, HOST_BUSY_POLL_S)
             ended = max(ended, host.ended)
         if self._shut:
             resume_at = ended + self._hold_s

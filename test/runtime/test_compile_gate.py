@@ -155,7 +155,7 @@ def test_closing_resumes_what_the_gate_holds_and_holds_nothing_after() -> None:
 def test_a_gate_whose_pools_have_nothing_to_compile_rests_shut_until_one_is_queued() -> None:
     clock, pool = FakeClock(), RecordingPool(has_work=False)
     gate = CompileGate([pool], HOLD_MS, clock=clock, keeper=False)
-    gate.poll()
+    assert gate.poll() is None, "at rest: nothing to look at until a pool says so"
     assert pool.calls == ["stop"] and gate.shut
     for _ in range(3):
         with holding([gate]):
@@ -320,7 +320,8 @@ def test_the_other_engine_of_a_process_holds_a_gate_through_the_shared_slot(
         gate = CompileGate([pool], HOLD_MS, clock=clock, keeper=False, host=work)
         other = CompileGate([RecordingPool()], HOLD_MS, clock=clock, keeper=False, host=work)
         other.enter()
-        gate.poll()
+        # It opens no sooner than the hold after the other's work: it looks again then.
+        assert gate.poll() == HOLD_MS / 1e3
         assert pool.calls == ["stop"] and gate.shut and gate.host_stops == 1
         clock.advance_ms(5)
         other.leave()
