@@ -65,9 +65,8 @@ class CompileGate:
     A keeper thread resumes the pools once the hold has passed; without one (``keeper``
     False), ``poll`` does. Where the pools have nothing queued or running, the gate rests:
     shut, it watches neither the hold nor the host; a pool wakes it as a compile is queued
-    and once its last has ended. A
-    frame then costs the gate no thread wake-up, where each read of the host's table cost
-    every node's keeper a share of the GIL beside the node's frame.
+    and once its last has ended. A frame then costs the gate no thread wake-up, where each
+    read of the host's table cost every node's keeper a share of the GIL beside its frame.
     """
 
     def __init__(
