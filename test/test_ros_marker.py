@@ -5,6 +5,7 @@ on Jazzy's rclpy."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,8 +40,15 @@ def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield node
 
 
-def imports_on_load(path: Path) -> set[str]:
+def imports_on_load(path: Path) -> frozenset[str]:
     """Modules importing ``path`` imports at once (relative imports of the package resolved)."""
+    stat = path.stat()
+    return _imports_on_load(path, stat.st_mtime_ns, stat.st_size)
+
+
+# Every test module's walk reads the package's modules again: each is parsed once a version.
+@functools.cache
+def _imports_on_load(path: Path, _mtime_ns: int, _size: int) -> frozenset[str]:
     found: set[str] = set()
     tree = ast.parse(path.read_text(), str(path))
     parts = path.relative_to(ROOT).with_suffix("").parts if path.is_relative_to(ROOT) else ()
@@ -48,7 +56,7 @@ def imports_on_load(path: Path) -> set[str]:
     for node in _top_level(tree.body):
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.update(imported_names(node, package))
-    return found
+    return frozenset(found)
 
 
 def _module_path(name: str) -> Path | None:
