@@ -249,6 +249,20 @@ def _layouts(points: np.ndarray) -> dict[str, CloudData]:
     }
 
 
+def test_an_uncounted_frame_leaves_its_outputs_unread(
+    session: NodeSession, kitti_points: np.ndarray
+) -> None:
+    ns, t_s = next_stamp()
+    timing = session.frame(kitti_points, ns, ego(t_s), TIMEOUT_S, counted=False)
+    assert all(v is not None for v in timing.after_publish_ms.values()), timing
+    assert timing.counts == {}
+    # Their tables are read once asked for, and not before.
+    predicted = session.probe.received[PREDICTED][ns]
+    assert predicted.reader is not None
+    assert predicted.table is not None and predicted.table.shape[0] > 0
+    assert predicted.reader is None
+
+
 @pytest.mark.parametrize("size", [1, 640, 8_000, 40_000, 100_000, 150_000])
 def test_generated_clouds_of_varying_sizes(session: NodeSession, size: int) -> None:
     ns, t_s = next_stamp()
