@@ -167,7 +167,13 @@ class PerceptionNode(Node):
         self.values = self._declare()
         # Read once and on each change: a frame's stamp screen must not re-read the values.
         self.stamp_policy = parameters.stamp_policy(self.values)
-        self.debug_times = switch_debug_times(None, self, self.values)
+        # Frame callbacks and executor units: what the diagnostics update waits out, and,
+        # in a node with an executor, the debug times too. Without one, a node records its
+        # times last in its callback, after its outputs, and nothing waits for them.
+        self.work = WorkCount()
+        self._debug_busy = (lambda: self.work.busy) if parameters.uses_executor(kind) else None
+        self.debug_times = switch_debug_times(None, self, self.values, self._debug_busy)
+        self.work.listen(self._debug_work_ended)
         self.drops = DropCounter(
             reasons, self.get_logger().warning, float(self.values["warn_throttle_s"])
         )
@@ -195,8 +201,6 @@ class PerceptionNode(Node):
             depth=int(self.values["qos.output_depth"]),
             reliability=ReliabilityPolicy.RELIABLE,
         )
-        # Frame callbacks and executor units: what the diagnostics update waits out.
-        self.work = WorkCount()
         self.engine = self._build_engine(models)
         self.fast_engine: Engine | None = None
         self.deadline_executor: TieredExecutor | None = None
@@ -272,7 +276,9 @@ class PerceptionNode(Node):
             if self.deadline_executor is not None and any(n.startswith("tiers.") for n in changed):
                 self.deadline_executor.update_config(parameters.tier_config(self.values))
             self.apply_parameters(changed)
-            self.debug_times = switch_debug_times(self.debug_times, self, self.values)
+            self.debug_times = switch_debug_times(
+                self.debug_times, self, self.values, self._debug_busy
+            )
             self.get_logger().info(f"parameters changed: {sorted(changed)}")
 
     def apply_parameters(self, changed: set[str]) -> None:
@@ -571,14 +577,21 @@ class PerceptionNode(Node):
         with self._stats_lock:
             self.counters[key] = value
 
-    def record_latency(self, stages: dict[str, float]) -> None:
+    def record_latency(self, stages: dict[str, float], flush: bool = False) -> None:
+        """A frame's stage times; ``flush``: its last output is out, so its debug times,
+        held while its work runs (``DebugTimes``), go out now."""
         with self._stats_lock:
             for stage, ms in stages.items():
                 self.latency.setdefault(stage, LatencyStats()).add(ms)
                 self.last_latency_ms[stage] = ms
         debug_times = self.debug_times
         if debug_times is not None:
-            debug_times.record(stages)
+            debug_times.record(stages, flush)
+
+    def _debug_work_ended(self) -> None:
+        debug_times = self.debug_times
+        if debug_times is not None:
+            debug_times.work_ended()
 
     def note(self, key: str, text: str, warn: bool = False) -> None:
         self.notes[key] = text

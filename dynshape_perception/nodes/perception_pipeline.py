@@ -175,7 +175,8 @@ class PerceptionPipelineNode(SegmentingNode):
             if result.states is not None:
                 stages["track"] = result.track_ms
             if stages:
-                self.record_latency(stages)
+                # With tracks, the prediction's outputs are the frame's last.
+                self.record_latency(stages, flush=result.tracks is None)
 
     def _publish_tracked(self, heads: Heads, result: Tracked) -> None:
         states: TrackStates | None = result.states
@@ -203,7 +204,8 @@ class PerceptionPipelineNode(SegmentingNode):
         self.set_counter(AGENTS_DROPPED, self.stage.counters.agents_dropped)
         self.set_counter(NOT_PREDICTED, self.tiers.counts[NOT_PREDICTED])
         self.record_latency(
-            {"predict": result.ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
+            {"predict": result.ms, "total": (time.perf_counter() - frame.received_s) * MS_PER_S},
+            flush=True,
         )
         markers = self.markers_to_build(self.markers)
         if self.predictions is None and markers is None:

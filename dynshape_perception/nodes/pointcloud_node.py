@@ -75,7 +75,8 @@ class PointcloudNode(SegmentingNode):
             latency = {}
         self.count("frames_out")
         self.record_latency(
-            {**latency, "total": (time.perf_counter() - frame.received_s) * MS_PER_S}
+            {**latency, "total": (time.perf_counter() - frame.received_s) * MS_PER_S},
+            flush=True,
         )
 
 
