@@ -92,6 +92,7 @@ class DebugTimes:
             self._publishers.clear()
             if self._wake is not None:
                 self.node.destroy_guard_condition(self._wake)
+                self._wake = None
 
     def record(self, stages: dict[str, float], flush: bool = False) -> None:
         """Take a frame's stage times; ``flush``: its outputs are out, publish them now."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -84,18 +85,23 @@ def _spin(executor: SingleThreadedExecutor, until: Callable[[], bool], timeout_s
     return until()
 
 
-def _matched(times: DebugTimes, executor: SingleThreadedExecutor) -> None:
-    """Create the segment topics' publishers and wait until the reader matches both."""
-    pair = times._pair("segment")
-    assert _spin(executor, lambda: all(p.get_subscription_count() for p in pair), WAIT_S)
+@contextmanager
+def _matched(wired: Any, busy: Callable[[], bool]) -> Iterator[DebugTimes]:
+    """Times with the segment topics' publishers made and matched by the reader."""
+    _, executor, _, _ = wired
+    times = DebugTimes(wired[0], busy)
+    try:
+        pair = times._pair("segment")
+        assert _spin(executor, lambda: all(p.get_subscription_count() for p in pair), WAIT_S)
+        yield times
+    finally:
+        times.close()
 
 
 def test_times_recorded_during_a_frame_go_out_once_its_work_ends(wired: Any) -> None:
-    node, executor, processing, cyclic = wired
+    _, executor, processing, cyclic = wired
     busy = [True]
-    times = DebugTimes(node, lambda: busy[0])
-    try:
-        _matched(times, executor)
+    with _matched(wired, lambda: busy[0]) as times:
         times.record({"segment": 2.5})
         times.record({"segment": 3.5})
         _spin(executor, lambda: bool(processing), QUIET_S)
@@ -106,15 +112,11 @@ def test_times_recorded_during_a_frame_go_out_once_its_work_ends(wired: Any) -> 
         assert processing == [2.5, 3.5]
         # Taken when recorded, not when published.
         assert 0.0 <= cyclic[0] < QUIET_S * 1000.0
-    finally:
-        times.close()
 
 
 def test_a_frames_last_output_takes_its_held_times_out_with_it(wired: Any) -> None:
-    node, executor, processing, _ = wired
-    times = DebugTimes(node, lambda: True)
-    try:
-        _matched(times, executor)
+    _, executor, processing, _ = wired
+    with _matched(wired, lambda: True) as times:
         times.record({"segment": 1.0})
         _spin(executor, lambda: bool(processing), QUIET_S)
         assert processing == []
@@ -122,44 +124,33 @@ def test_a_frames_last_output_takes_its_held_times_out_with_it(wired: Any) -> No
         times.record({"segment": 2.0}, flush=True)
         assert _spin(executor, lambda: len(processing) == 2, WAIT_S)
         assert processing == [1.0, 2.0]
-    finally:
-        times.close()
 
 
 def test_a_node_busy_frame_after_frame_still_publishes_a_bounded_number_late(
     wired: Any,
 ) -> None:
-    node, executor, processing, _ = wired
-    times = DebugTimes(node, lambda: True)
-    try:
-        _matched(times, executor)
+    _, executor, processing, _ = wired
+    with _matched(wired, lambda: True) as times:
         for k in range(MAX_PENDING):
             times.record({"segment": float(k)})
         assert _spin(executor, lambda: len(processing) == MAX_PENDING, WAIT_S)
         assert processing == [float(k) for k in range(MAX_PENDING)]
-    finally:
-        times.close()
 
 
 def test_a_recording_outside_a_frame_publishes_at_once(wired: Any) -> None:
-    node, executor, processing, _ = wired
-    times = DebugTimes(node, lambda: False)
-    try:
-        _matched(times, executor)
+    _, executor, processing, _ = wired
+    with _matched(wired, lambda: False) as times:
         times.record({"segment": 1.5})
         # No end of work was signalled: the publish came from record itself.
         assert _spin(executor, lambda: processing == [1.5], WAIT_S)
-    finally:
-        times.close()
 
 
 def test_times_closed_before_the_work_ends_are_dropped_quietly(wired: Any) -> None:
-    node, executor, processing, _ = wired
-    times = DebugTimes(node, lambda: True)
-    _matched(times, executor)
-    times.record({"segment": 4.5})
-    times.close()
-    times.work_ended()
-    times.flush()
-    _spin(executor, lambda: bool(processing), QUIET_S)
-    assert processing == []
+    _, executor, processing, _ = wired
+    with _matched(wired, lambda: True) as times:
+        times.record({"segment": 4.5})
+        times.close()
+        times.work_ended()
+        times.flush()
+        _spin(executor, lambda: bool(processing), QUIET_S)
+        assert processing == []
