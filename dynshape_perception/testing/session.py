@@ -57,12 +57,14 @@ PRIME_LOG_LINES = 3
 class FrameTiming:
     """Arrival of each output after the cloud was published, in ms (None: not received), and
     the output's own publication after the cloud's (None: not received, or the middleware
-    gives no source time)."""
+    gives no source time); ``waiting_cpu_ms``: the CPU time the probe's process (every thread
+    of it) took while it waited for the awaited outputs, taken from the nodes it times."""
 
     stamp_ns: int
     after_publish_ms: dict[str, float | None] = field(default_factory=dict)
     published_ms: dict[str, float | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    waiting_cpu_ms: float = 0.0
 
 
 @dataclass
@@ -134,14 +136,16 @@ class NodeSession:
         got = self.probe.received
         later = self.probe.deferred
         now = [t for t in wait_for if t not in later]
+        cpu_s = time.process_time()
         self.probe.spin_until(lambda: all(stamp_ns in got[t] for t in now), timeout_s)
+        waiting_cpu_ms = (time.process_time() - cpu_s) * 1e3
         # Published before what was waited for, they wait in the middleware, stamped on arrival.
         self.probe.read_deferred(
             lambda: all(stamp_ns in got[t] for t in later),
             timeout_s if set(later) & set(wait_for) else DEFERRED_WAIT_S,
         )
         sent = self.probe.published[stamp_ns]
-        timing = FrameTiming(stamp_ns)
+        timing = FrameTiming(stamp_ns, waiting_cpu_ms=waiting_cpu_ms)
         for topic in OUTPUTS:
             item = got[topic].get(stamp_ns)
             timing.after_publish_ms[topic] = None if item is None else (item.t_s - sent) * 1e3

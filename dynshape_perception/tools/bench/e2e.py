@@ -318,6 +318,7 @@ def measure(
     overrides["points.sectors_per_revolution"] = per_revolution
     per_topic: dict[str, list[float]] = {DETECTED: [], TRACKED: [], PREDICTED: []}
     per_frame: list[dict[str, Any]] = []
+    waiting_cpu_ms: list[float] = []
     lost = 0
     collections = IdleCollections()
     with (
@@ -388,6 +389,7 @@ def measure(
                 if ms is not None:
                     per_topic[topic].append(ms)
             lost += not arrived
+            waiting_cpu_ms.append(timing.waiting_cpu_ms)
             scan_to = {t: timing.after_publish_ms[t] for t in HOPS}
             if all(v is not None for v in scan_to.values()):
                 frame: dict[str, Any] = {
@@ -423,6 +425,7 @@ def measure(
         "scan_to": {t: summary(v) for t, v in per_topic.items()},
         "per_hop": per_hop(per_frame, NODE_STAGES[setup]),
         "harness_gc": {"in_frames": collections.in_frames, "between": collections.between},
+        "harness_cpu_waiting": summary(waiting_cpu_ms),
         "jit": jit_activity(node_status),
         # What speculation saved, or why nothing (the prediction task's message).
         "prediction_message": prediction.message if prediction is not None else None,
@@ -688,6 +691,11 @@ def _run(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         for mode, entry in modes.items():
             for name, r in entry["runs"].items():
                 print_per_hop(f"{mode} {name}", r["per_hop"])
+                waiting = r["harness_cpu_waiting"]
+                print(
+                    f"    harness: {waiting['p50_ms']:.2f} ms CPU a frame while waiting "
+                    f"(p50; p99 {waiting['p99_ms']:.2f})"
+                )
         for mode, entry in modes.items():
             print_rounds(mode, entry)
     costs = {"stage": stage_prediction_cost, "node": node_prediction_cost}

@@ -170,7 +170,12 @@ def test_separate_per_hop(
     collections = run["harness_gc"]
     assert collections["in_frames"] == 0
     assert collections["between"] >= run["frames"]
+    # Its CPU while a frame was in flight: the probe's and its middleware threads', per frame.
+    waiting = run["harness_cpu_waiting"]
+    assert set(waiting) == {"p50_ms", "p99_ms", "mean_ms", "max_ms"}
+    assert 0.0 < waiting["p50_ms"] <= waiting["p99_ms"] <= waiting["max_ms"]
     printed = capsys.readouterr().out
+    assert "harness: " in printed and "ms CPU a frame while waiting" in printed
     assert "incremental separate/kitti: scan to detected_objects" in printed
     assert "detected_objects->tracked_objects" in printed
     assert "pointcloud_node: convert" in printed and "segment" in printed
