@@ -6,10 +6,10 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import rclpy
@@ -20,6 +20,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.context import Context
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.executors import Executor, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
@@ -178,7 +179,9 @@ class SideReader:
     def __init__(
         self, name: str, context: Context | None, namespace: str = "", step_s: float = SPIN_STEP_S
     ) -> None:
-        self.node = Node(name, context=context, namespace=namespace)
+        # No parameter services: each is an entity of the wait set rclpy's executor builds
+        # again, in Python, at every wake-up.
+        self.node = Node(name, context=context, namespace=namespace, start_parameter_services=False)
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.step_s = step_s
@@ -274,7 +277,8 @@ class Probe(Node):
         unknown = set(deferred) - set(OBJECT_TOPICS)
         if unknown:
             raise DynshapeError(f"only object topics can be read later, not {sorted(unknown)}")
-        super().__init__(name, context=context, namespace=namespace)
+        # As the side readers: its executor's wake-ups take a core from the nodes it times.
+        super().__init__(name, context=context, namespace=namespace, start_parameter_services=False)
         # The readers of ``deferred`` topics sit on a node and executor of their own, which
         # only ``read_deferred`` spins: a frame's earlier outputs wait in the middleware,
         # which stamps their arrival, and the probe takes no core from the nodes it times
@@ -483,6 +487,45 @@ class Probe(Node):
 
     def spin_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         return spin_executor_until(self.executor_, condition, timeout_s)
+
+    def await_objects(
+        self, topics: Sequence[str], condition: Callable[[], bool], timeout_s: float
+    ) -> bool:
+        """``spin_until`` served by the readers of ``topics`` (object topics, not deferred)
+        alone: a wait set of just them, each message straight to its callback, as the nodes'
+        input threads take theirs. rclpy's executor builds a wait set of every entity of the
+        probe, in Python, at each wake-up: a core's millisecond a frame, taken from the nodes
+        being timed. What else comes waits in the middleware for the next ``spin_until``."""
+        others = [t for t in topics if t not in OBJECT_TOPICS or t in self.deferred]
+        if others:
+            raise DynshapeError(f"only object topics the probe reads at once, not {others}")
+        readers = [self.readers[t] for t in topics]
+        handle = self.context.handle
+        if not readers or handle is None:
+            return spin_executor_until(self.executor_, condition, timeout_s)
+        wait_set = _rclpy.WaitSet(len(readers), 0, 0, 0, 0, 0, handle)
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            left_s = deadline - time.monotonic()
+            if left_s <= 0.0:
+                return False
+            with ExitStack() as held:
+                # Held as rclpy's executor holds them: none is destroyed during the wait.
+                for reader in readers:
+                    held.enter_context(reader.handle)
+                wait_set.clear_entities()
+                for reader in readers:
+                    wait_set.add_subscription(reader.handle)
+                wait_set.wait(int(min(left_s, SPIN_STEP_S) * NS_PER_S))
+                ready = wait_set.get_ready_entities("subscription")
+                for reader in readers:
+                    if reader.handle.pointer not in ready:
+                        continue
+                    taken = reader.handle.take_message(reader.msg_type, reader.raw)
+                    if taken is not None:
+                        # The probe's object readers take the message and its info.
+                        cast(Callable[[Any, Any], None], reader.callback)(*taken)
+        return True
 
     def read_deferred(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Take what came on the ``deferred`` topics until ``condition`` holds."""

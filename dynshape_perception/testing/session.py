@@ -17,7 +17,7 @@ from dynshape_perception.errors import ConfigError
 from dynshape_perception.io.pointcloud2 import CloudData, points_to_cloud
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.resources import config_path
-from dynshape_perception.testing.probe import ODOM_FRAME, Probe, probe_session
+from dynshape_perception.testing.probe import OBJECT_TOPICS, ODOM_FRAME, Probe, probe_session
 from dynshape_perception.testing.processes import (
     NodeProcess,
     dds_env,
@@ -136,12 +136,21 @@ class NodeSession:
         got = self.probe.received
         later = self.probe.deferred
         now = [t for t in wait_for if t not in later]
+
+        def arrived() -> bool:
+            return all(stamp_ns in got[t] for t in now)
+
         cpu_s = time.process_time()
-        self.probe.spin_until(lambda: all(stamp_ns in got[t] for t in now), timeout_s)
+        if all(t in OBJECT_TOPICS for t in now):
+            self.probe.await_objects(now, arrived, timeout_s)
+        else:
+            self.probe.spin_until(arrived, timeout_s)
         waiting_cpu_ms = (time.process_time() - cpu_s) * 1e3
         # Published before what was waited for, they wait in the middleware, stamped on arrival.
+        # A deferred topic that is none of the outputs timed here is taken as it comes.
+        timed = [t for t in later if t in OUTPUTS]
         self.probe.read_deferred(
-            lambda: all(stamp_ns in got[t] for t in later),
+            lambda: all(stamp_ns in got[t] for t in timed),
             timeout_s if set(later) & set(wait_for) else DEFERRED_WAIT_S,
         )
         sent = self.probe.published[stamp_ns]

@@ -6,9 +6,12 @@ import time
 
 import numpy as np
 import pytest
+from sensor_msgs.msg import PointCloud2
 
 from dynshape_perception.errors import DynshapeError
 from dynshape_perception.io.objects import TrackStates, detected_objects, tracked_objects
+from dynshape_perception.io.pointcloud2 import points_to_cloud
+from dynshape_perception.nodes.messages import cloud_msg, header, time_msg
 from dynshape_perception.perception.objects import ObjectParams
 from dynshape_perception.perception.records import OBSTACLE_DTYPE, TRACK_DTYPE
 from dynshape_perception.testing.probe import Probe, probe_session
@@ -56,3 +59,40 @@ def test_a_deferred_output_waits_for_read_deferred_and_keeps_its_arrival_time() 
 def test_only_object_topics_can_be_deferred() -> None:
     with pytest.raises(DynshapeError, match="only object topics"):
         Probe(deferred=("markers",))
+
+
+def test_await_objects_serves_the_awaited_readers_alone() -> None:
+    """Waiting for a frame's outputs wakes the probe for them only: a table that came first
+    stays in the middleware until ``spin_until``, stamped on arrival all the same."""
+    with (
+        domain_lease() as domain,
+        dds_settings_applied(),
+        probe_session(domain, deferred=("detected_objects",)) as probe,
+    ):
+        tracked_pub = probe.create_publisher(
+            probe.readers["tracked_objects"].msg_type, "tracked_objects", 10
+        )
+        table_pub = probe.create_publisher(PointCloud2, "tracks", 10)
+        assert probe.spin_until(
+            lambda: (
+                tracked_pub.get_subscription_count() >= 1
+                and table_pub.get_subscription_count() >= 1
+            ),
+            WAIT_S,
+        )
+        cloud = points_to_cloud(np.zeros((1, 4), np.float32))
+        table_pub.publish(cloud_msg(cloud, header(time_msg(STAMP_NS), "map")))
+        none = TrackStates(
+            np.zeros(0, TRACK_DTYPE), np.zeros((0, 16), np.uint8), np.zeros(0), np.zeros(0, int)
+        )
+        tracked_pub.publish(tracked_objects(STAMP_NS, "map", none, ObjectParams()))
+        tracked = probe.received["tracked_objects"]
+        assert probe.await_objects(["tracked_objects"], lambda: STAMP_NS in tracked, WAIT_S)
+        assert not probe.await_objects(["tracked_objects"], lambda: False, LATER_S)
+        assert STAMP_NS not in probe.received["tracks"], "a table woke the wait for objects"
+        asked_s = time.perf_counter()
+        assert probe.spin_until(lambda: STAMP_NS in probe.received["tracks"], WAIT_S)
+        assert probe.received["tracks"][STAMP_NS].t_s < asked_s - LATER_S
+        for topics in (["tracks"], ["detected_objects"], ["tracked_objects", "markers"]):
+            with pytest.raises(DynshapeError, match="only object topics the probe reads"):
+                probe.await_objects(topics, lambda: True, WAIT_S)
