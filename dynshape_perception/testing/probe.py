@@ -494,15 +494,15 @@ class Probe(Node):
         """``spin_until`` served by the readers of ``topics`` (object topics, not deferred)
         alone: a wait set of just them, each message straight to its callback, as the nodes'
         input threads take theirs. rclpy's executor builds a wait set of every entity of the
-        probe, in Python, at each wake-up: a core's millisecond a frame, taken from the nodes
-        being timed. What else comes waits in the middleware for the next ``spin_until``."""
+        probe, in Python, at each wake-up: up to a millisecond of a core a frame, taken from
+        the nodes being timed. What else comes waits in the middleware for ``spin_until``."""
         others = [t for t in topics if t not in OBJECT_TOPICS or t in self.deferred]
         if others:
             raise DynshapeError(f"only object topics the probe reads at once, not {others}")
         readers = [self.readers[t] for t in topics]
         handle = self.context.handle
-        if not readers or handle is None:
-            return spin_executor_until(self.executor_, condition, timeout_s)
+        if handle is None:
+            raise DynshapeError("the probe's context has shut down")
         wait_set = _rclpy.WaitSet(len(readers), 0, 0, 0, 0, 0, handle)
         deadline = time.monotonic() + timeout_s
         while not condition():

@@ -332,8 +332,8 @@ def measure(
             # As on a vehicle with no RViz attached: nothing reads the markers.
             read_markers=False,
             # Taken once the frame's predictions are in: their arrival times come from the
-            # middleware either way. The near field's output, which is not timed here, came
-            # mid-frame and woke the probe beside the lidar stages.
+            # middleware either way. The near field's output, not timed here, comes in the
+            # middle of the lidar stages: read at once, it would wake the probe beside them.
             deferred=(DETECTED, TRACKED, NEAR),
         ) as session,
     ):
