@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any, cast
 
 from rclpy.callback_groups import CallbackGroup
@@ -20,6 +20,35 @@ from dynshape_perception.errors import DynshapeError
 # A wait that nothing wakes still ends this often (ns), to see a context shut down under it.
 POLL_NS = 200_000_000
 JOIN_S = 5.0
+
+
+@contextmanager
+def waited(
+    wait_set: Any,
+    subscriptions: Sequence[Subscription[Any]],
+    timeout_ns: int,
+    events: Sequence[EventHandler] = (),
+    wake: GuardCondition | None = None,
+) -> Iterator[Any]:
+    """Wait on ``subscriptions`` (and ``events``, ``wake``) in ``wait_set``; the ready
+    subscriptions' handle pointers. Every handle is held, as rclpy's executor holds them,
+    through the wait and until the block ends: none is destroyed while its messages are taken."""
+    with ExitStack() as held:
+        for sub in subscriptions:
+            held.enter_context(sub.handle)
+        for event in events:
+            held.enter_context(event)
+        if wake is not None:
+            held.enter_context(wake.handle)
+        wait_set.clear_entities()
+        for sub in subscriptions:
+            wait_set.add_subscription(sub.handle)
+        for event in events:
+            event.add_to_wait_set(wait_set)
+        if wake is not None:
+            wait_set.add_guard_condition(wake.handle)
+        wait_set.wait(timeout_ns)
+        yield wait_set.get_ready_entities("subscription")
 
 
 class InputGroup(CallbackGroup):
@@ -130,21 +159,7 @@ class InputThread:
                     events = [event for sub in subscriptions for event in sub.event_handlers]
                     wait_set = _rclpy.WaitSet(len(subscriptions), 1, 0, 0, 0, len(events), handle)
                     self._changed = False
-            with ExitStack() as held:
-                # Held as rclpy's executor holds them: none is destroyed during the wait.
-                for sub in subscriptions:
-                    held.enter_context(sub.handle)
-                for event in events:
-                    held.enter_context(event)
-                held.enter_context(self._wake.handle)
-                wait_set.clear_entities()
-                for sub in subscriptions:
-                    wait_set.add_subscription(sub.handle)
-                for event in events:
-                    event.add_to_wait_set(wait_set)
-                wait_set.add_guard_condition(self._wake.handle)
-                wait_set.wait(self._poll_ns)
-                ready = wait_set.get_ready_entities("subscription")
+            with waited(wait_set, subscriptions, self._poll_ns, events, self._wake) as ready:
                 for sub in subscriptions:
                     if self._stopping or sub.handle.pointer not in ready:
                         continue

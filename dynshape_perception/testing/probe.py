@@ -6,7 +6,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, cast
@@ -41,6 +41,7 @@ from dynshape_perception.io.objects import (
     tracks_from_tracked_objects,
 )
 from dynshape_perception.io.pointcloud2 import CloudData, cloud_to_table, points_to_cloud
+from dynshape_perception.nodes.inputs import waited
 from dynshape_perception.nodes.messages import (
     cloud_msg,
     header,
@@ -509,15 +510,7 @@ class Probe(Node):
             left_s = deadline - time.monotonic()
             if left_s <= 0.0:
                 return False
-            with ExitStack() as held:
-                # Held as rclpy's executor holds them: none is destroyed during the wait.
-                for reader in readers:
-                    held.enter_context(reader.handle)
-                wait_set.clear_entities()
-                for reader in readers:
-                    wait_set.add_subscription(reader.handle)
-                wait_set.wait(int(min(left_s, SPIN_STEP_S) * NS_PER_S))
-                ready = wait_set.get_ready_entities("subscription")
+            with waited(wait_set, readers, int(min(left_s, SPIN_STEP_S) * NS_PER_S)) as ready:
                 for reader in readers:
                     if reader.handle.pointer not in ready:
                         continue
