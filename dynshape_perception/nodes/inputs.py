@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any, cast
@@ -20,6 +21,7 @@ from dynshape_perception.errors import DynshapeError
 # A wait that nothing wakes still ends this often (ns), to see a context shut down under it.
 POLL_NS = 200_000_000
 JOIN_S = 5.0
+NS_PER_MS = 1_000_000
 
 
 @contextmanager
@@ -91,6 +93,9 @@ class InputThread:
         self._changed = False
         self._stopping = False
         self.failure: BaseException | None = None
+        # The message whose callback runs: its writer's publication and its take (ns).
+        self._published_ns = 0
+        self._taken_ns = 0
         self._wake = GuardCondition(None, None, context=context)
         self._thread = threading.Thread(target=self._run, name=f"{name}_inputs", daemon=True)
 
@@ -105,6 +110,15 @@ class InputThread:
 
     def start(self) -> None:
         self._thread.start()
+
+    def way_in_ms(self) -> float | None:
+        """From the publication of the message whose callback runs (call it from that
+        callback) to its take here, in ms: the middleware's delivery and this thread's wake-up.
+        Both on the system clock: from another host, the offset between the two clocks too.
+        None where the middleware gave no publication time."""
+        if self._published_ns <= 0:
+            return None
+        return (self._taken_ns - self._published_ns) / NS_PER_MS
 
     @property
     def running(self) -> bool:
@@ -166,6 +180,8 @@ class InputThread:
                     taken = sub.handle.take_message(sub.msg_type, sub.raw)
                     if taken is None:
                         continue
+                    self._taken_ns = time.time_ns()
+                    self._published_ns = int(taken[1].get("source_timestamp", 0))
                     # Message-only callbacks: the node creates no others.
                     callback = cast(Callable[[Any], None], sub.callback)
                     with self._turn:

@@ -118,9 +118,13 @@ class TrackerNode(PerceptionNode):
 
     def on_detections(self, data: bytes) -> None:
         with self.handling("detections"):
+            t0 = time.perf_counter()
+            transport = self.way_in()
             msg: Any = data if self._raw else deserialized(data, self._type)
             head = serialized_header(msg) if self._raw else msg.header
-            self._track(self._usable(msg), head)
+            obstacles = self._usable(msg)
+            convert_ms = (time.perf_counter() - t0) * MS_PER_S
+            self._track(obstacles, head, t0, {**transport, "convert": convert_ms})
 
     def _usable(self, msg: Any) -> np.ndarray:
         """The message's obstacles; each that is none is a counted drop, the rest are kept."""
@@ -135,8 +139,9 @@ class TrackerNode(PerceptionNode):
         keep[sorted(problems)] = False
         return rows[keep]
 
-    def _track(self, obstacles: np.ndarray, header: Any) -> None:
-        t0 = time.perf_counter()
+    def _track(self, obstacles: np.ndarray, header: Any, t0: float, read: dict[str, float]) -> None:
+        """Track ``obstacles``, read since ``t0`` (their ``read`` stages, timed)."""
+        t1 = time.perf_counter()
         self.bounds.check("N", obstacles.shape[0], "obstacles")
         stamp = stamp_s(header.stamp)
         located = self.frame.place(self.pose, header.frame_id, stamp)
@@ -146,7 +151,7 @@ class TrackerNode(PerceptionNode):
         tracks = pipeline.track(pipeline.to_fixed_frame(obstacles, located.to_fixed), stamp)
         tracker = pipeline.tracker
         self.set_counter(TRACKS_DROPPED, tracker.dropped_tracks)
-        t1 = time.perf_counter()
+        t2 = time.perf_counter()
         states = TrackStates.of_tracker(tracks, tracker, self.uuids)
         ns = stamp_ns(header.stamp)
         self.tracked.publish_serialized(
@@ -157,7 +162,11 @@ class TrackerNode(PerceptionNode):
             self.tracks.publish(table_msg(tracks, output_header(header.stamp, located.fixed_frame)))
         self.count("frames_out")
         self.record_latency(
-            {"track": (t1 - t0) * MS_PER_S, "total": (time.perf_counter() - t0) * MS_PER_S}
+            {
+                **read,
+                "track": (t2 - t1) * MS_PER_S,
+                "total": (time.perf_counter() - t0) * MS_PER_S,
+            }
         )
 
 

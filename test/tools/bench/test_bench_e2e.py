@@ -14,7 +14,7 @@ from dynshape_perception.io.datasets import read_kitti_bin
 SUMMARY_KEYS = {"p50_ms", "p99_ms", "mean_ms", "frames"}
 MODE_KEYS = {"p50_ms", "p99_ms", "frames", "lost", "runs"}
 TOPICS = ("detected_objects", "tracked_objects", "predicted_objects")
-LIDAR_STAGES = {"convert", "near_field", "segment", "cluster", "total"}
+LIDAR_STAGES = {"transport", "convert", "near_field", "segment", "cluster", "total"}
 
 
 def kitti_points(path: Path) -> int:
@@ -41,9 +41,10 @@ def check_per_hop(
     }
     assert {n: set(s) for n, s in hop["compute_ms"].items()} == stages
     assert 1 <= len(hop["frames"]) <= frames
-    # Stages timed before the output named is published.
+    # Stages timed before the output named is published (the lidar node's: from the scan's
+    # publication, which the probe timed from just before its publish call).
     before = {
-        "detected_objects": ("convert", "segment", "cluster"),
+        "detected_objects": ("transport", "convert", "segment", "cluster"),
         "tracked_objects": ("track",),
         "predicted_objects": ("predict",),
     }
@@ -162,8 +163,8 @@ def test_separate_per_hop(
     assert all("jit.compiles_ok" in v for v in run["node_status"].values())
     stages = {
         "pointcloud_node": LIDAR_STAGES,
-        "tracker_node": {"track", "total"},
-        "prediction_node": {"convert", "predict", "total"},
+        "tracker_node": {"transport", "convert", "track", "total"},
+        "prediction_node": {"transport", "convert", "predict", "total"},
     }
     check_per_hop(run["per_hop"], 3, stages, whole=True, points=kitti_points(kitti_bin))
     # The harness collected its garbage between frames, never inside a timed one.
@@ -178,7 +179,8 @@ def test_separate_per_hop(
     assert "harness: " in printed and "ms CPU a frame while waiting" in printed
     assert "incremental separate/kitti: scan to detected_objects" in printed
     assert "detected_objects->tracked_objects" in printed
-    assert "pointcloud_node: convert" in printed and "segment" in printed
+    assert "pointcloud_node: transport" in printed and "segment" in printed
+    assert "tracker_node: transport" in printed and "prediction_node: transport" in printed
 
 
 @pytest.mark.usefixtures("kitti_bin")
