@@ -75,8 +75,8 @@ BAD_MESSAGE = "bad_message"
 TIME_JUMP_RESET = "time_jump_reset"
 ODOM_FRAME_CHANGES = "odom_frame_changes"
 INTENSITY_OUT_OF_RANGE = "intensity_out_of_range"
-# The stage from an input's publication to its take by the node (``InputThread.way_in_ms``).
-TRANSPORT = "transport"
+# The stage from an input's publication to its take by the node (``InputThread.delivery_ms``).
+DELIVERY = "delivery"
 POINT_REASONS = (*REASONS, OUTLIER_STAMP, OVER_BOUND, PROCESSING_ERROR, INTERNAL_ERROR)
 # The reasons of the nodes that take odometry and keep state in a fixed frame.
 ODOM_REASONS = (
@@ -579,11 +579,11 @@ class PerceptionNode(Node):
         with self._stats_lock:
             self.counters[key] = value
 
-    def way_in(self) -> dict[str, float]:
-        """The ``transport`` stage of the input whose callback runs (call it from there);
+    def delivery(self) -> dict[str, float]:
+        """The ``delivery`` stage of the input whose callback runs (call it from there);
         none where the middleware gave no publication time."""
-        ms = self.inputs.way_in_ms()
-        return {} if ms is None else {TRANSPORT: ms}
+        ms = self.inputs.delivery_ms()
+        return {} if ms is None else {DELIVERY: ms}
 
     def record_latency(self, stages: dict[str, float], flush: bool = False) -> None:
         """A frame's stage times; ``flush``: its last output is out, so its debug times,

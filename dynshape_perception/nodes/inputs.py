@@ -111,7 +111,7 @@ class InputThread:
     def start(self) -> None:
         self._thread.start()
 
-    def way_in_ms(self) -> float | None:
+    def delivery_ms(self) -> float | None:
         """From the publication of the message whose callback runs (call it from that
         callback) to its take here, in ms: the middleware's delivery and this thread's wake-up.
         Both on the system clock: from another host, the offset between the two clocks too.

@@ -134,7 +134,7 @@ class PerceptionPipelineNode(SegmentingNode):
     def on_points(self, data: bytes) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
-            transport = self.way_in()
+            delivery = self.delivery()
             points, head = self.vehicle_points(data)
             stamp = stamp_s(head.stamp)
             located = self.frame.place(self.pose, self.base_frame, stamp)
@@ -155,7 +155,7 @@ class PerceptionPipelineNode(SegmentingNode):
             )
             self.tiers.cloud(points, frame)
             # After the lanes have their work: they need not wait for the debug topics.
-            self.record_latency({**transport, "convert": convert_ms})
+            self.record_latency({**delivery, "convert": convert_ms})
 
     # -- what the tiers give --------------------------------------------------------------
     def on_near(self, frame: FrameInfo, result: NearResult) -> None:

@@ -54,7 +54,7 @@ class PointcloudNode(SegmentingNode):
     def on_points(self, data: bytes) -> None:
         with self.handling("points"):
             t0 = time.perf_counter()
-            transport = self.way_in()
+            delivery = self.delivery()
             points, head = self.vehicle_points(data)
             stamp = stamp_s(head.stamp)
             arrival = self.scheduler.arrive("points", stamp)
@@ -62,7 +62,7 @@ class PointcloudNode(SegmentingNode):
             frame = FrameInfo(stamp, Pose2D(), arrival, t0, 0, self.next_seed(), head)
             self.tiers.cloud(points, frame)
             # After the lanes have their work: they need not wait for the debug topics.
-            self.record_latency({**transport, "convert": convert_ms})
+            self.record_latency({**delivery, "convert": convert_ms})
 
     def on_near(self, frame: FrameInfo, result: NearResult) -> None:
         self._publish_near(frame.context, result)

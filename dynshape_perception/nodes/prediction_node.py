@@ -102,7 +102,7 @@ class PredictionNode(PerceptionNode):
     def on_tracks(self, data: bytes) -> None:
         with self.handling("tracked_objects"):
             t0 = time.perf_counter()
-            transport = self.way_in()
+            delivery = self.delivery()
             head_in = serialized_header(data)
             received = self._usable(tracks_from_tracked_objects(data, check=False))
             self.bounds.check("M", received.tracks.shape[0], "tracks")
@@ -144,7 +144,7 @@ class PredictionNode(PerceptionNode):
                 self.speculation.frame_done()
             self.record_latency(
                 {
-                    **transport,
+                    **delivery,
                     "convert": (t1 - t0) * MS_PER_S,
                     "predict": (t2 - t1) * MS_PER_S,
                     "total": (time.perf_counter() - t0) * MS_PER_S,

@@ -119,12 +119,12 @@ class TrackerNode(PerceptionNode):
     def on_detections(self, data: bytes) -> None:
         with self.handling("detections"):
             t0 = time.perf_counter()
-            transport = self.way_in()
+            delivery = self.delivery()
             msg: Any = data if self._raw else deserialized(data, self._type)
             head = serialized_header(msg) if self._raw else msg.header
             obstacles = self._usable(msg)
             convert_ms = (time.perf_counter() - t0) * MS_PER_S
-            self._track(obstacles, head, t0, {**transport, "convert": convert_ms})
+            self._track(obstacles, head, t0, {**delivery, "convert": convert_ms})
 
     def _usable(self, msg: Any) -> np.ndarray:
         """The message's obstacles; each that is none is a counted drop, the rest are kept."""

@@ -109,19 +109,19 @@ def test_every_message_is_taken_on_the_input_thread_with_an_executor_on_the_node
         spinning.join(WAIT_S)
 
 
-def test_a_callback_sees_its_message_s_way_in(rig: Rig) -> None:
+def test_a_callback_sees_its_message_s_delivery(rig: Rig) -> None:
     """From a message's publication to its take, as its callback asks: within the span from
     just before the publish call to the callback, whatever the load."""
     seen: list[tuple[float | None, int]] = []
 
     def on_message(_: String) -> None:
-        seen.append((rig.inputs.way_in_ms(), time.time_ns()))
+        seen.append((rig.inputs.delivery_ms(), time.time_ns()))
 
     rig.inputs.add(
         rig.node.create_subscription(String, "way", on_message, 10, callback_group=rig.inputs.group)
     )
     way = rig.sender.create_publisher(String, "way", 10)
-    assert rig.inputs.way_in_ms() is None, "a time before any message was taken"
+    assert rig.inputs.delivery_ms() is None, "a time before any message was taken"
     rig.inputs.start()
     assert wait_for(lambda: way.get_subscription_count() > 0)
     for i in range(5):

@@ -57,15 +57,15 @@ PRIME_ATTEMPTS = 5
 PREDICTING_NODE = {"composed": "perception_pipeline", "separate": "prediction_node"}
 PREDICTION_TASK = "prediction"
 DRIVE_POINTS = (15_000, 40_000)
-# Each node's stages, as it names them on its debug timing topics ("transport": its input's
+# Each node's stages, as it names them on its debug timing topics ("delivery": its input's
 # publication to its take by the node; "total": its whole frame from that take).
-LIDAR_STAGES = ("transport", "convert", "near_field", "segment", "cluster")
+LIDAR_STAGES = ("delivery", "convert", "near_field", "segment", "cluster")
 NODE_STAGES: dict[str, dict[str, tuple[str, ...]]] = {
     "composed": {"perception_pipeline": (*LIDAR_STAGES, "track", "predict", "total")},
     "separate": {
         "pointcloud_node": (*LIDAR_STAGES, "total"),
-        "tracker_node": ("transport", "convert", "track", "total"),
-        "prediction_node": ("transport", "convert", "predict", "total"),
+        "tracker_node": ("delivery", "convert", "track", "total"),
+        "prediction_node": ("delivery", "convert", "predict", "total"),
     },
 }
 # The topics in the order a frame reaches them; a hop is from one to the next.

@@ -14,7 +14,7 @@ from dynshape_perception.io.datasets import read_kitti_bin
 SUMMARY_KEYS = {"p50_ms", "p99_ms", "mean_ms", "frames"}
 MODE_KEYS = {"p50_ms", "p99_ms", "frames", "lost", "runs"}
 TOPICS = ("detected_objects", "tracked_objects", "predicted_objects")
-LIDAR_STAGES = {"transport", "convert", "near_field", "segment", "cluster", "total"}
+LIDAR_STAGES = {"delivery", "convert", "near_field", "segment", "cluster", "total"}
 
 
 def kitti_points(path: Path) -> int:
@@ -44,7 +44,7 @@ def check_per_hop(
     # Stages timed before the output named is published (the lidar node's: from the scan's
     # publication, which the probe timed from just before its publish call).
     before = {
-        "detected_objects": ("transport", "convert", "segment", "cluster"),
+        "detected_objects": ("delivery", "convert", "segment", "cluster"),
         "tracked_objects": ("track",),
         "predicted_objects": ("predict",),
     }
@@ -163,8 +163,8 @@ def test_separate_per_hop(
     assert all("jit.compiles_ok" in v for v in run["node_status"].values())
     stages = {
         "pointcloud_node": LIDAR_STAGES,
-        "tracker_node": {"transport", "convert", "track", "total"},
-        "prediction_node": {"transport", "convert", "predict", "total"},
+        "tracker_node": {"delivery", "convert", "track", "total"},
+        "prediction_node": {"delivery", "convert", "predict", "total"},
     }
     check_per_hop(run["per_hop"], 3, stages, whole=True, points=kitti_points(kitti_bin))
     # The harness collected its garbage between frames, never inside a timed one.
@@ -179,8 +179,8 @@ def test_separate_per_hop(
     assert "harness: " in printed and "ms CPU a frame while waiting" in printed
     assert "incremental separate/kitti: scan to detected_objects" in printed
     assert "detected_objects->tracked_objects" in printed
-    assert "pointcloud_node: transport" in printed and "segment" in printed
-    assert "tracker_node: transport" in printed and "prediction_node: transport" in printed
+    assert "pointcloud_node: delivery" in printed and "segment" in printed
+    assert "tracker_node: delivery" in printed and "prediction_node: delivery" in printed
 
 
 @pytest.mark.usefixtures("kitti_bin")
