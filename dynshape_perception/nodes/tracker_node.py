@@ -140,7 +140,8 @@ class TrackerNode(PerceptionNode):
         return rows[keep]
 
     def _track(self, obstacles: np.ndarray, header: Any, t0: float, read: dict[str, float]) -> None:
-        """Track ``obstacles``, read since ``t0`` (their ``read`` stages, timed)."""
+        """Track ``obstacles``, whose message was taken at ``t0``; ``read``: the stages timed
+        since (its delivery and read)."""
         t1 = time.perf_counter()
         self.bounds.check("N", obstacles.shape[0], "obstacles")
         stamp = stamp_s(header.stamp)
