@@ -36,18 +36,15 @@ def waited(
     subscriptions' handle pointers. Every handle is held, as rclpy's executor holds them,
     through the wait and until the block ends: none is destroyed while its messages are taken."""
     with ExitStack() as held:
-        for sub in subscriptions:
-            held.enter_context(sub.handle)
-        for event in events:
-            held.enter_context(event)
-        if wake is not None:
-            held.enter_context(wake.handle)
         wait_set.clear_entities()
         for sub in subscriptions:
+            held.enter_context(sub.handle)
             wait_set.add_subscription(sub.handle)
         for event in events:
+            held.enter_context(event)
             event.add_to_wait_set(wait_set)
         if wake is not None:
+            held.enter_context(wake.handle)
             wait_set.add_guard_condition(wake.handle)
         wait_set.wait(timeout_ns)
         yield wait_set.get_ready_entities("subscription")
