@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import Pose2D
@@ -15,6 +17,7 @@ from dynshape_perception.perception.prediction.stage import (
     IdleSpeculation,
     PredictionStage,
     StageOutput,
+    _Samples,
     speculation_summary,
 )
 from dynshape_perception.perception.records import TRACK_DTYPE
@@ -366,3 +369,70 @@ def test_a_frames_histories_are_built_together_exactly_as_one_by_one() -> None:
     want = np.concatenate([stage._history(i, tick, lengths[i]) for i in ids])
     np.testing.assert_array_equal(flat, want)
     assert len(ids) > 6 and flat.dtype == np.float32
+
+
+# Positions whose differences overflow, and infinite ones: np.interp's other branches.
+POSITIONS = st.one_of(st.floats(-1e3, 1e3), st.sampled_from([1e308, -1e308, np.inf, -np.inf]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gaps=st.lists(st.sampled_from([0.0, 0.05, 0.1, 0.137]), min_size=1, max_size=40),
+    positions=st.lists(st.tuples(POSITIONS, POSITIONS), min_size=1, max_size=40),
+    trim_at=st.integers(0, 40),
+    between=st.floats(0.0, 1.0),
+    where=st.sampled_from(["sample", "between", "before", "after", "nan"]),
+)
+# inf to inf: the slope is NaN, and the value the two ends share.
+@example([0.1, 0.1], [(np.inf, 1.0), (np.inf, -np.inf)], 0, 0.5, "between")
+# inf to -inf: NaN from either end.
+@example([0.1, 0.1], [(np.inf, 1e308), (-np.inf, -1e308)], 0, 0.5, "between")
+def test_one_time_of_every_agent_is_the_interpolation_of_many(
+    gaps: list[float],
+    positions: list[tuple[float, float]],
+    trim_at: int,
+    between: float,
+    where: str,
+) -> None:
+    """A frame's position of each agent, in Python floats, is np.interp's value at that
+    one time: at a sample, between two, outside them, and where np.interp meets inf."""
+    samples = _Samples()
+    stamps = 100.0 + np.cumsum(gaps)
+    stamps = stamps[: len(positions)]
+    for stamp, (x, y) in zip(stamps.tolist(), positions, strict=False):
+        samples.append(stamp, x, y)
+    samples.trim(float(stamps[min(trim_at, stamps.size - 1)]) - 0.01)
+    live = samples.buf[samples.start : samples.end, 0]
+    k = int(between * (live.size - 1))
+    time_s = {
+        "sample": float(live[k]),
+        "between": float(live[k] + between * (live[min(k + 1, live.size - 1)] - live[k])),
+        "before": float(live[0]) - 0.5,
+        "after": float(live[-1]) + 0.5,
+        "nan": float("nan"),
+    }[where]
+    with np.errstate(all="ignore"):
+        want = samples.at(np.array([time_s]))[0]
+        got = np.array(samples.at_one(time_s), np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gaps=st.lists(st.sampled_from([0.0, 0.05, 0.1, 0.3]), min_size=1, max_size=60),
+    # A cutoff anywhere, or on a sample's stamp (by its index).
+    cutoffs=st.lists(st.one_of(st.floats(99.0, 110.0), st.integers(0, 59)), min_size=1, max_size=8),
+)
+def test_trimming_keeps_the_newest_sample_at_or_before_the_cutoff(
+    gaps: list[float], cutoffs: list[float | int]
+) -> None:
+    samples = _Samples()
+    stamps = 100.0 + np.cumsum(gaps)
+    for stamp in stamps.tolist():
+        samples.append(stamp, 0.0, 0.0)
+    for at in cutoffs:
+        cutoff = float(stamps[at % stamps.size]) if isinstance(at, int) else at
+        live = samples.buf[samples.start : samples.end, 0]
+        want = samples.start + max(int(np.searchsorted(live, cutoff, side="right")) - 1, 0)
+        samples.trim(cutoff)
+        assert samples.start == want and samples.end == stamps.size

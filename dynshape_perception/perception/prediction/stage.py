@@ -74,6 +74,18 @@ def _empty_output(reference_s: float | None, computed: bool) -> StageOutput:
     )
 
 
+def _between(t: float, t0: float, t1: float, v0: float, v1: float) -> float:
+    """np.interp's value at ``t0 < t < t1``, in its order of operations."""
+    slope = (v1 - v0) / (t1 - t0)
+    v = slope * (t - t0) + v0
+    if math.isnan(v):
+        # As np.interp: from the other end, then the value itself where the two agree.
+        v = slope * (t - t1) + v1
+        if math.isnan(v) and v0 == v1:
+            v = v0
+    return v
+
+
 class _Samples:
     """One track's positions as received, oldest first; old ones are trimmed as they age out.
 
@@ -112,9 +124,11 @@ class _Samples:
 
     def trim(self, cutoff_s: float) -> None:
         """Keep the newest sample at or before ``cutoff_s`` and every later one."""
-        stamps = self.buf[self.start : self.end, 0]
-        keep_from = int(np.searchsorted(stamps, cutoff_s, side="right")) - 1
-        self.start += max(keep_from, 0)
+        buf, start = self.buf, self.start
+        # A sample or two age out a frame: stepping over them costs less than a search.
+        while start + 1 < self.end and buf[start + 1, 0] <= cutoff_s:
+            start += 1
+        self.start = start
 
     def at(self, times: np.ndarray) -> np.ndarray:
         """Positions at ``times`` (inside the recorded span, oldest first), float32 ``[n, 2]``.
@@ -130,6 +144,27 @@ class _Samples:
         out[:, 0] = np.interp(times, window[:, 0], window[:, 1])
         out[:, 1] = np.interp(times, window[:, 0], window[:, 2])
         return out
+
+    def at_one(self, time_s: float) -> tuple[float, float]:
+        """``at`` of one time, with np.interp's arithmetic in Python floats: every frame
+        asks this of every agent, and the NumPy calls of ``at`` cost many times the sums."""
+        buf = self.buf
+        j = self.end - 1
+        newest = buf[j].tolist()
+        # At or after the newest sample, or NaN: ``at`` gives the newest for either.
+        if not time_s < newest[0]:
+            return newest[1], newest[2]
+        j -= 1
+        while j >= self.start and buf[j, 0] > time_s:
+            j -= 1
+        if j < self.start:
+            first = buf[self.start].tolist()
+            return first[1], first[2]
+        t0, x0, y0 = buf[j].tolist()
+        if t0 == time_s:
+            return x0, y0
+        t1, x1, y1 = buf[j + 1].tolist()
+        return _between(time_s, t0, t1, x0, x1), _between(time_s, t0, t1, y0, y1)
 
 
 @dataclass
@@ -410,8 +445,8 @@ class PredictionStage:
     def _incremental(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
         s = self.settings
         chain = self._chains[tick % s.phases]
-        end = self._grid_time(tick).reshape(1)
-        positions = np.concatenate([self._log[a].at(end) for a in agents])
+        end = float(self._grid_time(tick))
+        positions = np.array([self._log[a].at_one(end) for a in agents], np.float32)
 
         def histories_of(track_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
             return self._histories(track_ids, tick, length_of)
