@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dynshape_perception.errors import ConfigError, InputValueError, ShapeError
 from dynshape_perception.perception.pipeline import Pose2D
 from dynshape_perception.perception.prediction.settings import PredictionSettings
+from dynshape_perception.perception.prediction.speculative import snap
 from dynshape_perception.perception.prediction.stage import (
     IdleSpeculation,
     PredictionStage,
@@ -353,9 +354,17 @@ def test_idle_speculation_on_its_own_thread_changes_no_output(engine: Engine) ->
     assert int(d["speculation.candidates"]) > 0 and int(d["speculation.promoted_frames"]) > 0
 
 
+def one_by_one(stage: PredictionStage, track_id: int, tick: int, length: int) -> np.ndarray:
+    """A track's snapped positions at ``length`` grid times one predictor step apart, ending
+    at ``tick``'s."""
+    s = stage.settings
+    times = stage._grid_time(tick - s.phases * np.arange(length - 1, -1, -1))
+    return snap(stage._log[track_id].at(times), s.quantum_m)[1]
+
+
 def test_a_frames_histories_are_built_together_exactly_as_one_by_one() -> None:
-    """The incremental chains take a frame's new histories in one batch; the full path
-    builds each on its own: the same snapped samples, whatever the tracks' ages."""
+    """A frame's histories are built in one batch: the same snapped samples as each track's
+    built on its own, whatever the tracks' ages."""
     settings = PredictionSettings(history_steps=8)
     stage = PredictionStage(lambda *_: [], replace(settings, mode="full"))
     tables = list(drive(seed=9, agents=12, frames=60))
@@ -366,7 +375,7 @@ def test_a_frames_histories_are_built_together_exactly_as_one_by_one() -> None:
     lengths = {i: 1 + n % settings.history_steps for n, i in enumerate(ids)}
     flat, got_lengths = stage._histories(ids, tick, lengths)
     assert got_lengths.tolist() == [lengths[i] for i in ids]
-    want = np.concatenate([stage._history(i, tick, lengths[i]) for i in ids])
+    want = np.concatenate([one_by_one(stage, i, tick, lengths[i]) for i in ids])
     np.testing.assert_array_equal(flat, want)
     assert len(ids) > 6 and flat.dtype == np.float32
 

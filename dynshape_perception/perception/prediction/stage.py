@@ -394,8 +394,9 @@ class PredictionStage:
     def _histories(
         self, track_ids: Sequence[int], tick: int, length_of: Mapping[int, int]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``_history`` of each of ``track_ids`` (its length from ``length_of``), concatenated,
-        and their lengths: the grid times computed once, the snapping done once."""
+        """Each of ``track_ids``' snapped positions at its ``length_of`` grid times one
+        predictor step apart, ending at ``tick``'s, oldest first; concatenated, with their
+        lengths: the grid times computed once, the snapping done once."""
         s = self.settings
         lengths = np.fromiter((length_of[i] for i in track_ids), np.int64, len(track_ids))
         longest = int(lengths.max(initial=0))
@@ -406,13 +407,6 @@ class PredictionStage:
         ]
         flat = np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)
         return snap(flat, s.quantum_m)[1], lengths
-
-    def _history(self, track_id: int, tick: int, length: int) -> np.ndarray:
-        """Snapped positions at ``length`` grid times one predictor step apart, ending at
-        ``tick``'s, oldest first."""
-        s = self.settings
-        times = self._grid_time(tick - s.phases * np.arange(length - 1, -1, -1))
-        return snap(self._log[track_id].at(times), s.quantum_m)[1]
 
     def _compute(
         self, tick: int, ids: list[int], xs: list[float], ys: list[float], ego: Pose2D
@@ -437,7 +431,8 @@ class PredictionStage:
 
     def _forward(self, tick: int, agents: list[int], length_of: dict[int, int]) -> Prediction:
         s = self.settings
-        histories = [self._history(a, tick, length_of[a]) for a in agents]
+        flat, lengths = self._histories(agents, tick, length_of)
+        histories = np.split(flat, np.cumsum(lengths)[:-1])
         self.counters.forward_calls += math.ceil(len(agents) / s.max_agents)
         self.counters.forwarded += len(agents)
         return full_recompute(self._predictor, np.asarray(agents), histories, s.max_agents)
