@@ -406,9 +406,8 @@ def test_one_time_of_every_agent_is_the_interpolation_of_many(
     """A frame's position of each agent, in Python floats, is np.interp's value at that
     one time: at a sample, between two, outside them, and where np.interp meets inf."""
     samples = _Samples()
-    stamps = 100.0 + np.cumsum(gaps)
-    stamps = stamps[: len(positions)]
-    for stamp, (x, y) in zip(stamps.tolist(), positions, strict=False):
+    stamps = (100.0 + np.cumsum(gaps))[: len(positions)]
+    for stamp, (x, y) in zip(stamps.tolist(), positions[: stamps.size], strict=True):
         samples.append(stamp, x, y)
     samples.trim(float(stamps[min(trim_at, stamps.size - 1)]) - 0.01)
     live = samples.buf[samples.start : samples.end, 0]
